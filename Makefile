@@ -1,0 +1,42 @@
+# One entry point for people and CI. `make test` builds .venv from nothing and runs the suite.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+PYSPARK_VERSION := $(shell sed -n 's/^pyspark==//p' requirements.txt)
+export PYSPARK_PYTHON := $(abspath $(BIN)/python)
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: install test lint demo bench constraints clean
+
+install: $(VENV)/.installed
+
+# The spark provider pulls pyspark-client, which shares the pyspark/ folder with the full
+# pyspark: drop it and reinstall the full pyspark so spark-submit and the jars are there.
+$(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q -r requirements-dev.txt -c constraints.txt
+	$(BIN)/pip uninstall -y -q pyspark-client
+	$(BIN)/pip install -q --force-reinstall --no-deps pyspark==$(PYSPARK_VERSION)
+	$(BIN)/pip install -q --no-deps -e .
+	$(BIN)/python -c "import pyspark, offloader; from pathlib import Path; \
+	  assert (Path(pyspark.__file__).parent / 'jars').is_dir(), 'full pyspark missing'"
+	touch $@
+
+test: install lint
+	$(BIN)/python -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check include tests benchmarks
+
+bench: install
+	$(BIN)/python -m benchmarks.run
+
+constraints:
+	$(BIN)/pip freeze --exclude-editable | grep -v '^-e' > constraints.txt.new
+	echo "pyspark-client==$$(sed -n 's/^pyspark-client==//p' constraints.txt)" >> constraints.txt.new
+	mv constraints.txt.new constraints.txt
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .ruff_cache

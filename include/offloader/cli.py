@@ -1,0 +1,223 @@
+"""The ``offloader`` console script: every command with ``--json`` for machine-readable output."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import json
+import random
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, is_dataclass
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from offloader.exceptions import OffloaderError
+from offloader.gc.deletion_queue import process_deletions
+from offloader.hottier.writer import ManagedLedgerWriter
+from offloader.offload.hot_deletion import delete_hot_copies
+from offloader.offload.ledger_offloader import LedgerOffloader
+from offloader.policy import OffloadPolicy, describe_validation_error
+from offloader.read.topic_reader import Source, TopicReader
+from offloader.runtime import Runtime
+
+Handler = Callable[[argparse.Namespace, Runtime], tuple[Any, str]]
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if is_dataclass(value) and not isinstance(value, type):
+        return _jsonable(asdict(value))
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _parse_settings(pairs: Sequence[str]) -> dict[str, Any]:
+    changes: dict[str, Any] = {}
+    for pair in pairs:
+        field, sep, value = pair.partition("=")
+        if not sep or not field:
+            raise ValueError(f"--set takes FIELD=VALUE, got {pair!r}")
+        changes[field.strip()] = None if value.strip().lower() in ("none", "null", "") else value
+    return changes
+
+
+# --- commands ------------------------------------------------------------------------------
+def cmd_topic_create(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
+    policy = OffloadPolicy().updated(_parse_settings(args.set))
+    topic = rt.metadata.create_topic(args.name, policy)
+    return topic, f"created topic {topic.name}"
+
+
+def cmd_topic_list(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
+    topics = rt.metadata.list_topics()
+    return topics, "\n".join(t.name for t in topics) or "(no topics)"
+
+
+def cmd_topic_policy(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
+    topic = rt.metadata.get_topic(args.name)
+    if args.set:
+        topic = rt.metadata.set_policy(topic, topic.policy.updated(_parse_settings(args.set)))
+    policy = topic.policy.model_dump(mode="json")
+    return policy, "\n".join(f"{k} = {v}" for k, v in policy.items())
+
+
+def cmd_produce(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
+    if args.count < 0 or args.size < 0:
+        raise ValueError("--count and --size must be >= 0")
+    rng = random.Random(args.seed)
+    with ManagedLedgerWriter(rt.metadata, rt.hot, args.topic) as writer:
+        for _ in range(args.count):
+            writer.append(rng.randbytes(args.size))
+    ledgers = [ledger.ledger_id for ledger in writer.sealed]
+    result = {"topic": args.topic, "entries": args.count, "bytes": args.count * args.size,
+              "sealed_ledgers": ledgers}
+    return result, f"wrote {args.count} entries of {args.size} bytes; sealed ledgers {ledgers}"
+
+
+def cmd_ledgers(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
+    ledgers = rt.metadata.list_ledgers(args.topic)
+    lines = [
+        f"{x.ledger_id:>8} {x.state:<7} entries={x.entry_count:<8} bytes={x.size_bytes:<12} "
+        f"offload={x.offload_state:<10} hot={x.hot_state}"
+        for x in ledgers
+    ]
+    return ledgers, "\n".join(lines) or "(no ledgers)"
+
+
+def cmd_offload(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
+    started = time.monotonic()
+    results = LedgerOffloader(rt).offload_topic(args.topic, up_to=args.up_to)
+    hot_deleted = delete_hot_copies(rt.metadata, rt.hot, args.topic)
+    seconds = time.monotonic() - started
+    moved = sum(r.bytes for r in results)
+    summary = {
+        "topic": args.topic, "results": results, "hot_deleted": hot_deleted,
+        "bytes": moved, "seconds": round(seconds, 3),
+        "mb_per_second": round(moved / 1e6 / seconds, 2) if seconds > 0 else None,
+    }
+    lines = [f"ledger {r.ledger_id}: {r.outcome} ({r.bytes} bytes)" for r in results]
+    lines.append(f"hot copies deleted: {[h.ledger_id for h in hot_deleted]}")
+    return summary, "\n".join(lines)
+
+
+def cmd_read(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
+    entries = []
+    for entry_id, payload in TopicReader(rt).read(args.topic, args.ledger, args.first, args.last,
+                                                  Source(args.source)):
+        item = {"entry_id": entry_id, "size": len(payload),
+                "sha256": hashlib.sha256(payload).hexdigest()}
+        if args.payload:
+            item["payload_b64"] = base64.b64encode(payload).decode()
+        entries.append(item)
+    text = "\n".join(f"{e['entry_id']:>8} {e['size']:>8} {e['sha256'][:16]}" for e in entries)
+    return entries, text
+
+
+def cmd_checksum(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
+    result = TopicReader(rt).checksum(args.topic, Source(args.source))
+    return result, f"{result.digest}  {result.entries} entries, {result.bytes} bytes"
+
+
+def cmd_gc(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
+    result = process_deletions(rt.metadata, rt.objects, rt.settings)
+    return result, f"deleted {result.deleted}, failed {result.failed}, pending {result.remaining}"
+
+
+def cmd_status(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
+    status = {
+        "metadata_url": _redact_url(rt.settings.resolved_metadata_url),
+        "object_store": rt.objects.url,
+        "ledger_dir": str(rt.settings.resolved_ledger_dir),
+        **rt.metadata.counts(),
+    }
+    return status, "\n".join(f"{k}: {v}" for k, v in status.items())
+
+
+def _redact_url(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+# --- parser --------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="offloader", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def command(name: str, handler: Handler, help_: str,
+                parent: Any = sub) -> argparse.ArgumentParser:
+        p = parent.add_parser(name, help=help_)
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+        p.set_defaults(handler=handler)
+        return p
+
+    topic = sub.add_parser("topic", help="create, list, and set policies of topics")
+    topic_sub = topic.add_subparsers(dest="topic_command", required=True)
+    p = command("create", cmd_topic_create, "create a topic", topic_sub)
+    p.add_argument("name")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="policy field (see 'topic policy')")
+    command("list", cmd_topic_list, "list topics", topic_sub)
+    p = command("policy", cmd_topic_policy, "show or change a topic's policy", topic_sub)
+    p.add_argument("name")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
+
+    p = command("produce", cmd_produce, "append seeded random entries to a topic")
+    p.add_argument("topic")
+    p.add_argument("--count", type=int, required=True)
+    p.add_argument("--size", type=int, required=True)
+    p.add_argument("--seed", type=int, default=0)
+
+    p = command("ledgers", cmd_ledgers, "list a topic's ledgers")
+    p.add_argument("topic")
+
+    p = command("offload", cmd_offload, "offload due ledgers, then delete hot copies past lag")
+    p.add_argument("topic")
+    p.add_argument("--up-to", type=int, default=None, metavar="LEDGER",
+                   help="offload every sealed ledger with id <= LEDGER, whatever the policy")
+
+    p = command("read", cmd_read, "read entries of one ledger")
+    p.add_argument("topic")
+    p.add_argument("--ledger", type=int, required=True)
+    p.add_argument("--first", type=int, default=0)
+    p.add_argument("--last", type=int, default=None)
+    p.add_argument("--source", choices=[s.value for s in Source], default="auto")
+    p.add_argument("--payload", action="store_true", help="include payloads (base64)")
+
+    p = command("checksum", cmd_checksum, "one digest over every readable entry")
+    p.add_argument("topic")
+    p.add_argument("--source", choices=[s.value for s in Source], default="auto")
+
+    command("gc", cmd_gc, "drain the deletion queue")
+    command("status", cmd_status, "counts of ledgers, attempts and queued deletions")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        with Runtime.open() as runtime:
+            result, text = args.handler(args, runtime)
+    except ValidationError as exc:
+        print(f"error: {describe_validation_error(exc)}", file=sys.stderr)
+        return 2
+    except (OffloaderError, ValueError, LookupError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(_jsonable(result), indent=2, sort_keys=True))
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

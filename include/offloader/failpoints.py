@@ -1,0 +1,51 @@
+"""Named crash points for crash-safety tests, off unless ``OFFLOADER_FAILPOINTS`` names them.
+
+``OFFLOADER_FAILPOINTS=after-commit`` makes the process kill itself with SIGKILL when it
+reaches that point, exactly as a power cut or the OOM killer would: no cleanup runs.
+``after-first-part:stop`` stops it with SIGSTOP instead (a long GC pause or a frozen VM),
+so a test can let its lease run out and wake it as a zombie with SIGCONT. The list of
+points is :data:`POINTS`; naming an unknown one is an error, so a typo cannot make a crash
+test pass vacuously.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+POINTS = (
+    "after-begin-attempt",
+    "after-first-part",
+    "before-complete",
+    "after-data-upload",
+    "after-index-upload",
+    "after-commit",
+    "after-mark-hot-deleting",
+)
+
+
+ACTIONS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}
+
+
+def _armed() -> dict[str, signal.Signals]:
+    armed = {}
+    for item in filter(None, os.environ.get("OFFLOADER_FAILPOINTS", "").split(",")):
+        name, _, action = item.partition(":")
+        if name not in POINTS or (action or "kill") not in ACTIONS:
+            raise ValueError(
+                f"OFFLOADER_FAILPOINTS: unknown point or action {item!r}; points: "
+                f"{', '.join(POINTS)}; actions: {', '.join(ACTIONS)}"
+            )
+        armed[name] = ACTIONS[action or "kill"]
+    return armed
+
+
+ARMED = _armed()
+
+
+def reach(point: str) -> None:
+    """Die (or freeze) here if the point is armed."""
+    if point not in POINTS:
+        raise ValueError(f"unknown failpoint {point!r}")
+    if point in ARMED:
+        os.kill(os.getpid(), ARMED[point])

@@ -1,0 +1,1 @@
+"""Garbage collection: the durable deletion queue (and, later, orphan sweeps)."""

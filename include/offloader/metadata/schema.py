@@ -1,0 +1,91 @@
+"""Table definitions of the metadata store (the source of truth).
+
+Times are integer milliseconds since the epoch (UTC) so SQLite and PostgreSQL agree. Every
+mutable row carries ``version``; every change is ``UPDATE ... WHERE version = :expected``.
+The migrations in ``migrations/versions`` create exactly these tables.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+
+metadata = MetaData()
+
+topics = Table(
+    "topics",
+    metadata,
+    Column("name", String(512), primary_key=True),
+    Column("version", Integer, nullable=False),
+    Column("policy", Text, nullable=False),  # OffloadPolicy as JSON
+    Column("created_ms", BigInteger, nullable=False),
+    Column("next_ledger_id", BigInteger, nullable=False),
+    Column("writer_epoch", BigInteger, nullable=False),
+)
+
+ledgers = Table(
+    "ledgers",
+    metadata,
+    Column("topic", String(512), primary_key=True),
+    Column("ledger_id", BigInteger, primary_key=True),
+    Column("version", Integer, nullable=False),
+    Column("state", String(16), nullable=False),  # LedgerState
+    Column("entry_count", BigInteger, nullable=False),
+    Column("size_bytes", BigInteger, nullable=False),
+    Column("created_ms", BigInteger, nullable=False),
+    Column("sealed_ms", BigInteger),
+    Column("offload_state", String(16), nullable=False),  # OffloadState
+    Column("offload_epoch", BigInteger, nullable=False),
+    Column("attempt_id", String(36)),  # the attempt in flight, if any
+    Column("attempt_lease_ms", BigInteger),
+    Column("offload_uuid", String(36)),  # the committed attempt
+    Column("data_key", Text),
+    Column("index_key", Text),
+    Column("data_len", BigInteger),
+    Column("offloaded_ms", BigInteger),
+    Column("hot_state", String(16), nullable=False),  # HotState
+    Column("hot_deleted_ms", BigInteger),
+    ForeignKeyConstraint(["topic"], ["topics.name"]),
+)
+
+offload_attempts = Table(
+    "offload_attempts",
+    metadata,
+    Column("attempt_id", String(36), primary_key=True),
+    Column("topic", String(512), nullable=False),
+    Column("ledger_id", BigInteger, nullable=False),
+    Column("epoch", BigInteger, nullable=False),
+    Column("data_key", Text, nullable=False),
+    Column("index_key", Text, nullable=False),
+    Column("state", String(16), nullable=False),  # AttemptState
+    Column("owner", String(255), nullable=False),
+    Column("created_ms", BigInteger, nullable=False),
+    Column("finished_ms", BigInteger),
+    Column("detail", Text),
+    Index("ix_offload_attempts_ledger", "topic", "ledger_id"),
+)
+
+deletion_queue = Table(
+    "deletion_queue",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("object_key", Text, nullable=False),
+    Column("reason", String(255), nullable=False),
+    Column("attempt_id", String(36)),
+    Column("state", String(16), nullable=False),  # pending | done
+    Column("enqueued_ms", BigInteger, nullable=False),
+    Column("tries", Integer, nullable=False),
+    Column("next_try_ms", BigInteger, nullable=False),
+    Column("last_error", Text),
+    Column("done_ms", BigInteger),
+    Index("ix_deletion_queue_due", "state", "next_try_ms"),
+)

@@ -1,0 +1,433 @@
+"""The metadata store: every state change is a compare-and-set on a version, in one transaction.
+
+SQLite (the embedded default) and PostgreSQL behave the same here: writes on SQLite take
+the database lock at BEGIN (``BEGIN IMMEDIATE``) so concurrent writers queue instead of
+failing, and CAS is ``UPDATE ... WHERE version = :expected`` with the row count checked.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine
+
+from offloader.exceptions import AlreadyExistsError, CommitFailedError, NotFoundError
+from offloader.metadata import schema
+from offloader.metadata.migrate import upgrade_to_head
+from offloader.metadata.records import (
+    Attempt,
+    AttemptState,
+    Deletion,
+    HotState,
+    Ledger,
+    LedgerState,
+    OffloadState,
+    Topic,
+)
+from offloader.policy import OffloadPolicy
+
+T, L, A, D = schema.topics, schema.ledgers, schema.offload_attempts, schema.deletion_queue
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def create_metadata_engine(url: str) -> Engine:
+    """An engine with the settings the CAS protocol relies on."""
+    if url.startswith("sqlite"):
+        database = sa.engine.make_url(url).database
+        if database and database != ":memory:":
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
+        engine = sa.create_engine(url, connect_args={"timeout": 60})
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_connect(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+            dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA busy_timeout=60000")
+            cur.close()
+
+        @event.listens_for(engine, "begin")
+        def _sqlite_begin(conn) -> None:  # type: ignore[no-untyped-def]
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+        return engine
+    return sa.create_engine(url, pool_pre_ping=True)
+
+
+def _cas(conn: Connection, table: sa.Table, where: sa.ColumnElement[bool], expected: int,
+         what: str, **values: object) -> None:
+    result = conn.execute(
+        table.update()
+        .where(where, table.c.version == expected)
+        .values(version=table.c.version + 1, **values)
+    )
+    if result.rowcount != 1:
+        raise CommitFailedError(f"{what} changed since version {expected}: someone else moved")
+
+
+class MetadataStore:
+    """Topics, ledgers, offload attempts and the deletion queue."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    @classmethod
+    def open(cls, url: str) -> MetadataStore:
+        engine = create_metadata_engine(url)
+        upgrade_to_head(engine)
+        return cls(engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        with self.engine.begin() as conn:
+            yield conn
+
+    # --- topics --------------------------------------------------------------------------
+    def create_topic(self, name: str, policy: OffloadPolicy) -> Topic:
+        if not name or len(name) > 512:
+            raise ValueError("topic name must be 1 to 512 characters")
+        with self.transaction() as conn:
+            if conn.execute(sa.select(T.c.name).where(T.c.name == name)).first():
+                raise AlreadyExistsError(f"topic {name!r} exists already")
+            conn.execute(
+                T.insert().values(
+                    name=name, version=1, policy=policy.model_dump_json(),
+                    created_ms=now_ms(), next_ledger_id=1, writer_epoch=0,
+                )
+            )
+            return self._topic(conn, name)
+
+    def get_topic(self, name: str) -> Topic:
+        with self.engine.connect() as conn:
+            return self._topic(conn, name)
+
+    def list_topics(self) -> list[Topic]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(T).order_by(T.c.name)).mappings()
+            return [_topic_from_row(r) for r in rows]
+
+    def set_policy(self, topic: Topic, policy: OffloadPolicy) -> Topic:
+        with self.transaction() as conn:
+            _cas(conn, T, T.c.name == topic.name, topic.version, f"topic {topic.name!r}",
+                 policy=policy.model_dump_json())
+            return self._topic(conn, topic.name)
+
+    def claim_writer(self, topic: str) -> Topic:
+        """Take ownership of the topic's hot tail; an older writer's epoch stops working."""
+        for _ in range(100):
+            current = self.get_topic(topic)
+            try:
+                with self.transaction() as conn:
+                    _cas(conn, T, T.c.name == topic, current.version, f"topic {topic!r}",
+                         writer_epoch=current.writer_epoch + 1)
+                    return self._topic(conn, topic)
+            except CommitFailedError:
+                continue
+        raise CommitFailedError(f"could not claim the writer of topic {topic!r}")
+
+    # --- ledgers -------------------------------------------------------------------------
+    def allocate_ledger(self, topic: str, writer_epoch: int) -> Ledger:
+        """A new open ledger; fails if ``writer_epoch`` no longer owns the topic."""
+        with self.transaction() as conn:
+            current = self._topic(conn, topic)
+            if current.writer_epoch != writer_epoch:
+                raise CommitFailedError(
+                    f"writer epoch {writer_epoch} of topic {topic!r} was fenced by "
+                    f"epoch {current.writer_epoch}"
+                )
+            ledger_id = current.next_ledger_id
+            _cas(conn, T, T.c.name == topic, current.version, f"topic {topic!r}",
+                 next_ledger_id=ledger_id + 1)
+            conn.execute(
+                L.insert().values(
+                    topic=topic, ledger_id=ledger_id, version=1, state=LedgerState.OPEN,
+                    entry_count=0, size_bytes=0, created_ms=now_ms(),
+                    offload_state=OffloadState.NONE, offload_epoch=0,
+                    hot_state=HotState.PRESENT,
+                )
+            )
+            return self._ledger(conn, topic, ledger_id)
+
+    def seal_ledger(self, ledger: Ledger, entry_count: int, size_bytes: int,
+                    writer_epoch: int | None) -> Ledger:
+        """Record the sealed length; ``writer_epoch`` None is recovery by a new owner."""
+        with self.transaction() as conn:
+            if writer_epoch is not None:
+                owner = self._topic(conn, ledger.topic).writer_epoch
+                if owner != writer_epoch:
+                    raise CommitFailedError(
+                        f"writer epoch {writer_epoch} of topic {ledger.topic!r} was fenced "
+                        f"by epoch {owner}"
+                    )
+            _cas(conn, L, _ledger_key(ledger.topic, ledger.ledger_id), ledger.version,
+                 f"ledger {ledger.topic}/{ledger.ledger_id}", state=LedgerState.SEALED,
+                 entry_count=entry_count, size_bytes=size_bytes, sealed_ms=now_ms())
+            return self._ledger(conn, ledger.topic, ledger.ledger_id)
+
+    def get_ledger(self, topic: str, ledger_id: int) -> Ledger:
+        with self.engine.connect() as conn:
+            return self._ledger(conn, topic, ledger_id)
+
+    def list_ledgers(self, topic: str) -> list[Ledger]:
+        with self.engine.connect() as conn:
+            self._topic(conn, topic)
+            rows = conn.execute(
+                sa.select(L).where(L.c.topic == topic).order_by(L.c.ledger_id)
+            ).mappings()
+            return [Ledger.model_validate(dict(r)) for r in rows]
+
+    # --- offload attempts ----------------------------------------------------------------
+    def begin_attempt(self, ledger: Ledger, attempt_id: str, data_key: str, index_key: str,
+                      owner: str, lease_ms: int) -> tuple[Ledger, Attempt]:
+        """Record the intent (attempt id and keys) before the first byte is uploaded.
+
+        A stale attempt still named by the ledger (its lease ran out) is superseded here
+        and its objects are queued for deletion in the same transaction.
+        """
+        now = now_ms()
+        with self.transaction() as conn:
+            if ledger.attempt_id is not None:
+                if ledger.attempt_lease_ms is not None and ledger.attempt_lease_ms > now:
+                    raise CommitFailedError(
+                        f"ledger {ledger.topic}/{ledger.ledger_id} has attempt "
+                        f"{ledger.attempt_id} in flight until its lease ends"
+                    )
+                self._retire_attempt(conn, ledger.attempt_id, AttemptState.SUPERSEDED,
+                                     "lease expired; superseded by " + attempt_id)
+            epoch = ledger.offload_epoch + 1
+            _cas(conn, L, _ledger_key(ledger.topic, ledger.ledger_id), ledger.version,
+                 f"ledger {ledger.topic}/{ledger.ledger_id}",
+                 offload_state=OffloadState.OFFLOADING, offload_epoch=epoch,
+                 attempt_id=attempt_id, attempt_lease_ms=now + lease_ms)
+            conn.execute(
+                A.insert().values(
+                    attempt_id=attempt_id, topic=ledger.topic, ledger_id=ledger.ledger_id,
+                    epoch=epoch, data_key=data_key, index_key=index_key,
+                    state=AttemptState.STARTED, owner=owner[:255], created_ms=now,
+                )
+            )
+            return self._ledger(conn, ledger.topic, ledger.ledger_id), self._attempt(
+                conn, attempt_id
+            )
+
+    def renew_lease(self, attempt: Attempt, lease_ms: int) -> bool:
+        """Extend the attempt's lease; False once another attempt owns the ledger."""
+        with self.transaction() as conn:
+            result = conn.execute(
+                L.update()
+                .where(_ledger_key(attempt.topic, attempt.ledger_id),
+                       L.c.attempt_id == attempt.attempt_id,
+                       L.c.offload_epoch == attempt.epoch)
+                .values(attempt_lease_ms=now_ms() + lease_ms)
+            )
+            return result.rowcount == 1
+
+    def commit_offload(self, attempt: Attempt, data_len: int) -> Ledger:
+        """Make ``attempt`` the ledger's offload, if the ledger still names it (CAS)."""
+        with self.transaction() as conn:
+            result = conn.execute(
+                L.update()
+                .where(_ledger_key(attempt.topic, attempt.ledger_id),
+                       L.c.attempt_id == attempt.attempt_id,
+                       L.c.offload_epoch == attempt.epoch,
+                       L.c.offload_state == OffloadState.OFFLOADING)
+                .values(version=L.c.version + 1, offload_state=OffloadState.OFFLOADED,
+                        attempt_id=None, attempt_lease_ms=None,
+                        offload_uuid=attempt.attempt_id, data_key=attempt.data_key,
+                        index_key=attempt.index_key, data_len=data_len,
+                        offloaded_ms=now_ms())
+            )
+            if result.rowcount != 1:
+                raise CommitFailedError(
+                    f"attempt {attempt.attempt_id} (epoch {attempt.epoch}) no longer owns "
+                    f"ledger {attempt.topic}/{attempt.ledger_id}"
+                )
+            conn.execute(
+                A.update().where(A.c.attempt_id == attempt.attempt_id)
+                .values(state=AttemptState.COMMITTED, finished_ms=now_ms())
+            )
+            return self._ledger(conn, attempt.topic, attempt.ledger_id)
+
+    def fail_attempt(self, attempt: Attempt, detail: str) -> None:
+        """Give up an attempt: queue its objects for deletion, free the ledger if still ours."""
+        with self.transaction() as conn:
+            self._retire_attempt(conn, attempt.attempt_id, AttemptState.FAILED, detail,
+                                 requeue_superseded=True)
+            conn.execute(
+                L.update()
+                .where(_ledger_key(attempt.topic, attempt.ledger_id),
+                       L.c.attempt_id == attempt.attempt_id,
+                       L.c.offload_epoch == attempt.epoch)
+                .values(version=L.c.version + 1, offload_state=OffloadState.NONE,
+                        attempt_id=None, attempt_lease_ms=None)
+            )
+
+    def get_attempt(self, attempt_id: str) -> Attempt:
+        with self.engine.connect() as conn:
+            return self._attempt(conn, attempt_id)
+
+    def list_attempts(self, topic: str | None = None,
+                      state: AttemptState | None = None) -> list[Attempt]:
+        query = sa.select(A).order_by(A.c.created_ms)
+        if topic is not None:
+            query = query.where(A.c.topic == topic)
+        if state is not None:
+            query = query.where(A.c.state == state)
+        with self.engine.connect() as conn:
+            return [Attempt.model_validate(dict(r)) for r in conn.execute(query).mappings()]
+
+    def _retire_attempt(self, conn: Connection, attempt_id: str, state: AttemptState,
+                        detail: str, *, requeue_superseded: bool = False) -> None:
+        """Retire a started attempt and queue its objects; idempotent.
+
+        ``requeue_superseded``: a zombie that finds itself superseded queues its keys again,
+        because it may have written objects after the first deletion ran.
+        """
+        row = conn.execute(sa.select(A).where(A.c.attempt_id == attempt_id)).mappings().first()
+        if row is None:
+            return
+        if row["state"] == AttemptState.SUPERSEDED and requeue_superseded:
+            self._enqueue(conn, [row["data_key"], row["index_key"]], "late objects of a "
+                          "superseded attempt", attempt_id)
+            return
+        if row["state"] != AttemptState.STARTED:
+            return  # committed or already retired
+        conn.execute(
+            A.update().where(A.c.attempt_id == attempt_id, A.c.state == AttemptState.STARTED)
+            .values(state=state, finished_ms=now_ms(), detail=detail[:2000])
+        )
+        self._enqueue(conn, [row["data_key"], row["index_key"]], f"attempt {state}",
+                      attempt_id)
+
+    # --- hot copies (mark first, delete second) ------------------------------------------
+    def mark_hot_deleting(self, ledger: Ledger) -> Ledger:
+        if not ledger.is_offloaded:
+            raise ValueError(
+                f"ledger {ledger.topic}/{ledger.ledger_id} is not offloaded; its hot copy "
+                "is the only one"
+            )
+        with self.transaction() as conn:
+            _cas(conn, L, _ledger_key(ledger.topic, ledger.ledger_id), ledger.version,
+                 f"ledger {ledger.topic}/{ledger.ledger_id}", hot_state=HotState.DELETING)
+            return self._ledger(conn, ledger.topic, ledger.ledger_id)
+
+    def mark_hot_deleted(self, ledger: Ledger) -> Ledger:
+        with self.transaction() as conn:
+            _cas(conn, L, _ledger_key(ledger.topic, ledger.ledger_id), ledger.version,
+                 f"ledger {ledger.topic}/{ledger.ledger_id}", hot_state=HotState.DELETED,
+                 hot_deleted_ms=now_ms())
+            return self._ledger(conn, ledger.topic, ledger.ledger_id)
+
+    # --- deletion queue ------------------------------------------------------------------
+    def enqueue_deletions(self, keys: Iterable[str], reason: str,
+                          attempt_id: str | None = None) -> None:
+        with self.transaction() as conn:
+            self._enqueue(conn, keys, reason, attempt_id)
+
+    def due_deletions(self, limit: int, at_ms: int | None = None) -> list[Deletion]:
+        at = now_ms() if at_ms is None else at_ms
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(D).where(D.c.state == "pending", D.c.next_try_ms <= at)
+                .order_by(D.c.next_try_ms, D.c.id).limit(limit)
+            ).mappings()
+            return [Deletion.model_validate(dict(r)) for r in rows]
+
+    def pending_deletions(self) -> list[Deletion]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(D).where(D.c.state == "pending").order_by(D.c.id)
+            ).mappings()
+            return [Deletion.model_validate(dict(r)) for r in rows]
+
+    def complete_deletions(self, ids: Iterable[int]) -> None:
+        ids = list(ids)
+        if not ids:
+            return
+        with self.transaction() as conn:
+            conn.execute(
+                D.update().where(D.c.id.in_(ids), D.c.state == "pending")
+                .values(state="done", done_ms=now_ms())
+            )
+
+    def retry_deletion_later(self, deletion: Deletion, error: str, next_try_ms: int) -> None:
+        with self.transaction() as conn:
+            conn.execute(
+                D.update().where(D.c.id == deletion.id, D.c.state == "pending")
+                .values(tries=D.c.tries + 1, last_error=error[:2000], next_try_ms=next_try_ms)
+            )
+
+    def _enqueue(self, conn: Connection, keys: Iterable[str], reason: str,
+                 attempt_id: str | None) -> None:
+        now = now_ms()
+        rows = [
+            dict(object_key=k, reason=reason[:255], attempt_id=attempt_id, state="pending",
+                 enqueued_ms=now, tries=0, next_try_ms=now)
+            for k in keys
+        ]
+        if rows:
+            conn.execute(D.insert(), rows)
+
+    # --- status --------------------------------------------------------------------------
+    def counts(self) -> dict[str, object]:
+        with self.engine.connect() as conn:
+            def grouped(*cols: sa.Column) -> dict[str, int]:
+                query = sa.select(*cols, sa.func.count()).group_by(*cols)
+                return {
+                    "/".join(str(v) for v in row[:-1]): row[-1] for row in conn.execute(query)
+                }
+
+            oldest = conn.execute(
+                sa.select(sa.func.min(D.c.enqueued_ms)).where(D.c.state == "pending")
+            ).scalar()
+            return {
+                "topics": conn.execute(sa.select(sa.func.count()).select_from(T)).scalar(),
+                "ledgers_by_state": grouped(L.c.state, L.c.offload_state, L.c.hot_state),
+                "attempts_by_state": grouped(A.c.state),
+                "deletions_by_state": grouped(D.c.state),
+                "oldest_pending_deletion_ms": oldest,
+            }
+
+    # --- row helpers ---------------------------------------------------------------------
+    def _topic(self, conn: Connection, name: str) -> Topic:
+        row = conn.execute(sa.select(T).where(T.c.name == name)).mappings().first()
+        if row is None:
+            raise NotFoundError(f"topic {name!r} does not exist")
+        return _topic_from_row(row)
+
+    def _ledger(self, conn: Connection, topic: str, ledger_id: int) -> Ledger:
+        row = conn.execute(
+            sa.select(L).where(_ledger_key(topic, ledger_id))
+        ).mappings().first()
+        if row is None:
+            raise NotFoundError(f"ledger {ledger_id} of topic {topic!r} does not exist")
+        return Ledger.model_validate(dict(row))
+
+    def _attempt(self, conn: Connection, attempt_id: str) -> Attempt:
+        row = conn.execute(sa.select(A).where(A.c.attempt_id == attempt_id)).mappings().first()
+        if row is None:
+            raise NotFoundError(f"offload attempt {attempt_id} does not exist")
+        return Attempt.model_validate(dict(row))
+
+
+def _ledger_key(topic: str, ledger_id: int) -> sa.ColumnElement[bool]:
+    return sa.and_(L.c.topic == topic, L.c.ledger_id == ledger_id)
+
+
+def _topic_from_row(row: sa.RowMapping) -> Topic:
+    data = dict(row)
+    data["policy"] = OffloadPolicy.model_validate(json.loads(data["policy"]))
+    return Topic.model_validate(data)

@@ -1,0 +1,158 @@
+"""The object-store interface (PDP-34's chunk storage): a small verb set with capability flags.
+
+Bindings live in their own modules (``filesystem``, ``s3``) and are chosen by URL scheme in
+:func:`open_object_store`. Callers depend only on this module.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
+from urllib.parse import urlparse
+
+if TYPE_CHECKING:
+    from offloader.settings import Settings
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a binding can do; callers check these instead of the binding's type."""
+
+    multipart: bool
+    conditional_create: bool
+    ranged_read: bool
+    concat: bool
+    min_part_size: int
+    max_parts: int
+    max_delete_batch: int
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    key: str
+    size: int
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    last_modified: datetime | None = None
+
+
+@dataclass(frozen=True)
+class MultipartUpload:
+    key: str
+    upload_id: str
+    initiated: datetime | None = None
+
+
+@dataclass(frozen=True)
+class PartInfo:
+    part_number: int
+    etag: str
+    size: int
+
+
+@dataclass(frozen=True)
+class DeleteResult:
+    deleted: list[str]
+    failed: dict[str, str]  # key -> error message
+
+
+class ObjectStore(abc.ABC):
+    """Keys are flat strings relative to the store's prefix; bytes in, bytes out."""
+
+    capabilities: Capabilities
+
+    @property
+    @abc.abstractmethod
+    def url(self) -> str:
+        """Where the store points, safe to log (never holds credentials)."""
+
+    @abc.abstractmethod
+    def put(
+        self,
+        key: str,
+        data: bytes,
+        *,
+        metadata: Mapping[str, str] | None = None,
+        if_none_match: bool = False,
+    ) -> None:
+        """Write a whole object. With ``if_none_match`` raise ObjectExistsError if taken."""
+
+    @abc.abstractmethod
+    def create_multipart(
+        self, key: str, *, metadata: Mapping[str, str] | None = None
+    ) -> MultipartUpload: ...
+
+    @abc.abstractmethod
+    def upload_part(self, upload: MultipartUpload, part_number: int, data: bytes) -> PartInfo:
+        """Part numbers start at 1. Safe to call from several threads at once."""
+
+    @abc.abstractmethod
+    def complete_multipart(
+        self, upload: MultipartUpload, parts: Iterable[PartInfo], *, if_none_match: bool = False
+    ) -> None:
+        """Publish the parts, in part-number order, as one object."""
+
+    @abc.abstractmethod
+    def abort_multipart(self, upload: MultipartUpload) -> None:
+        """Drop an unfinished upload; an unknown upload is not an error."""
+
+    @abc.abstractmethod
+    def list_multipart_uploads(self, prefix: str = "") -> Iterator[MultipartUpload]: ...
+
+    @abc.abstractmethod
+    def read_range(self, key: str, offset: int, length: int) -> bytes:
+        """Exactly ``length`` bytes from ``offset``, or fewer at the end of the object."""
+
+    @abc.abstractmethod
+    def get(self, key: str) -> bytes: ...
+
+    @abc.abstractmethod
+    def stat(self, key: str) -> ObjectInfo:
+        """Size and user metadata; ObjectNotFoundError if absent."""
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        """Every object under ``prefix``. Costly on S3: only the orphan sweep uses it."""
+
+    @abc.abstractmethod
+    def delete_many(self, keys: Iterable[str]) -> DeleteResult:
+        """Delete keys in batches of ``max_delete_batch``; a missing key counts as deleted."""
+
+    def exists(self, key: str) -> bool:
+        from offloader.exceptions import ObjectNotFoundError
+
+        try:
+            self.stat(key)
+        except ObjectNotFoundError:
+            return False
+        return True
+
+    def concat(self, key: str, sources: list[str]) -> None:
+        """Server-side concatenation; only where ``capabilities.concat``."""
+        from offloader.exceptions import UnsupportedOperationError
+
+        raise UnsupportedOperationError(f"{type(self).__name__} cannot concat objects")
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""
+
+
+def open_object_store(url: str, settings: Settings | None = None) -> ObjectStore:
+    """Pick the binding by URL scheme: ``file:///abs/dir`` or ``s3://bucket/prefix``."""
+    scheme = urlparse(url).scheme
+    if scheme == "file":
+        from offloader.objectstore.filesystem import FilesystemObjectStore
+
+        return FilesystemObjectStore.from_url(url)
+    if scheme == "s3":
+        from offloader.objectstore.s3 import S3ObjectStore
+
+        return S3ObjectStore.from_url(url, settings)
+    raise ValueError(
+        f"object store URL {url!r}: scheme must be 'file' (file:///abs/dir) or 's3' "
+        "(s3://bucket/prefix)"
+    )

@@ -1,0 +1,52 @@
+"""Removing hot copies of offloaded ledgers (invariant 3: mark first, delete second)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from offloader import failpoints
+from offloader.exceptions import CommitFailedError
+from offloader.hottier import HotLedgerStore
+from offloader.metadata import HotState, Ledger, MetadataStore, now_ms
+
+
+@dataclass(frozen=True)
+class HotDeletion:
+    topic: str
+    ledger_id: int
+    bytes: int
+
+
+def hot_copies_due(ledgers: list[Ledger], deletion_lag_seconds: float, at_ms: int) -> list[Ledger]:
+    """Offloaded ledgers whose lag has passed, plus deletions a crash interrupted."""
+    lag_ms = int(deletion_lag_seconds * 1000)
+    return [
+        ledger
+        for ledger in ledgers
+        if ledger.is_offloaded
+        and (
+            ledger.hot_state is HotState.DELETING
+            or (
+                ledger.hot_state is HotState.PRESENT
+                and ledger.offloaded_ms is not None
+                and ledger.offloaded_ms + lag_ms <= at_ms
+            )
+        )
+    ]
+
+
+def delete_hot_copies(metadata: MetadataStore, hot: HotLedgerStore, topic: str) -> list[HotDeletion]:
+    policy = metadata.get_topic(topic).policy
+    done = []
+    for ledger in hot_copies_due(metadata.list_ledgers(topic), policy.deletion_lag_seconds,
+                                 now_ms()):
+        try:
+            if ledger.hot_state is HotState.PRESENT:
+                ledger = metadata.mark_hot_deleting(ledger)
+                failpoints.reach("after-mark-hot-deleting")
+            hot.delete(topic, ledger.ledger_id)
+            metadata.mark_hot_deleted(ledger)
+        except CommitFailedError:
+            continue  # another run is deleting it; it will finish or the next run will
+        done.append(HotDeletion(topic, ledger.ledger_id, ledger.size_bytes))
+    return done

@@ -1,0 +1,185 @@
+"""The ledger offloader (PIP-17): the invariant sequence for one sealed ledger.
+
+record the attempt (uuid, keys) -> upload data blocks and index -> commit by compare-and-set.
+A crash anywhere leaves nothing, or an attempt the next run finishes (its objects are
+complete) or supersedes (its objects are queued for deletion once its lease has run out).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+from enum import StrEnum
+
+from offloader import failpoints
+from offloader.exceptions import (
+    CommitFailedError,
+    FormatError,
+    ObjectNotFoundError,
+)
+from offloader.format import LedgerMetadata, decode_index, encode_blocks, encode_index
+from offloader.metadata import Attempt, Ledger, LedgerState, OffloadState, now_ms
+from offloader.offload.keys import ledger_object_keys, object_user_metadata
+from offloader.offload.lease import LeaseKeeper
+from offloader.offload.planner import due_ledgers
+from offloader.offload.upload import upload_blocks
+from offloader.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+
+class Outcome(StrEnum):
+    OFFLOADED = "offloaded"
+    RECOVERED = "recovered"  # a crashed attempt's complete objects were committed
+    ALREADY_OFFLOADED = "already-offloaded"
+    IN_PROGRESS = "in-progress"  # another live attempt holds the lease
+    LOST = "lost"  # another attempt committed first; ours is queued for deletion
+
+
+@dataclass(frozen=True)
+class OffloadResult:
+    topic: str
+    ledger_id: int
+    outcome: Outcome
+    attempt_id: str | None = None
+    bytes: int = 0
+    seconds: float = 0.0
+
+
+def owner_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class LedgerOffloader:
+    """Offloads sealed ledgers of a runtime's hot tier into its object store."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.metadata = runtime.metadata
+        self.store = runtime.objects
+
+    def plan(self, topic: str, up_to: int | None = None) -> list[Ledger]:
+        policy = self.metadata.get_topic(topic).policy
+        return due_ledgers(self.metadata.list_ledgers(topic), policy, now_ms(), up_to)
+
+    def offload_topic(self, topic: str, up_to: int | None = None) -> list[OffloadResult]:
+        """Offload every due ledger of ``topic``, oldest first."""
+        return [self.offload_ledger(topic, ledger.ledger_id) for ledger in self.plan(topic, up_to)]
+
+    def offload_ledger(self, topic: str, ledger_id: int) -> OffloadResult:
+        """Idempotent: run it any number of times, concurrently or after a crash."""
+        ledger = self.metadata.get_ledger(topic, ledger_id)
+        if ledger.is_offloaded:
+            return OffloadResult(topic, ledger_id, Outcome.ALREADY_OFFLOADED, ledger.offload_uuid)
+        if ledger.state is not LedgerState.SEALED:
+            raise ValueError(f"ledger {topic}/{ledger_id} is open; only sealed ledgers move")
+        if ledger.attempt_id is not None:
+            if (ledger.attempt_lease_ms or 0) > now_ms():
+                return OffloadResult(topic, ledger_id, Outcome.IN_PROGRESS, ledger.attempt_id)
+            finished = self._finish_stale(ledger)
+            if finished is not None:
+                return finished
+            ledger = self.metadata.get_ledger(topic, ledger_id)
+        return self._attempt(ledger)
+
+    def _attempt(self, ledger: Ledger) -> OffloadResult:
+        started = time.monotonic()
+        attempt_id = str(uuid.uuid4())
+        data_key, index_key = ledger_object_keys(attempt_id, ledger.ledger_id)
+        settings = self.runtime.settings
+        try:
+            ledger, attempt = self.metadata.begin_attempt(
+                ledger, attempt_id, data_key, index_key, owner_id(),
+                int(settings.attempt_lease_seconds * 1000),
+            )
+        except CommitFailedError:
+            current = self.metadata.get_ledger(ledger.topic, ledger.ledger_id)
+            outcome = Outcome.ALREADY_OFFLOADED if current.is_offloaded else Outcome.IN_PROGRESS
+            return OffloadResult(ledger.topic, ledger.ledger_id, outcome, current.attempt_id)
+        failpoints.reach("after-begin-attempt")
+        try:
+            with LeaseKeeper(self.metadata, attempt, settings.attempt_lease_seconds) as lease:
+                length = self._upload(ledger, attempt, lease.check)
+                lease.check()
+            self.metadata.commit_offload(attempt, length)
+            failpoints.reach("after-commit")
+        except CommitFailedError as exc:
+            log.warning("offload of %s/%s lost: %s", ledger.topic, ledger.ledger_id, exc)
+            self.metadata.fail_attempt(attempt, f"lost: {exc}")
+            return OffloadResult(ledger.topic, ledger.ledger_id, Outcome.LOST, attempt_id)
+        except BaseException as exc:
+            self._fail_quietly(attempt, exc)
+            raise
+        seconds = time.monotonic() - started
+        log.info("offloaded %s/%s: %d bytes in %.3fs (attempt %s)", ledger.topic,
+                 ledger.ledger_id, length, seconds, attempt_id)
+        return OffloadResult(ledger.topic, ledger.ledger_id, Outcome.OFFLOADED, attempt_id,
+                             length, seconds)
+
+    def _upload(self, ledger: Ledger, attempt: Attempt, check) -> int:  # type: ignore[no-untyped-def]
+        policy = self.metadata.get_topic(ledger.topic).policy
+        entries = self.runtime.hot.read(ledger.topic, ledger.ledger_id, 0, ledger.entry_count - 1)
+        uploaded = upload_blocks(
+            self.store,
+            attempt.data_key,
+            encode_blocks(entries, max_block_size=policy.max_block_size,
+                          chunk_target=policy.read_buffer_size),
+            metadata=object_user_metadata(ledger.topic, ledger.ledger_id, "data"),
+            concurrency=self.runtime.settings.upload_concurrency,
+            check=check,
+        )
+        meta = LedgerMetadata(
+            topic=ledger.topic, ledger_id=ledger.ledger_id, entry_count=ledger.entry_count,
+            last_entry_id=ledger.entry_count - 1, length=ledger.size_bytes,
+            created_ms=ledger.created_ms, sealed_ms=ledger.sealed_ms or 0,
+        )
+        failpoints.reach("after-data-upload")
+        check()
+        self.store.put(
+            attempt.index_key,
+            encode_index(meta, uploaded.blocks, uploaded.chunks),
+            metadata=object_user_metadata(ledger.topic, ledger.ledger_id, "index"),
+            if_none_match=True,
+        )
+        failpoints.reach("after-index-upload")
+        return uploaded.length
+
+    def _finish_stale(self, ledger: Ledger) -> OffloadResult | None:
+        """Commit a crashed attempt whose objects are complete; None if they are not."""
+        assert ledger.attempt_id is not None
+        attempt = self.metadata.get_attempt(ledger.attempt_id)
+        try:
+            index = decode_index(self.store.get(attempt.index_key))
+            data = self.store.stat(attempt.data_key)
+        except (ObjectNotFoundError, FormatError):
+            return None
+        meta = index.metadata
+        if (
+            data.size != index.data_object_len
+            or meta is None
+            or meta.entry_count != ledger.entry_count
+            or meta.length != ledger.size_bytes
+        ):
+            return None
+        try:
+            self.metadata.commit_offload(attempt, data.size)
+        except CommitFailedError:
+            return None
+        log.info("recovered attempt %s of %s/%s", attempt.attempt_id, ledger.topic,
+                 ledger.ledger_id)
+        return OffloadResult(ledger.topic, ledger.ledger_id, Outcome.RECOVERED,
+                             attempt.attempt_id, data.size)
+
+    def _fail_quietly(self, attempt: Attempt, exc: BaseException) -> None:
+        """Queue the attempt's objects for deletion; if even that fails, its lease will."""
+        try:
+            self.metadata.fail_attempt(attempt, f"{type(exc).__name__}: {exc}")
+        except Exception:  # noqa: BLE001 - the original error matters more
+            log.exception("could not record the failure of attempt %s", attempt.attempt_id)
+
+
+__all__ = ["LedgerOffloader", "OffloadResult", "OffloadState", "Outcome"]

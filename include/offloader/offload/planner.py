@@ -1,0 +1,47 @@
+"""Which sealed ledgers are due for offload, oldest first."""
+
+from __future__ import annotations
+
+from offloader.metadata import Ledger, LedgerState, OffloadState
+from offloader.policy import OffloadPolicy
+
+
+def due_ledgers(
+    ledgers: list[Ledger], policy: OffloadPolicy, now_ms: int, up_to: int | None = None
+) -> list[Ledger]:
+    """Sealed, non-empty, not yet offloaded ledgers that a rule makes due.
+
+    ``up_to`` (an explicit prefix, like Pulsar's manual offload) makes every such ledger
+    with an id <= ``up_to`` due whatever the policy says. Otherwise the size rule keeps at
+    most ``offload_threshold_bytes`` of the topic hot (the open ledger counts but cannot
+    move) and the age rule takes ledgers sealed longer than ``offload_age_seconds`` ago.
+    """
+    candidates = [
+        ledger
+        for ledger in sorted(ledgers, key=lambda x: x.ledger_id)
+        if ledger.state is LedgerState.SEALED
+        and ledger.entry_count > 0
+        and ledger.offload_state is not OffloadState.OFFLOADED
+        and ledger.has_hot_copy
+    ]
+    if up_to is not None:
+        return [ledger for ledger in candidates if ledger.ledger_id <= up_to]
+
+    due: dict[int, Ledger] = {}
+    if policy.offload_threshold_bytes is not None:
+        hot_bytes = sum(
+            ledger.size_bytes
+            for ledger in ledgers
+            if ledger.has_hot_copy and ledger.offload_state is not OffloadState.OFFLOADED
+        )
+        for ledger in candidates:
+            if hot_bytes <= policy.offload_threshold_bytes:
+                break
+            due[ledger.ledger_id] = ledger
+            hot_bytes -= ledger.size_bytes
+    if policy.offload_age_seconds is not None:
+        cutoff = now_ms - int(policy.offload_age_seconds * 1000)
+        for ledger in candidates:
+            if ledger.sealed_ms is not None and ledger.sealed_ms <= cutoff:
+                due[ledger.ledger_id] = ledger
+    return [due[k] for k in sorted(due)]

@@ -1,0 +1,71 @@
+"""Per-topic policies, stored as JSON in the metadata and settable from the CLI.
+
+Invalid values are rejected by pydantic with an error naming the field and the rule.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+KiB = 1024
+MiB = 1024 * KiB
+
+
+class ReadPriority(StrEnum):
+    """Which copy serves reads while both exist (Pulsar's offloadedReadPriority)."""
+
+    TIERED_FIRST = "tiered-first"
+    HOT_FIRST = "hot-first"
+
+
+class OffloadPolicy(BaseModel):
+    """When ledgers are offloaded and how their objects are laid out and read.
+
+    A ledger is due when either rule says so: the size rule keeps at most
+    ``offload_threshold_bytes`` of the topic in the hot tier (oldest sealed ledgers go
+    first, Pulsar's offload threshold); the age rule offloads ledgers sealed longer than
+    ``offload_age_seconds`` ago. ``None`` turns a rule off.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
+
+    offload_threshold_bytes: int | None = Field(default=None, ge=0)
+    offload_age_seconds: float | None = Field(default=None, ge=0)
+    deletion_lag_seconds: float = Field(default=4 * 3600, ge=0)
+    read_priority: ReadPriority = ReadPriority.TIERED_FIRST
+    max_block_size: int = Field(default=64 * MiB, ge=64 * KiB, le=5 * 1024 * MiB)
+    read_buffer_size: int = Field(default=1 * MiB, ge=4 * KiB, le=256 * MiB)
+    ledger_max_entries: int = Field(default=50_000, ge=1)
+    ledger_max_bytes: int = Field(default=2048 * MiB, ge=1)
+    ledger_max_age_seconds: float | None = Field(default=4 * 3600, gt=0)
+
+    @model_validator(mode="after")
+    def _buffer_within_block(self) -> OffloadPolicy:
+        if self.read_buffer_size > self.max_block_size:
+            raise ValueError(
+                f"read_buffer_size ({self.read_buffer_size}) must not exceed "
+                f"max_block_size ({self.max_block_size})"
+            )
+        return self
+
+    def updated(self, changes: dict[str, Any]) -> OffloadPolicy:
+        """A new policy with ``changes`` applied and validated as a whole."""
+        unknown = sorted(set(changes) - set(type(self).model_fields))
+        if unknown:
+            raise ValueError(
+                f"unknown policy field(s): {', '.join(unknown)}; "
+                f"known: {', '.join(type(self).model_fields)}"
+            )
+        return type(self).model_validate({**self.model_dump(), **changes})
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line per problem: ``field: rule`` (what users of the CLI and the DAG forms see)."""
+    lines = []
+    for err in exc.errors():
+        field = ".".join(str(p) for p in err["loc"]) or "policy"
+        lines.append(f"{field}: {err['msg']}")
+    return "; ".join(lines)

@@ -1,0 +1,71 @@
+"""Process-wide settings from the environment (prefix ``OFFLOADER_``) or an Airflow connection.
+
+Defaults put everything under one local data directory, so the embedded setup (local files,
+SQLite) needs no configuration at all.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "offloader"
+
+
+class Settings(BaseSettings):
+    """Where the metadata, objects and hot ledgers live, and how hard to push the store."""
+
+    model_config = SettingsConfigDict(env_prefix="OFFLOADER_", frozen=True, extra="forbid")
+
+    data_dir: Path = Field(default_factory=_default_data_dir)
+    metadata_url: str | None = None
+    object_store_url: str | None = None
+    ledger_dir: Path | None = None
+
+    s3_endpoint_url: str | None = None
+    s3_region: str = "us-east-1"
+    s3_access_key_id: SecretStr | None = None
+    s3_secret_access_key: SecretStr | None = None
+    s3_session_token: SecretStr | None = None
+
+    upload_concurrency: int = Field(default=4, ge=1, le=64)
+    read_prefetch: int = Field(default=4, ge=0, le=64)
+    attempt_lease_seconds: float = Field(default=300.0, gt=0)
+    delete_retry_base_seconds: float = Field(default=5.0, ge=0)
+    delete_retry_max_seconds: float = Field(default=3600.0, ge=0)
+
+    @field_validator("data_dir", "ledger_dir")
+    @classmethod
+    def _absolute(cls, value: Path | None) -> Path | None:
+        return None if value is None else value.expanduser().resolve()
+
+    @field_validator("object_store_url")
+    @classmethod
+    def _known_scheme(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("file:///", "s3://")):
+            raise ValueError("must start with file:/// (absolute path) or s3://bucket")
+        return value
+
+    @model_validator(mode="after")
+    def _backoff_order(self) -> Settings:
+        if self.delete_retry_max_seconds < self.delete_retry_base_seconds:
+            raise ValueError("delete_retry_max_seconds must be >= delete_retry_base_seconds")
+        return self
+
+    @property
+    def resolved_metadata_url(self) -> str:
+        return self.metadata_url or f"sqlite:///{self.data_dir / 'metadata.db'}"
+
+    @property
+    def resolved_object_store_url(self) -> str:
+        return self.object_store_url or (self.data_dir / "objects").as_uri()
+
+    @property
+    def resolved_ledger_dir(self) -> Path:
+        return self.ledger_dir or self.data_dir / "ledgers"
