@@ -53,6 +53,7 @@ _NO_UPLOAD = frozenset({"NoSuchUpload"})
 _BAD_RANGE = frozenset({"416", "InvalidRange"})
 _NO_BUCKET = frozenset({"404", "NoSuchBucket", "NotFound"})
 _DELETE_BATCH = 1000
+_MAX_PART = 5 * 1024 * MiB
 
 
 class _KeyLocks:
@@ -109,7 +110,7 @@ def build_client(settings: Settings) -> Any:
     """A thread-safe boto3 S3 client: adaptive retries (503 SlowDown), path addressing."""
     config = Config(
         region_name=settings.s3_region,
-        retries={"mode": "adaptive", "max_attempts": 10},
+        retries={"mode": "adaptive", "total_max_attempts": 10},
         max_pool_connections=max(10, 2 * settings.upload_concurrency),
         s3={"addressing_style": "path"},
         connect_timeout=10,
@@ -135,7 +136,7 @@ class S3ObjectStore(ObjectStore):
         multipart=True,
         conditional_create=True,
         ranged_read=True,
-        concat=False,
+        concat=True,
         min_part_size=5 * MiB,
         max_parts=10_000,
         max_delete_batch=_DELETE_BATCH,
@@ -343,6 +344,66 @@ class S3ObjectStore(ObjectStore):
                     )
         except (ClientError, BotoCoreError) as err:
             self._fail(err, "ListMultipartUploads", prefix)
+
+    # --- concatenation --------------------------------------------------------------
+    def concat(self, key: str, sources: list[str]) -> None:
+        """Join sources server-side with UploadPartCopy, no bytes through this process.
+
+        S3's part rule applies: every non-empty source but the last must hold at least
+        ``min_part_size`` bytes (ValueError otherwise); empty sources are skipped.
+        """
+        if not sources:
+            raise ValueError(f"concat {key!r}: needs at least one source")
+        pieces = self._copy_pieces(key, sources)
+        if not pieces:
+            self.put(key, b"")
+            return
+        upload = self.create_multipart(key)
+        try:
+            parts = [
+                self._copy_part(upload, number, source, piece)
+                for number, (source, piece) in enumerate(pieces, start=1)
+            ]
+            self.complete_multipart(upload, parts)
+        except BaseException:
+            self.abort_multipart(upload)
+            raise
+
+    def _copy_pieces(self, key: str, sources: list[str]) -> list[tuple[str, range]]:
+        """(source, byte range) per part; sources over 5 GiB are split into equal pieces."""
+        sized = [(source, self.stat(source).size) for source in sources]
+        sized = [(source, size) for source, size in sized if size > 0]
+        for source, size in sized[:-1]:
+            if size < self.capabilities.min_part_size:
+                raise ValueError(
+                    f"concat {key!r}: source {source!r} has {size} bytes; all but the last "
+                    f"need at least {self.capabilities.min_part_size} (S3 part size rule)"
+                )
+        pieces: list[tuple[str, range]] = []
+        for source, size in sized:
+            count = -(-size // _MAX_PART)
+            step = -(-size // count)
+            pieces += [(source, range(at, min(at + step, size))) for at in range(0, size, step)]
+        if len(pieces) > self.capabilities.max_parts:
+            raise ValueError(f"concat {key!r}: needs {len(pieces)} parts, S3 allows 10,000")
+        return pieces
+
+    def _copy_part(
+        self, upload: MultipartUpload, number: int, source: str, piece: range
+    ) -> PartInfo:
+        try:
+            response = self._client.upload_part_copy(
+                Bucket=self.bucket,
+                Key=self._full(upload.key),
+                UploadId=upload.upload_id,
+                PartNumber=number,
+                CopySource={"Bucket": self.bucket, "Key": self._full(source)},
+                CopySourceRange=f"bytes={piece.start}-{piece.stop - 1}",
+            )
+        except (ClientError, BotoCoreError) as err:
+            self._fail(err, f"UploadPartCopy {number} from {source!r}", upload.key)
+        etag = response["CopyPartResult"]["ETag"]
+        return PartInfo(part_number=number, etag=etag, size=len(piece))
 
     # --- listing and deleting -------------------------------------------------------
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:

@@ -107,10 +107,14 @@ class LedgerOffloader:
                 lease.check()
             self.metadata.commit_offload(attempt, length)
             failpoints.reach("after-commit")
-        except CommitFailedError as exc:
-            log.warning("offload of %s/%s lost: %s", ledger.topic, ledger.ledger_id, exc)
-            self.metadata.fail_attempt(attempt, f"lost: {exc}")
-            return OffloadResult(ledger.topic, ledger.ledger_id, Outcome.LOST, attempt_id)
+        except Exception as exc:
+            if isinstance(exc, CommitFailedError) or not self._still_owns(attempt):
+                # a zombie: another attempt took over; whatever broke is moot
+                log.warning("offload of %s/%s lost: %s", ledger.topic, ledger.ledger_id, exc)
+                self.metadata.fail_attempt(attempt, f"lost: {exc}")
+                return OffloadResult(ledger.topic, ledger.ledger_id, Outcome.LOST, attempt_id)
+            self._fail_quietly(attempt, exc)
+            raise
         except BaseException as exc:
             self._fail_quietly(attempt, exc)
             raise
@@ -173,6 +177,13 @@ class LedgerOffloader:
                  ledger.ledger_id)
         return OffloadResult(ledger.topic, ledger.ledger_id, Outcome.RECOVERED,
                              attempt.attempt_id, data.size)
+
+    def _still_owns(self, attempt: Attempt) -> bool:
+        try:
+            return self.metadata.renew_lease(
+                attempt, int(self.runtime.settings.attempt_lease_seconds * 1000))
+        except Exception:  # noqa: BLE001 - unknown: assume we own it and fail normally
+            return True
 
     def _fail_quietly(self, attempt: Attempt, exc: BaseException) -> None:
         """Queue the attempt's objects for deletion; if even that fails, its lease will."""

@@ -37,7 +37,7 @@ def upload_blocks(
     second = next(blocks, None)
     if second is None:  # one block: a single conditional PUT is cheaper than multipart
         check()
-        store.put(key, bytes(first.data), metadata=metadata, if_none_match=True)
+        store.put(key, first.data, metadata=metadata, if_none_match=True)
         return UploadedObject((first.ref,), first.chunks, first.ref.length)
 
     caps = store.capabilities
@@ -72,6 +72,15 @@ def _upload_parts(store, upload, blocks, concurrency, check, max_parts):  # type
     chunks: list[ChunkRef] = []
     parts: list[PartInfo] = []
     in_flight: set[Future[PartInfo]] = set()
+
+    def collect(wanted_in_flight: int) -> None:
+        nonlocal in_flight
+        while len(in_flight) > wanted_in_flight:
+            done, in_flight = wait(in_flight, return_when=FIRST_COMPLETED)
+            parts.extend(f.result() for f in done)
+            if len(parts) == len(done):
+                failpoints.reach("after-first-part")
+
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="upload-part") as pool:
         try:
             for block in blocks:
@@ -80,26 +89,15 @@ def _upload_parts(store, upload, blocks, concurrency, check, max_parts):  # type
                         f"the ledger needs more than {max_parts} parts; raise max_block_size"
                     )
                 check()
-                while len(in_flight) >= concurrency:
-                    done, in_flight = _drain(in_flight)
-                    parts.extend(done)
+                collect(concurrency - 1)
                 refs.append(block.ref)
                 chunks.extend(block.chunks)
                 in_flight.add(
-                    pool.submit(store.upload_part, upload, block.ref.part_id, bytes(block.data))
+                    pool.submit(store.upload_part, upload, block.ref.part_id, block.data)
                 )
-                if len(parts) == 1:
-                    failpoints.reach("after-first-part")
-            while in_flight:
-                done, in_flight = _drain(in_flight)
-                parts.extend(done)
+            collect(0)
         finally:
             for future in in_flight:
                 future.cancel()
     parts.sort(key=lambda p: p.part_number)
     return refs, chunks, parts
-
-
-def _drain(in_flight: set[Future[PartInfo]]) -> tuple[list[PartInfo], set[Future[PartInfo]]]:
-    done, pending = wait(in_flight, return_when=FIRST_COMPLETED)
-    return [f.result() for f in done], set(pending)

@@ -378,3 +378,18 @@ def test_decode_chunk_with_block_argument_checks_block_length() -> None:
     wrong = type(block)(block.part_id, block.offset, block.length + 1, block.first_entry_id, None)
     with pytest.raises(FormatError, match="block_len"):
         decode_chunk(data[first.offset : first.end], first, block=wrong)
+
+
+def test_realistic_sizes_round_trip() -> None:
+    """S3-sized parts (5 MiB) with 1 MiB chunks and mixed entries up to 700 KiB."""
+    rng = random.Random(99)
+    pool = rng.randbytes(1 << 20)
+    entries = []
+    for i in range(120):
+        size = rng.choice([0, 1, 100, 4096, 65536, 300_000, 700_000])
+        start = rng.randrange(len(pool) - size + 1)
+        entries.append((i, pool[start : start + size]))
+    data, blocks, index = encode(entries, 5 << 20, chunk_target=1 << 20)
+    check_layout(blocks, entries, 5 << 20, 1 << 20)
+    assert read_by_chunks(data, index) == entries
+    assert read_by_blocks(data, index) == entries

@@ -254,18 +254,21 @@ def test_exists(object_store: ObjectStore) -> None:
     assert not object_store.exists("not-here")
 
 
-def test_concat_where_supported(object_store: ObjectStore) -> None:
+def test_concat_joins_sources_in_order(object_store: ObjectStore) -> None:
     if not object_store.capabilities.concat:
         with pytest.raises(UnsupportedOperationError):
             object_store.concat("joined", ["a", "b"])
         return
-    object_store.put("c/1", b"abc", metadata={"m": "1"})
-    object_store.put("c/2", b"")
-    object_store.put("c/3", b"def")
+    size = object_store.capabilities.min_part_size
+    sources = {"c/1": b"a" * size, "c/2": b"", "c/3": b"b" * size, "c/4": b"tail"}
+    for key, data in sources.items():
+        object_store.put(key, data, metadata={"source": key})
 
-    object_store.concat("c/joined", ["c/1", "c/2", "c/3"])
+    object_store.concat("c/joined", list(sources))
 
-    assert object_store.get("c/joined") == b"abcdef"
+    assert object_store.get("c/joined") == b"".join(sources.values())
+    assert object_store.stat("c/joined").size == 2 * size + 4
+    assert list(object_store.list_multipart_uploads()) == []
     with pytest.raises(ObjectNotFoundError):
         object_store.concat("c/bad", ["c/1", "c/missing"])
     assert not object_store.exists("c/bad")
