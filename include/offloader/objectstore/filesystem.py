@@ -278,14 +278,17 @@ class FilesystemObjectStore(ObjectStore):
                     with contextlib.suppress(FileNotFoundError):
                         found.append((key, os.stat(os.path.join(directory, name))))
         for key, status in sorted(found, key=lambda item: item[0].encode()):
-            yield self._listed(key, status)
+            info = self._listed(key, status)
+            if info is not None:
+                yield info
 
-    def _listed(self, key: str, status: os.stat_result) -> ObjectInfo:
+    def _listed(self, key: str, status: os.stat_result) -> ObjectInfo | None:
+        """The object's info, or None if it vanished or is not one of ours (no header)."""
         try:
             with open(self._path(key), "rb") as handle:
                 header_size = _read_header(handle, key)[0]
-        except FileNotFoundError:
-            header_size = 0
+        except (FileNotFoundError, ObjectStoreError, ValueError):
+            return None
         return ObjectInfo(
             key=key,
             size=status.st_size - header_size,

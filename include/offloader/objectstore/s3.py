@@ -9,16 +9,19 @@ Conditional create, as measured against SeaweedFS 4.48 (``weed mini``):
 * ``PutObject`` with ``If-None-Match: *`` answers 412 PreconditionFailed when the key
   exists, and is atomic: 32 threads racing to create one key, 20 rounds, one winner each.
 * ``CompleteMultipartUpload`` with ``If-None-Match: *`` answers 412 when the key exists
-  beforehand, but is NOT atomic: with 16 uploads completing the same new key at once,
-  1 in 5 rounds had two or three winners (the last one wins the content). AWS S3
-  documents it as atomic. The binding therefore serialises conditional completes of one
-  key inside this process (a lock per bucket and key), so the server's check always
-  sees the earlier winner. Across processes it stays best effort on SeaweedFS; callers
-  that need more must use unique keys (the offloader does: one key per attempt).
+  beforehand, but is NOT atomic: with 12-16 uploads completing the same new key at once,
+  1 round in 5 (up to 1 in 2) had two or three winners. AWS S3 documents it as atomic.
+  The binding therefore serialises conditional completes of one key inside this process
+  (a lock per bucket and key), so the server's check always sees the earlier winner: 0
+  double winners in 15 rounds of 12. Across processes it stays best effort on SeaweedFS;
+  callers that need more should write to unique keys.
+
+``concat`` uses UploadPartCopy, so S3's part rule applies to the sources (SeaweedFS
+enforces it too: EntityTooSmall on complete); the binding checks sizes first.
 
 Also seen on SeaweedFS: HEAD of a missing key gives code "404", GET gives NoSuchKey; a
 range at or past the end gives 416 InvalidRange; aborting an unknown upload gives
-NoSuchUpload; wrong credentials give 403 or SignatureDoesNotMatch.
+NoSuchUpload; wrong credentials give 403 (HEAD) or SignatureDoesNotMatch.
 """
 
 from __future__ import annotations

@@ -156,6 +156,7 @@ def test_foreign_file_is_reported(store: FilesystemObjectStore) -> None:
 
     with pytest.raises(ObjectStoreError, match="magic"):
         store.get("foreign")
+    assert list(store.list()) == []
 
 
 def test_read_range_seeks_instead_of_reading_everything(

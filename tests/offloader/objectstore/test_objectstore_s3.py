@@ -12,8 +12,8 @@ import psutil
 import pytest
 from fixtures.seaweedfs import SeaweedS3
 
-from offloader.exceptions import ObjectNotFoundError, ObjectStoreError
-from offloader.objectstore import open_object_store
+from offloader.exceptions import ObjectExistsError, ObjectNotFoundError, ObjectStoreError
+from offloader.objectstore import open_object_store, s3
 from offloader.objectstore.filesystem import FilesystemObjectStore
 from offloader.objectstore.s3 import S3ObjectStore, build_client
 from offloader.settings import Settings
@@ -150,6 +150,20 @@ def test_concat_of_empty_sources_gives_an_empty_object(s3_store: S3ObjectStore) 
     assert s3_store.get("joined") == b""
 
 
+def test_conditional_complete_locks_are_released(s3_store: S3ObjectStore) -> None:
+    upload = s3_store.create_multipart("locked")
+    s3_store.complete_multipart(upload, [s3_store.upload_part(upload, 1, b"x")], if_none_match=True)
+    again = s3_store.create_multipart("locked")
+
+    part = s3_store.upload_part(again, 1, b"y")
+
+    with pytest.raises(ObjectExistsError):
+        s3_store.complete_multipart(again, [part], if_none_match=True)
+
+    assert s3._COMPLETE_LOCKS._locks == {}
+    s3_store.abort_multipart(again)
+
+
 @pytest.mark.parametrize("key", ["", "/abs", "a\0b"])
 def test_bad_keys_are_refused(s3_store: S3ObjectStore, key: str) -> None:
     with pytest.raises(ValueError):
@@ -248,12 +262,11 @@ def test_ensure_bucket_is_idempotent(s3_server: SeaweedS3) -> None:
 
 
 def test_server_listens_on_loopback_and_chosen_ports_only(s3_server: SeaweedS3) -> None:
-    listening = [
-        conn.laddr
-        for conn in psutil.Process(s3_server.process.pid).net_connections(kind="inet")
-        if conn.status == psutil.CONN_LISTEN
-    ]
+    connections = psutil.Process(s3_server.process.pid).net_connections(kind="inet")
+    listening = [conn.laddr for conn in connections if conn.status == psutil.CONN_LISTEN]
+    remote = {conn.raddr.ip for conn in connections if conn.raddr}
 
     assert listening
+    assert remote <= {"127.0.0.1"}
     assert {addr.ip for addr in listening} == {"127.0.0.1"}
     assert {addr.port for addr in listening} <= set(s3_server.ports.values())

@@ -1,0 +1,184 @@
+"""Thin operators over the offloader library: constructors only assign, ``execute`` calls.
+
+Every operator is idempotent, because every library call it makes is: re-running, clearing
+or retrying a task after a crash converges on the same state.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+
+from offloader.offload.hot_deletion import delete_hot_copies, hot_copies_due
+from offloader.offload.runs import offload_batch, plan_batches, summarize
+from offloader.metadata import now_ms
+from offloader_airflow.hooks import OffloaderHook
+from offloader_airflow.links import XCOM_KEY, OffloadedObjectsLink, object_browser_url
+
+
+def _optional_int(value: Any, name: str) -> int | None:
+    """Params render as native objects; tolerate '' and None from forms."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+
+
+def _bool(value: Any, name: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise ValueError(f"{name} must be true or false, got {value!r}")
+
+
+class PlanOffloadOperator(BaseOperator):
+    """Validate the run's params and cut the due ledgers into batches (the return value).
+
+    Nothing changes here. In a dry run the batches are logged and pushed as XCom ``plan``
+    but the return value is empty, so the mapped offload task has nothing to do.
+    """
+
+    template_fields: Sequence[str] = ("topic", "up_to_ledger", "batch_size", "dry_run")
+
+    def __init__(self, *, topic: Any = "", up_to_ledger: Any = None, batch_size: Any = 50,
+                 dry_run: Any = False, offloader_conn_id: str = "offloader_default",
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.topic = topic
+        self.up_to_ledger = up_to_ledger
+        self.batch_size = batch_size
+        self.dry_run = dry_run
+        self.offloader_conn_id = offloader_conn_id
+
+    def execute(self, context: Context) -> list[dict[str, Any]]:
+        topic = (self.topic or "").strip() or None
+        up_to = _optional_int(self.up_to_ledger, "up_to_ledger")
+        batch_size = _optional_int(self.batch_size, "batch_size") or 0
+        dry_run = _bool(self.dry_run, "dry_run")
+        with OffloaderHook(self.offloader_conn_id).get_runtime() as runtime:
+            batches = plan_batches(runtime.metadata, topic, up_to, batch_size)
+            topics = [topic] if topic else [t.name for t in runtime.metadata.list_topics()]
+        plan = [b.to_dict() for b in batches]
+        ledgers = sum(len(b.ledger_ids) for b in batches)
+        self.log.info("%d ledgers due (%d bytes) in %d batches%s", ledgers,
+                      sum(b.bytes for b in batches), len(batches), " [dry run]" if dry_run else "")
+        for batch in batches:
+            self.log.info("  %s: ledgers %s", batch.topic, batch.ledger_ids)
+        context["ti"].xcom_push(key="plan", value=plan)
+        context["ti"].xcom_push(key="topics", value=topics)
+        context["ti"].xcom_push(key="dry_run", value=dry_run)
+        return [] if dry_run else plan
+
+
+class OffloadLedgersOperator(BaseOperator):
+    """Offload one batch of ledgers (map it over the plan). Returns one result per ledger."""
+
+    template_fields: Sequence[str] = ("batch",)
+    operator_extra_links = (OffloadedObjectsLink(),)
+
+    def __init__(self, *, batch: Any, offloader_conn_id: str = "offloader_default",
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.batch = batch
+        self.offloader_conn_id = offloader_conn_id
+
+    def execute(self, context: Context) -> list[dict[str, Any]]:
+        batch = self.batch
+        if not isinstance(batch, dict) or "topic" not in batch or "ledger_ids" not in batch:
+            raise TypeError(f"batch must be a dict with topic and ledger_ids, got {batch!r}")
+        with OffloaderHook(self.offloader_conn_id).get_runtime() as runtime:
+            results = offload_batch(runtime, batch["topic"], batch["ledger_ids"])
+            first = next((r for r in results if r.attempt_id), None)
+            if first is not None:
+                ledger = runtime.metadata.get_ledger(first.topic, first.ledger_id)
+                settings = runtime.settings
+                link = object_browser_url(settings.resolved_object_store_url,
+                                          settings.s3_endpoint_url, ledger.data_key or "")
+                context["ti"].xcom_push(key=XCOM_KEY, value=link)
+        for r in results:
+            self.log.info("ledger %s/%s: %s (%d bytes, %.3fs)", r.topic, r.ledger_id,
+                          r.outcome, r.bytes, r.seconds)
+        return [asdict(r) for r in results]
+
+
+class DeleteHotCopiesOperator(BaseOperator):
+    """Delete hot copies of offloaded ledgers whose deletion lag has passed (mark first)."""
+
+    template_fields: Sequence[str] = ("topics", "dry_run")
+
+    def __init__(self, *, topics: Any, dry_run: Any = False,
+                 offloader_conn_id: str = "offloader_default", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.topics = topics
+        self.dry_run = dry_run
+        self.offloader_conn_id = offloader_conn_id
+
+    def execute(self, context: Context) -> list[dict[str, Any]]:
+        topics = list(self.topics or [])
+        dry_run = _bool(self.dry_run, "dry_run")
+        done: list[dict[str, Any]] = []
+        with OffloaderHook(self.offloader_conn_id).get_runtime() as runtime:
+            for topic in topics:
+                if dry_run:
+                    lag = runtime.metadata.get_topic(topic).policy.deletion_lag_seconds
+                    due = hot_copies_due(runtime.metadata.list_ledgers(topic), lag, now_ms())
+                    done += [{"topic": topic, "ledger_id": x.ledger_id, "bytes": x.size_bytes,
+                              "dry_run": True} for x in due]
+                else:
+                    done += [asdict(d) for d in delete_hot_copies(runtime.metadata, runtime.hot,
+                                                                  topic)]
+        self.log.info("hot copies %s: %s", "due" if dry_run else "deleted",
+                      [(d["topic"], d["ledger_id"]) for d in done])
+        return done
+
+
+class OffloadSummaryOperator(BaseOperator):
+    """Summarise the run from the offload tasks' results; fail the run if any batch failed."""
+
+    def __init__(self, *, offload_task_id: str = "offload", plan_task_id: str = "plan",
+                 hot_task_id: str = "delete_hot_copies", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.offload_task_id = offload_task_id
+        self.plan_task_id = plan_task_id
+        self.hot_task_id = hot_task_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        ti = context["ti"]
+        plan = ti.xcom_pull(task_ids=self.plan_task_id, key="plan") or []
+        dry_run = bool(ti.xcom_pull(task_ids=self.plan_task_id, key="dry_run"))
+        pulled = ti.xcom_pull(task_ids=self.offload_task_id, default=[]) or []
+        results = [r for batch in _as_batches(pulled) for r in batch]
+        hot = ti.xcom_pull(task_ids=self.hot_task_id) or []
+        started = context["dag_run"].start_date
+        elapsed = time.time() - started.timestamp() if started else None
+        summary = {
+            **summarize(results, elapsed),
+            "planned_ledgers": sum(len(b["ledger_ids"]) for b in plan),
+            "hot_copies_deleted": 0 if dry_run else len(hot),
+            "dry_run": dry_run,
+        }
+        self.log.info("offload run summary: %s", summary)
+        expected = 0 if dry_run else summary["planned_ledgers"]
+        if len(results) < expected:
+            raise RuntimeError(
+                f"{expected - len(results)} of {expected} planned ledgers have no result: "
+                "an offload batch failed; see its log, then clear it to retry"
+            )
+        return summary
+
+
+def _as_batches(pulled: Any) -> list[list[dict[str, Any]]]:
+    """xcom_pull of a mapped task gives one list per map index (or one list if unmapped)."""
+    items = list(pulled) if not isinstance(pulled, dict) else [pulled]
+    if items and isinstance(items[0], dict):
+        return [items]
+    return [list(x) for x in items if x]
