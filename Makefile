@@ -40,3 +40,17 @@ constraints:
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .ruff_cache
+
+# Local stack without Docker (same components as docker-compose.yaml, on 127.0.0.1, state
+# under var/stack): see docs/DEPLOYMENT.md.
+.PHONY: stack stack-down stack-status
+
+stack: install
+	scripts/stack.sh up
+
+stack-down:
+	scripts/stack.sh down
+
+# Exit status 3 means "something is stopped": informative here, not a make failure.
+stack-status:
+	scripts/stack.sh status || true

@@ -1,3 +1,26 @@
-"""Shared fixtures: real SeaweedFS, real PostgreSQL, real SQLite (see tests/fixtures/)."""
+"""Shared fixtures: real SeaweedFS, real PostgreSQL, real SQLite, a real Airflow home.
 
-pytest_plugins = ["fixtures.seaweedfs", "fixtures.databases", "fixtures.backends"]
+Airflow reads its configuration when first imported, so its environment is set here,
+before any test module imports it: one throw-away AIRFLOW_HOME per test process, this
+repo's dags/ and plugins/.
+"""
+
+import os
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="offloader-airflow-home-")
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(ROOT / "dags")
+os.environ["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(ROOT / "plugins")
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+for name in [n for n in os.environ if n.startswith(("OFFLOADER_", "AIRFLOW_CONN_"))]:
+    if name != "OFFLOADER_TEST_REQUIRE_POSTGRES":
+        del os.environ[name]
+
+pytest_plugins = [
+    "fixtures.seaweedfs",
+    "fixtures.databases",
+    "fixtures.backends",
+    "fixtures.airflow",
+]

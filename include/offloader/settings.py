@@ -24,7 +24,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="OFFLOADER_", frozen=True, extra="forbid")
 
     data_dir: Path = Field(default_factory=_default_data_dir)
-    metadata_url: str | None = None
+    metadata_url: SecretStr | None = None  # a SQLAlchemy URL may hold a password
     object_store_url: str | None = None
     ledger_dir: Path | None = None
 
@@ -60,7 +60,9 @@ class Settings(BaseSettings):
 
     @property
     def resolved_metadata_url(self) -> str:
-        return self.metadata_url or f"sqlite:///{self.data_dir / 'metadata.db'}"
+        if self.metadata_url is not None:
+            return self.metadata_url.get_secret_value()
+        return f"sqlite:///{self.data_dir / 'metadata.db'}"
 
     @property
     def resolved_object_store_url(self) -> str:

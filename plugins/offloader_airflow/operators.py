@@ -167,11 +167,13 @@ class OffloadSummaryOperator(BaseOperator):
             "dry_run": dry_run,
         }
         self.log.info("offload run summary: %s", summary)
-        expected = 0 if dry_run else summary["planned_ledgers"]
-        if len(results) < expected:
+        upstream = [self.plan_task_id, self.offload_task_id, self.hot_task_id]
+        failed = ti.get_ti_count(dag_id=ti.dag_id, run_ids=[ti.run_id], task_ids=upstream,
+                                 states=["failed", "upstream_failed"])
+        if failed:
             raise RuntimeError(
-                f"{expected - len(results)} of {expected} planned ledgers have no result: "
-                "an offload batch failed; see its log, then clear it to retry"
+                f"{failed} task(s) of this run failed ({', '.join(upstream)}): see their logs; "
+                "every task is idempotent, so clear the failed ones to retry"
             )
         return summary
 
