@@ -7,7 +7,7 @@ PYSPARK_VERSION := $(shell sed -n 's/^pyspark==//p' requirements.txt)
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install test lint demo bench constraints clean
+.PHONY: install test lint demo airflow bench constraints clean
 
 install: $(VENV)/.installed
 
@@ -28,7 +28,17 @@ test: install lint
 
 lint: install
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check include tests benchmarks
+	$(BIN)/ruff format --check include tests benchmarks plugins dags scripts
+
+# The main job on the embedded default: Airflow on SQLite, local files, the demo checks.
+demo: install
+	. scripts/demo_env.sh && $(BIN)/python scripts/demo.py
+
+# The same settings behind the Airflow UI (http://localhost:8080; `make demo` first).
+airflow: install
+	. scripts/demo_env.sh && airflow db migrate >/dev/null \
+	  && airflow pools set offload_uploads 4 "bounded concurrent uploads" >/dev/null \
+	  && exec airflow standalone
 
 bench: install
 	$(BIN)/python -m benchmarks.run

@@ -77,8 +77,12 @@ def cmd_produce(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
         for _ in range(args.count):
             writer.append(rng.randbytes(args.size))
     ledgers = [ledger.ledger_id for ledger in writer.sealed]
-    result = {"topic": args.topic, "entries": args.count, "bytes": args.count * args.size,
-              "sealed_ledgers": ledgers}
+    result = {
+        "topic": args.topic,
+        "entries": args.count,
+        "bytes": args.count * args.size,
+        "sealed_ledgers": ledgers,
+    }
     return result, f"wrote {args.count} entries of {args.size} bytes; sealed ledgers {ledgers}"
 
 
@@ -99,8 +103,11 @@ def cmd_offload(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     seconds = time.monotonic() - started
     moved = sum(r.bytes for r in results)
     summary = {
-        "topic": args.topic, "results": results, "hot_deleted": hot_deleted,
-        "bytes": moved, "seconds": round(seconds, 3),
+        "topic": args.topic,
+        "results": results,
+        "hot_deleted": hot_deleted,
+        "bytes": moved,
+        "seconds": round(seconds, 3),
         "mb_per_second": round(moved / 1e6 / seconds, 2) if seconds > 0 else None,
     }
     lines = [f"ledger {r.ledger_id}: {r.outcome} ({r.bytes} bytes)" for r in results]
@@ -110,10 +117,14 @@ def cmd_offload(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
 
 def cmd_read(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     entries = []
-    for entry_id, payload in TopicReader(rt).read(args.topic, args.ledger, args.first, args.last,
-                                                  Source(args.source)):
-        item = {"entry_id": entry_id, "size": len(payload),
-                "sha256": hashlib.sha256(payload).hexdigest()}
+    for entry_id, payload in TopicReader(rt).read(
+        args.topic, args.ledger, args.first, args.last, Source(args.source)
+    ):
+        item = {
+            "entry_id": entry_id,
+            "size": len(payload),
+            "sha256": hashlib.sha256(payload).hexdigest(),
+        }
         if args.payload:
             item["payload_b64"] = base64.b64encode(payload).decode()
         entries.append(item)
@@ -152,8 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="offloader", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def command(name: str, handler: Handler, help_: str,
-                parent: Any = sub) -> argparse.ArgumentParser:
+    def command(
+        name: str, handler: Handler, help_: str, parent: Any = sub
+    ) -> argparse.ArgumentParser:
         p = parent.add_parser(name, help=help_)
         p.add_argument("--json", action="store_true", help="machine-readable output")
         p.set_defaults(handler=handler)
@@ -163,8 +175,13 @@ def build_parser() -> argparse.ArgumentParser:
     topic_sub = topic.add_subparsers(dest="topic_command", required=True)
     p = command("create", cmd_topic_create, "create a topic", topic_sub)
     p.add_argument("name")
-    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                   help="policy field (see 'topic policy')")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="policy field (see 'topic policy')",
+    )
     command("list", cmd_topic_list, "list topics", topic_sub)
     p = command("policy", cmd_topic_policy, "show or change a topic's policy", topic_sub)
     p.add_argument("name")
@@ -181,8 +198,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("offload", cmd_offload, "offload due ledgers, then delete hot copies past lag")
     p.add_argument("topic")
-    p.add_argument("--up-to", type=int, default=None, metavar="LEDGER",
-                   help="offload every sealed ledger with id <= LEDGER, whatever the policy")
+    p.add_argument(
+        "--up-to",
+        type=int,
+        default=None,
+        metavar="LEDGER",
+        help="offload every sealed ledger with id <= LEDGER, whatever the policy",
+    )
 
     p = command("read", cmd_read, "read entries of one ledger")
     p.add_argument("topic")

@@ -28,8 +28,13 @@ except ImportError as exc:  # pragma: no cover - the plugin only loads inside Ai
     raise ImportError("offloader_airflow needs apache-airflow>=3") from exc
 
 #: Extra keys the offloader connection accepts besides the ones below.
-TUNING_KEYS = ("upload_concurrency", "read_prefetch", "attempt_lease_seconds",
-               "delete_retry_base_seconds", "delete_retry_max_seconds")
+TUNING_KEYS = (
+    "upload_concurrency",
+    "read_prefetch",
+    "attempt_lease_seconds",
+    "delete_retry_base_seconds",
+    "delete_retry_max_seconds",
+)
 
 
 class OffloaderConnectionError(ValueError):
@@ -138,7 +143,7 @@ class OffloaderHook(BaseHook):
                 runtime.metadata.counts()
                 runtime.objects.exists("offloader-connection-test")
                 store = runtime.objects.url
-        except Exception as exc:  # noqa: BLE001 - reported to the UI, not raised
+        except Exception as exc:
             return False, f"{type(exc).__name__}: {exc}"
         return True, f"metadata {self.connection.safe_metadata_url} and store {store} reachable"
 

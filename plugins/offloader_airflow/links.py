@@ -34,6 +34,6 @@ class OffloadedObjectsLink(BaseOperatorLink):
             from airflow.sdk.execution_time.xcom import XCom
 
             value = XCom.get_value(ti_key=ti_key, key=XCOM_KEY)
-        except Exception:  # noqa: BLE001 - a link must never break the UI
+        except Exception:
             return ""
         return value if isinstance(value, str) else ""

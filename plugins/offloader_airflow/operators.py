@@ -13,9 +13,9 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
+from offloader.metadata import now_ms
 from offloader.offload.hot_deletion import delete_hot_copies, hot_copies_due
 from offloader.offload.runs import offload_batch, plan_batches, summarize
-from offloader.metadata import now_ms
 from offloader_airflow.hooks import OffloaderHook
 from offloader_airflow.links import XCOM_KEY, OffloadedObjectsLink, object_browser_url
 
@@ -49,9 +49,16 @@ class PlanOffloadOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("topic", "up_to_ledger", "batch_size", "dry_run")
 
-    def __init__(self, *, topic: Any = "", up_to_ledger: Any = None, batch_size: Any = 50,
-                 dry_run: Any = False, offloader_conn_id: str = "offloader_default",
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        topic: Any = "",
+        up_to_ledger: Any = None,
+        batch_size: Any = 50,
+        dry_run: Any = False,
+        offloader_conn_id: str = "offloader_default",
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.topic = topic
         self.up_to_ledger = up_to_ledger
@@ -69,8 +76,13 @@ class PlanOffloadOperator(BaseOperator):
             topics = [topic] if topic else [t.name for t in runtime.metadata.list_topics()]
         plan = [b.to_dict() for b in batches]
         ledgers = sum(len(b.ledger_ids) for b in batches)
-        self.log.info("%d ledgers due (%d bytes) in %d batches%s", ledgers,
-                      sum(b.bytes for b in batches), len(batches), " [dry run]" if dry_run else "")
+        self.log.info(
+            "%d ledgers due (%d bytes) in %d batches%s",
+            ledgers,
+            sum(b.bytes for b in batches),
+            len(batches),
+            " [dry run]" if dry_run else "",
+        )
         for batch in batches:
             self.log.info("  %s: ledgers %s", batch.topic, batch.ledger_ids)
         context["ti"].xcom_push(key="plan", value=plan)
@@ -85,8 +97,9 @@ class OffloadLedgersOperator(BaseOperator):
     template_fields: Sequence[str] = ("batch",)
     operator_extra_links = (OffloadedObjectsLink(),)
 
-    def __init__(self, *, batch: Any, offloader_conn_id: str = "offloader_default",
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, *, batch: Any, offloader_conn_id: str = "offloader_default", **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.batch = batch
         self.offloader_conn_id = offloader_conn_id
@@ -101,12 +114,21 @@ class OffloadLedgersOperator(BaseOperator):
             if first is not None:
                 ledger = runtime.metadata.get_ledger(first.topic, first.ledger_id)
                 settings = runtime.settings
-                link = object_browser_url(settings.resolved_object_store_url,
-                                          settings.s3_endpoint_url, ledger.data_key or "")
+                link = object_browser_url(
+                    settings.resolved_object_store_url,
+                    settings.s3_endpoint_url,
+                    ledger.data_key or "",
+                )
                 context["ti"].xcom_push(key=XCOM_KEY, value=link)
         for r in results:
-            self.log.info("ledger %s/%s: %s (%d bytes, %.3fs)", r.topic, r.ledger_id,
-                          r.outcome, r.bytes, r.seconds)
+            self.log.info(
+                "ledger %s/%s: %s (%d bytes, %.3fs)",
+                r.topic,
+                r.ledger_id,
+                r.outcome,
+                r.bytes,
+                r.seconds,
+            )
         return [asdict(r) for r in results]
 
 
@@ -115,8 +137,14 @@ class DeleteHotCopiesOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("topics", "dry_run")
 
-    def __init__(self, *, topics: Any, dry_run: Any = False,
-                 offloader_conn_id: str = "offloader_default", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        topics: Any,
+        dry_run: Any = False,
+        offloader_conn_id: str = "offloader_default",
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.topics = topics
         self.dry_run = dry_run
@@ -131,21 +159,38 @@ class DeleteHotCopiesOperator(BaseOperator):
                 if dry_run:
                     lag = runtime.metadata.get_topic(topic).policy.deletion_lag_seconds
                     due = hot_copies_due(runtime.metadata.list_ledgers(topic), lag, now_ms())
-                    done += [{"topic": topic, "ledger_id": x.ledger_id, "bytes": x.size_bytes,
-                              "dry_run": True} for x in due]
+                    done += [
+                        {
+                            "topic": topic,
+                            "ledger_id": x.ledger_id,
+                            "bytes": x.size_bytes,
+                            "dry_run": True,
+                        }
+                        for x in due
+                    ]
                 else:
-                    done += [asdict(d) for d in delete_hot_copies(runtime.metadata, runtime.hot,
-                                                                  topic)]
-        self.log.info("hot copies %s: %s", "due" if dry_run else "deleted",
-                      [(d["topic"], d["ledger_id"]) for d in done])
+                    done += [
+                        asdict(d) for d in delete_hot_copies(runtime.metadata, runtime.hot, topic)
+                    ]
+        self.log.info(
+            "hot copies %s: %s",
+            "due" if dry_run else "deleted",
+            [(d["topic"], d["ledger_id"]) for d in done],
+        )
         return done
 
 
 class OffloadSummaryOperator(BaseOperator):
     """Summarise the run from the offload tasks' results; fail the run if any batch failed."""
 
-    def __init__(self, *, offload_task_id: str = "offload", plan_task_id: str = "plan",
-                 hot_task_id: str = "delete_hot_copies", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        offload_task_id: str = "offload",
+        plan_task_id: str = "plan",
+        hot_task_id: str = "delete_hot_copies",
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.offload_task_id = offload_task_id
         self.plan_task_id = plan_task_id
@@ -168,8 +213,12 @@ class OffloadSummaryOperator(BaseOperator):
         }
         self.log.info("offload run summary: %s", summary)
         upstream = [self.plan_task_id, self.offload_task_id, self.hot_task_id]
-        failed = ti.get_ti_count(dag_id=ti.dag_id, run_ids=[ti.run_id], task_ids=upstream,
-                                 states=["failed", "upstream_failed"])
+        failed = ti.get_ti_count(
+            dag_id=ti.dag_id,
+            run_ids=[ti.run_id],
+            task_ids=upstream,
+            states=["failed", "upstream_failed"],
+        )
         if failed:
             raise RuntimeError(
                 f"{failed} task(s) of this run failed ({', '.join(upstream)}): see their logs; "

@@ -55,8 +55,9 @@ def test_dagbag_has_no_import_errors_and_every_dag_is_tagged_and_retried() -> No
 @pytest.mark.parametrize("path", DAG_FILES, ids=lambda p: p.name)
 def test_parse_is_fast_and_does_no_io(path: Path) -> None:
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", PROBE, str(path)], capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, str(path)], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["events"] == [], f"{path.name} does I/O at parse time: {report['events']}"
@@ -67,7 +68,8 @@ def test_parse_is_fast_and_does_no_io(path: Path) -> None:
 def test_the_probe_catches_io(tmp_path: Path) -> None:
     bad = tmp_path / "bad_dag.py"
     bad.write_text("import sqlite3\nsqlite3.connect(':memory:')\n")
-    done = subprocess.run([sys.executable, "-c", PROBE, str(bad)], capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, str(bad)], capture_output=True, text=True, timeout=120
+    )
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert [e[0] for e in report["events"]] == ["sqlite3.connect"]

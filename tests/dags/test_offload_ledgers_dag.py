@@ -57,10 +57,16 @@ def summary_of(run) -> dict:  # type: ignore[no-untyped-def]
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        value = session.query(XComModel.value).filter(
-            XComModel.dag_id == ti.dag_id, XComModel.run_id == ti.run_id,
-            XComModel.task_id == "summary", XComModel.key == "return_value",
-        ).scalar()
+        value = (
+            session.query(XComModel.value)
+            .filter(
+                XComModel.dag_id == ti.dag_id,
+                XComModel.run_id == ti.run_id,
+                XComModel.task_id == "summary",
+                XComModel.key == "return_value",
+            )
+            .scalar()
+        )
     return json.loads(value) if isinstance(value, str) else value
 
 
@@ -102,8 +108,7 @@ def test_offload_run_end_to_end_then_a_second_run_changes_nothing(
 def test_dry_run_and_explicit_prefix(runtime: Runtime, offload_dag) -> None:
     make_topic(runtime, "orders")
     ids = produce_ledgers(runtime, "orders", [(10, 1000)] * 3)
-    dry = offload_dag.test(run_conf={"topic": "orders", "up_to_ledger": ids[1],
-                                     "dry_run": True})
+    dry = offload_dag.test(run_conf={"topic": "orders", "up_to_ledger": ids[1], "dry_run": True})
     assert str(dry.state) == "success", task_states(dry)
     assert summary_of(dry)["planned_ledgers"] == 2
     assert not any(x.is_offloaded for x in runtime.metadata.list_ledgers("orders"))
@@ -111,8 +116,7 @@ def test_dry_run_and_explicit_prefix(runtime: Runtime, offload_dag) -> None:
 
     run = offload_dag.test(run_conf={"topic": "orders", "up_to_ledger": ids[1]})
     assert str(run.state) == "success", task_states(run)
-    assert [x.is_offloaded for x in runtime.metadata.list_ledgers("orders")] == [
-        True, True, False]
+    assert [x.is_offloaded for x in runtime.metadata.list_ledgers("orders")] == [True, True, False]
 
 
 @pytest.mark.parametrize(
@@ -151,18 +155,27 @@ def test_unknown_topic_fails_the_plan_and_changes_nothing(runtime: Runtime, offl
     ("extra", "fragment"),
     [
         ({"object_store_url": "file:///tmp/x"}, "extra needs ['metadata_url']"),
-        ({"metadata_url": "sqlite:////tmp/x.db", "object_store_url": "ftp://x"},
-         "object_store_url"),
-        ({"metadata_url": "sqlite:////tmp/x.db", "object_store_url": "s3://b",
-          "aws_conn_id": "missing_aws"}, "connection 'missing_aws' is not defined"),
+        (
+            {"metadata_url": "sqlite:////tmp/x.db", "object_store_url": "ftp://x"},
+            "object_store_url",
+        ),
+        (
+            {
+                "metadata_url": "sqlite:////tmp/x.db",
+                "object_store_url": "s3://b",
+                "aws_conn_id": "missing_aws",
+            },
+            "connection 'missing_aws' is not defined",
+        ),
     ],
 )
 @pytest.mark.usefixtures("airflow_db")
 def test_bad_connections_fail_clearly_and_change_nothing(
     monkeypatch: pytest.MonkeyPatch, offload_dag, capfd, extra, fragment
 ) -> None:
-    monkeypatch.setenv("AIRFLOW_CONN_OFFLOADER_DEFAULT",
-                       json.dumps({"conn_type": "generic", "extra": extra}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_OFFLOADER_DEFAULT", json.dumps({"conn_type": "generic", "extra": extra})
+    )
     run = offload_dag.test(run_conf={}, retries=False)
     assert str(run.state) == "failed"
     assert task_states(run)["plan"] == ["failed"]
@@ -181,13 +194,22 @@ def test_killed_offload_task_retried_converges(backend_settings, airflow_db) -> 
     env = {**os.environ, **connection_env(backend_settings, attempt_lease_seconds=2.0)}
     airflow = str(Path(sys.executable).with_name("airflow"))
     conf = json.dumps({"topic": "orders", "up_to_ledger": ids[-1]})
-    killed = subprocess.run([airflow, "dags", "test", "offload_ledgers", "-c", conf],
-                            env={**env, "OFFLOADER_FAILPOINTS": "after-first-part"},
-                            capture_output=True, text=True, timeout=300)
+    killed = subprocess.run(
+        [airflow, "dags", "test", "offload_ledgers", "-c", conf],
+        env={**env, "OFFLOADER_FAILPOINTS": "after-first-part"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     time.sleep(2.2)  # the killed attempt's lease runs out
-    retried = subprocess.run([airflow, "dags", "test", "offload_ledgers", "-c", conf], env=env,
-                             capture_output=True, text=True, timeout=300)
+    retried = subprocess.run(
+        [airflow, "dags", "test", "offload_ledgers", "-c", conf],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert retried.returncode == 0, retried.stderr[-3000:]
     with Runtime.open(backend_settings) as rt:
         ledger = rt.metadata.get_ledger("orders", ids[0])

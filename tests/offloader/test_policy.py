@@ -31,7 +31,7 @@ def test_invalid_values_name_the_field_and_rule(changes, field, rule) -> None:
 
 
 def test_unknown_field_is_rejected() -> None:
-    with pytest.raises(ValueError, match="unknown policy field.*colour"):
+    with pytest.raises(ValueError, match=r"unknown policy field.*colour"):
         OffloadPolicy().updated({"colour": "red"})
 
 

@@ -42,7 +42,7 @@ def process_deletions(
         try:
             result = store.delete_many([row.object_key for row in rows])
             errors = result.failed
-        except Exception as exc:  # noqa: BLE001 - the whole batch is retried later
+        except Exception as exc:
             errors = {row.object_key: f"{type(exc).__name__}: {exc}" for row in rows}
         done = [row.id for row in rows if row.object_key not in errors]
         metadata.complete_deletions(done)
@@ -50,8 +50,12 @@ def process_deletions(
         for row in rows:
             if row.object_key in errors:
                 failed += 1
-                log.warning("delete of %s failed (try %d): %s", row.object_key, row.tries + 1,
-                            errors[row.object_key])
+                log.warning(
+                    "delete of %s failed (try %d): %s",
+                    row.object_key,
+                    row.tries + 1,
+                    errors[row.object_key],
+                )
                 metadata.retry_deletion_later(
                     row, errors[row.object_key], now_ms() + backoff_ms(row.tries, settings)
                 )
@@ -67,5 +71,5 @@ def _abort_uploads(store: ObjectStore, rows: list[Deletion]) -> None:
         for upload in store.list_multipart_uploads():
             if upload.key in keys:
                 store.abort_multipart(upload)
-    except Exception:  # noqa: BLE001 - the stale-upload sweep catches what this misses
+    except Exception:
         log.warning("could not abort multipart uploads of queued keys", exc_info=True)

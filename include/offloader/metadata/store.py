@@ -64,8 +64,14 @@ def create_metadata_engine(url: str) -> Engine:
     return sa.create_engine(url, pool_pre_ping=True)
 
 
-def _cas(conn: Connection, table: sa.Table, where: sa.ColumnElement[bool], expected: int,
-         what: str, **values: object) -> None:
+def _cas(
+    conn: Connection,
+    table: sa.Table,
+    where: sa.ColumnElement[bool],
+    expected: int,
+    what: str,
+    **values: object,
+) -> None:
     result = conn.execute(
         table.update()
         .where(where, table.c.version == expected)
@@ -104,8 +110,12 @@ class MetadataStore:
                 raise AlreadyExistsError(f"topic {name!r} exists already")
             conn.execute(
                 T.insert().values(
-                    name=name, version=1, policy=policy.model_dump_json(),
-                    created_ms=now_ms(), next_ledger_id=1, writer_epoch=0,
+                    name=name,
+                    version=1,
+                    policy=policy.model_dump_json(),
+                    created_ms=now_ms(),
+                    next_ledger_id=1,
+                    writer_epoch=0,
                 )
             )
             return self._topic(conn, name)
@@ -121,8 +131,14 @@ class MetadataStore:
 
     def set_policy(self, topic: Topic, policy: OffloadPolicy) -> Topic:
         with self.transaction() as conn:
-            _cas(conn, T, T.c.name == topic.name, topic.version, f"topic {topic.name!r}",
-                 policy=policy.model_dump_json())
+            _cas(
+                conn,
+                T,
+                T.c.name == topic.name,
+                topic.version,
+                f"topic {topic.name!r}",
+                policy=policy.model_dump_json(),
+            )
             return self._topic(conn, topic.name)
 
     def claim_writer(self, topic: str) -> Topic:
@@ -131,8 +147,14 @@ class MetadataStore:
             current = self.get_topic(topic)
             try:
                 with self.transaction() as conn:
-                    _cas(conn, T, T.c.name == topic, current.version, f"topic {topic!r}",
-                         writer_epoch=current.writer_epoch + 1)
+                    _cas(
+                        conn,
+                        T,
+                        T.c.name == topic,
+                        current.version,
+                        f"topic {topic!r}",
+                        writer_epoch=current.writer_epoch + 1,
+                    )
                     return self._topic(conn, topic)
             except CommitFailedError:
                 continue
@@ -149,20 +171,33 @@ class MetadataStore:
                     f"epoch {current.writer_epoch}"
                 )
             ledger_id = current.next_ledger_id
-            _cas(conn, T, T.c.name == topic, current.version, f"topic {topic!r}",
-                 next_ledger_id=ledger_id + 1)
+            _cas(
+                conn,
+                T,
+                T.c.name == topic,
+                current.version,
+                f"topic {topic!r}",
+                next_ledger_id=ledger_id + 1,
+            )
             conn.execute(
                 L.insert().values(
-                    topic=topic, ledger_id=ledger_id, version=1, state=LedgerState.OPEN,
-                    entry_count=0, size_bytes=0, created_ms=now_ms(),
-                    offload_state=OffloadState.NONE, offload_epoch=0,
+                    topic=topic,
+                    ledger_id=ledger_id,
+                    version=1,
+                    state=LedgerState.OPEN,
+                    entry_count=0,
+                    size_bytes=0,
+                    created_ms=now_ms(),
+                    offload_state=OffloadState.NONE,
+                    offload_epoch=0,
                     hot_state=HotState.PRESENT,
                 )
             )
             return self._ledger(conn, topic, ledger_id)
 
-    def seal_ledger(self, ledger: Ledger, entry_count: int, size_bytes: int,
-                    writer_epoch: int | None) -> Ledger:
+    def seal_ledger(
+        self, ledger: Ledger, entry_count: int, size_bytes: int, writer_epoch: int | None
+    ) -> Ledger:
         """Record the sealed length; ``writer_epoch`` None is recovery by a new owner."""
         with self.transaction() as conn:
             if writer_epoch is not None:
@@ -172,9 +207,17 @@ class MetadataStore:
                         f"writer epoch {writer_epoch} of topic {ledger.topic!r} was fenced "
                         f"by epoch {owner}"
                     )
-            _cas(conn, L, _ledger_key(ledger.topic, ledger.ledger_id), ledger.version,
-                 f"ledger {ledger.topic}/{ledger.ledger_id}", state=LedgerState.SEALED,
-                 entry_count=entry_count, size_bytes=size_bytes, sealed_ms=now_ms())
+            _cas(
+                conn,
+                L,
+                _ledger_key(ledger.topic, ledger.ledger_id),
+                ledger.version,
+                f"ledger {ledger.topic}/{ledger.ledger_id}",
+                state=LedgerState.SEALED,
+                entry_count=entry_count,
+                size_bytes=size_bytes,
+                sealed_ms=now_ms(),
+            )
             return self._ledger(conn, ledger.topic, ledger.ledger_id)
 
     def get_ledger(self, topic: str, ledger_id: int) -> Ledger:
@@ -190,8 +233,15 @@ class MetadataStore:
             return [Ledger.model_validate(dict(r)) for r in rows]
 
     # --- offload attempts ----------------------------------------------------------------
-    def begin_attempt(self, ledger: Ledger, attempt_id: str, data_key: str, index_key: str,
-                      owner: str, lease_ms: int) -> tuple[Ledger, Attempt]:
+    def begin_attempt(
+        self,
+        ledger: Ledger,
+        attempt_id: str,
+        data_key: str,
+        index_key: str,
+        owner: str,
+        lease_ms: int,
+    ) -> tuple[Ledger, Attempt]:
         """Record the intent (attempt id and keys) before the first byte is uploaded.
 
         A stale attempt still named by the ledger (its lease ran out) is superseded here
@@ -205,18 +255,35 @@ class MetadataStore:
                         f"ledger {ledger.topic}/{ledger.ledger_id} has attempt "
                         f"{ledger.attempt_id} in flight until its lease ends"
                     )
-                self._retire_attempt(conn, ledger.attempt_id, AttemptState.SUPERSEDED,
-                                     "lease expired; superseded by " + attempt_id)
+                self._retire_attempt(
+                    conn,
+                    ledger.attempt_id,
+                    AttemptState.SUPERSEDED,
+                    "lease expired; superseded by " + attempt_id,
+                )
             epoch = ledger.offload_epoch + 1
-            _cas(conn, L, _ledger_key(ledger.topic, ledger.ledger_id), ledger.version,
-                 f"ledger {ledger.topic}/{ledger.ledger_id}",
-                 offload_state=OffloadState.OFFLOADING, offload_epoch=epoch,
-                 attempt_id=attempt_id, attempt_lease_ms=now + lease_ms)
+            _cas(
+                conn,
+                L,
+                _ledger_key(ledger.topic, ledger.ledger_id),
+                ledger.version,
+                f"ledger {ledger.topic}/{ledger.ledger_id}",
+                offload_state=OffloadState.OFFLOADING,
+                offload_epoch=epoch,
+                attempt_id=attempt_id,
+                attempt_lease_ms=now + lease_ms,
+            )
             conn.execute(
                 A.insert().values(
-                    attempt_id=attempt_id, topic=ledger.topic, ledger_id=ledger.ledger_id,
-                    epoch=epoch, data_key=data_key, index_key=index_key,
-                    state=AttemptState.STARTED, owner=owner[:255], created_ms=now,
+                    attempt_id=attempt_id,
+                    topic=ledger.topic,
+                    ledger_id=ledger.ledger_id,
+                    epoch=epoch,
+                    data_key=data_key,
+                    index_key=index_key,
+                    state=AttemptState.STARTED,
+                    owner=owner[:255],
+                    created_ms=now,
                 )
             )
             return self._ledger(conn, ledger.topic, ledger.ledger_id), self._attempt(
@@ -228,9 +295,11 @@ class MetadataStore:
         with self.transaction() as conn:
             result = conn.execute(
                 L.update()
-                .where(_ledger_key(attempt.topic, attempt.ledger_id),
-                       L.c.attempt_id == attempt.attempt_id,
-                       L.c.offload_epoch == attempt.epoch)
+                .where(
+                    _ledger_key(attempt.topic, attempt.ledger_id),
+                    L.c.attempt_id == attempt.attempt_id,
+                    L.c.offload_epoch == attempt.epoch,
+                )
                 .values(attempt_lease_ms=now_ms() + lease_ms)
             )
             return result.rowcount == 1
@@ -240,15 +309,23 @@ class MetadataStore:
         with self.transaction() as conn:
             result = conn.execute(
                 L.update()
-                .where(_ledger_key(attempt.topic, attempt.ledger_id),
-                       L.c.attempt_id == attempt.attempt_id,
-                       L.c.offload_epoch == attempt.epoch,
-                       L.c.offload_state == OffloadState.OFFLOADING)
-                .values(version=L.c.version + 1, offload_state=OffloadState.OFFLOADED,
-                        attempt_id=None, attempt_lease_ms=None,
-                        offload_uuid=attempt.attempt_id, data_key=attempt.data_key,
-                        index_key=attempt.index_key, data_len=data_len,
-                        offloaded_ms=now_ms())
+                .where(
+                    _ledger_key(attempt.topic, attempt.ledger_id),
+                    L.c.attempt_id == attempt.attempt_id,
+                    L.c.offload_epoch == attempt.epoch,
+                    L.c.offload_state == OffloadState.OFFLOADING,
+                )
+                .values(
+                    version=L.c.version + 1,
+                    offload_state=OffloadState.OFFLOADED,
+                    attempt_id=None,
+                    attempt_lease_ms=None,
+                    offload_uuid=attempt.attempt_id,
+                    data_key=attempt.data_key,
+                    index_key=attempt.index_key,
+                    data_len=data_len,
+                    offloaded_ms=now_ms(),
+                )
             )
             if result.rowcount != 1:
                 raise CommitFailedError(
@@ -256,7 +333,8 @@ class MetadataStore:
                     f"ledger {attempt.topic}/{attempt.ledger_id}"
                 )
             conn.execute(
-                A.update().where(A.c.attempt_id == attempt.attempt_id)
+                A.update()
+                .where(A.c.attempt_id == attempt.attempt_id)
                 .values(state=AttemptState.COMMITTED, finished_ms=now_ms())
             )
             return self._ledger(conn, attempt.topic, attempt.ledger_id)
@@ -264,23 +342,31 @@ class MetadataStore:
     def fail_attempt(self, attempt: Attempt, detail: str) -> None:
         """Give up an attempt: queue its objects for deletion, free the ledger if still ours."""
         with self.transaction() as conn:
-            self._retire_attempt(conn, attempt.attempt_id, AttemptState.FAILED, detail,
-                                 requeue_superseded=True)
+            self._retire_attempt(
+                conn, attempt.attempt_id, AttemptState.FAILED, detail, requeue_superseded=True
+            )
             conn.execute(
                 L.update()
-                .where(_ledger_key(attempt.topic, attempt.ledger_id),
-                       L.c.attempt_id == attempt.attempt_id,
-                       L.c.offload_epoch == attempt.epoch)
-                .values(version=L.c.version + 1, offload_state=OffloadState.NONE,
-                        attempt_id=None, attempt_lease_ms=None)
+                .where(
+                    _ledger_key(attempt.topic, attempt.ledger_id),
+                    L.c.attempt_id == attempt.attempt_id,
+                    L.c.offload_epoch == attempt.epoch,
+                )
+                .values(
+                    version=L.c.version + 1,
+                    offload_state=OffloadState.NONE,
+                    attempt_id=None,
+                    attempt_lease_ms=None,
+                )
             )
 
     def get_attempt(self, attempt_id: str) -> Attempt:
         with self.engine.connect() as conn:
             return self._attempt(conn, attempt_id)
 
-    def list_attempts(self, topic: str | None = None,
-                      state: AttemptState | None = None) -> list[Attempt]:
+    def list_attempts(
+        self, topic: str | None = None, state: AttemptState | None = None
+    ) -> list[Attempt]:
         query = sa.select(A).order_by(A.c.created_ms)
         if topic is not None:
             query = query.where(A.c.topic == topic)
@@ -289,8 +375,15 @@ class MetadataStore:
         with self.engine.connect() as conn:
             return [Attempt.model_validate(dict(r)) for r in conn.execute(query).mappings()]
 
-    def _retire_attempt(self, conn: Connection, attempt_id: str, state: AttemptState,
-                        detail: str, *, requeue_superseded: bool = False) -> None:
+    def _retire_attempt(
+        self,
+        conn: Connection,
+        attempt_id: str,
+        state: AttemptState,
+        detail: str,
+        *,
+        requeue_superseded: bool = False,
+    ) -> None:
         """Retire a started attempt and queue its objects; idempotent.
 
         ``requeue_superseded``: a zombie that finds itself superseded queues its keys again,
@@ -300,17 +393,21 @@ class MetadataStore:
         if row is None:
             return
         if row["state"] == AttemptState.SUPERSEDED and requeue_superseded:
-            self._enqueue(conn, [row["data_key"], row["index_key"]], "late objects of a "
-                          "superseded attempt", attempt_id)
+            self._enqueue(
+                conn,
+                [row["data_key"], row["index_key"]],
+                "late objects of a superseded attempt",
+                attempt_id,
+            )
             return
         if row["state"] != AttemptState.STARTED:
             return  # committed or already retired
         conn.execute(
-            A.update().where(A.c.attempt_id == attempt_id, A.c.state == AttemptState.STARTED)
+            A.update()
+            .where(A.c.attempt_id == attempt_id, A.c.state == AttemptState.STARTED)
             .values(state=state, finished_ms=now_ms(), detail=detail[:2000])
         )
-        self._enqueue(conn, [row["data_key"], row["index_key"]], f"attempt {state}",
-                      attempt_id)
+        self._enqueue(conn, [row["data_key"], row["index_key"]], f"attempt {state}", attempt_id)
 
     # --- hot copies (mark first, delete second) ------------------------------------------
     def mark_hot_deleting(self, ledger: Ledger) -> Ledger:
@@ -320,20 +417,33 @@ class MetadataStore:
                 "is the only one"
             )
         with self.transaction() as conn:
-            _cas(conn, L, _ledger_key(ledger.topic, ledger.ledger_id), ledger.version,
-                 f"ledger {ledger.topic}/{ledger.ledger_id}", hot_state=HotState.DELETING)
+            _cas(
+                conn,
+                L,
+                _ledger_key(ledger.topic, ledger.ledger_id),
+                ledger.version,
+                f"ledger {ledger.topic}/{ledger.ledger_id}",
+                hot_state=HotState.DELETING,
+            )
             return self._ledger(conn, ledger.topic, ledger.ledger_id)
 
     def mark_hot_deleted(self, ledger: Ledger) -> Ledger:
         with self.transaction() as conn:
-            _cas(conn, L, _ledger_key(ledger.topic, ledger.ledger_id), ledger.version,
-                 f"ledger {ledger.topic}/{ledger.ledger_id}", hot_state=HotState.DELETED,
-                 hot_deleted_ms=now_ms())
+            _cas(
+                conn,
+                L,
+                _ledger_key(ledger.topic, ledger.ledger_id),
+                ledger.version,
+                f"ledger {ledger.topic}/{ledger.ledger_id}",
+                hot_state=HotState.DELETED,
+                hot_deleted_ms=now_ms(),
+            )
             return self._ledger(conn, ledger.topic, ledger.ledger_id)
 
     # --- deletion queue ------------------------------------------------------------------
-    def enqueue_deletions(self, keys: Iterable[str], reason: str,
-                          attempt_id: str | None = None) -> None:
+    def enqueue_deletions(
+        self, keys: Iterable[str], reason: str, attempt_id: str | None = None
+    ) -> None:
         with self.transaction() as conn:
             self._enqueue(conn, keys, reason, attempt_id)
 
@@ -341,8 +451,10 @@ class MetadataStore:
         at = now_ms() if at_ms is None else at_ms
         with self.engine.connect() as conn:
             rows = conn.execute(
-                sa.select(D).where(D.c.state == "pending", D.c.next_try_ms <= at)
-                .order_by(D.c.next_try_ms, D.c.id).limit(limit)
+                sa.select(D)
+                .where(D.c.state == "pending", D.c.next_try_ms <= at)
+                .order_by(D.c.next_try_ms, D.c.id)
+                .limit(limit)
             ).mappings()
             return [Deletion.model_validate(dict(r)) for r in rows]
 
@@ -359,23 +471,33 @@ class MetadataStore:
             return
         with self.transaction() as conn:
             conn.execute(
-                D.update().where(D.c.id.in_(ids), D.c.state == "pending")
+                D.update()
+                .where(D.c.id.in_(ids), D.c.state == "pending")
                 .values(state="done", done_ms=now_ms())
             )
 
     def retry_deletion_later(self, deletion: Deletion, error: str, next_try_ms: int) -> None:
         with self.transaction() as conn:
             conn.execute(
-                D.update().where(D.c.id == deletion.id, D.c.state == "pending")
+                D.update()
+                .where(D.c.id == deletion.id, D.c.state == "pending")
                 .values(tries=D.c.tries + 1, last_error=error[:2000], next_try_ms=next_try_ms)
             )
 
-    def _enqueue(self, conn: Connection, keys: Iterable[str], reason: str,
-                 attempt_id: str | None) -> None:
+    def _enqueue(
+        self, conn: Connection, keys: Iterable[str], reason: str, attempt_id: str | None
+    ) -> None:
         now = now_ms()
         rows = [
-            dict(object_key=k, reason=reason[:255], attempt_id=attempt_id, state="pending",
-                 enqueued_ms=now, tries=0, next_try_ms=now)
+            dict(
+                object_key=k,
+                reason=reason[:255],
+                attempt_id=attempt_id,
+                state="pending",
+                enqueued_ms=now,
+                tries=0,
+                next_try_ms=now,
+            )
             for k in keys
         ]
         if rows:
@@ -384,11 +506,10 @@ class MetadataStore:
     # --- status --------------------------------------------------------------------------
     def counts(self) -> dict[str, object]:
         with self.engine.connect() as conn:
+
             def grouped(*cols: sa.Column) -> dict[str, int]:
                 query = sa.select(*cols, sa.func.count()).group_by(*cols)
-                return {
-                    "/".join(str(v) for v in row[:-1]): row[-1] for row in conn.execute(query)
-                }
+                return {"/".join(str(v) for v in row[:-1]): row[-1] for row in conn.execute(query)}
 
             oldest = conn.execute(
                 sa.select(sa.func.min(D.c.enqueued_ms)).where(D.c.state == "pending")
@@ -409,9 +530,7 @@ class MetadataStore:
         return _topic_from_row(row)
 
     def _ledger(self, conn: Connection, topic: str, ledger_id: int) -> Ledger:
-        row = conn.execute(
-            sa.select(L).where(_ledger_key(topic, ledger_id))
-        ).mappings().first()
+        row = conn.execute(sa.select(L).where(_ledger_key(topic, ledger_id))).mappings().first()
         if row is None:
             raise NotFoundError(f"ledger {ledger_id} of topic {topic!r} does not exist")
         return Ledger.model_validate(dict(row))

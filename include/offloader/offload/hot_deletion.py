@@ -35,11 +35,14 @@ def hot_copies_due(ledgers: list[Ledger], deletion_lag_seconds: float, at_ms: in
     ]
 
 
-def delete_hot_copies(metadata: MetadataStore, hot: HotLedgerStore, topic: str) -> list[HotDeletion]:
+def delete_hot_copies(
+    metadata: MetadataStore, hot: HotLedgerStore, topic: str
+) -> list[HotDeletion]:
     policy = metadata.get_topic(topic).policy
     done = []
-    for ledger in hot_copies_due(metadata.list_ledgers(topic), policy.deletion_lag_seconds,
-                                 now_ms()):
+    for ledger in hot_copies_due(
+        metadata.list_ledgers(topic), policy.deletion_lag_seconds, now_ms()
+    ):
         try:
             if ledger.hot_state is HotState.PRESENT:
                 ledger = metadata.mark_hot_deleting(ledger)

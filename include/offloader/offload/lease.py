@@ -45,5 +45,5 @@ class LeaseKeeper:
                 if not self._metadata.renew_lease(self._attempt, self._lease_ms):
                     self._lost = True
                     return
-            except Exception:  # noqa: BLE001 - a failed renewal is retried next interval
+            except Exception:
                 continue

@@ -93,7 +93,11 @@ class LedgerOffloader:
         settings = self.runtime.settings
         try:
             ledger, attempt = self.metadata.begin_attempt(
-                ledger, attempt_id, data_key, index_key, owner_id(),
+                ledger,
+                attempt_id,
+                data_key,
+                index_key,
+                owner_id(),
                 int(settings.attempt_lease_seconds * 1000),
             )
         except CommitFailedError:
@@ -119,10 +123,17 @@ class LedgerOffloader:
             self._fail_quietly(attempt, exc)
             raise
         seconds = time.monotonic() - started
-        log.info("offloaded %s/%s: %d bytes in %.3fs (attempt %s)", ledger.topic,
-                 ledger.ledger_id, length, seconds, attempt_id)
-        return OffloadResult(ledger.topic, ledger.ledger_id, Outcome.OFFLOADED, attempt_id,
-                             length, seconds)
+        log.info(
+            "offloaded %s/%s: %d bytes in %.3fs (attempt %s)",
+            ledger.topic,
+            ledger.ledger_id,
+            length,
+            seconds,
+            attempt_id,
+        )
+        return OffloadResult(
+            ledger.topic, ledger.ledger_id, Outcome.OFFLOADED, attempt_id, length, seconds
+        )
 
     def _upload(self, ledger: Ledger, attempt: Attempt, check) -> int:  # type: ignore[no-untyped-def]
         policy = self.metadata.get_topic(ledger.topic).policy
@@ -130,16 +141,21 @@ class LedgerOffloader:
         uploaded = upload_blocks(
             self.store,
             attempt.data_key,
-            encode_blocks(entries, max_block_size=policy.max_block_size,
-                          chunk_target=policy.read_buffer_size),
+            encode_blocks(
+                entries, max_block_size=policy.max_block_size, chunk_target=policy.read_buffer_size
+            ),
             metadata=object_user_metadata(ledger.topic, ledger.ledger_id, "data"),
             concurrency=self.runtime.settings.upload_concurrency,
             check=check,
         )
         meta = LedgerMetadata(
-            topic=ledger.topic, ledger_id=ledger.ledger_id, entry_count=ledger.entry_count,
-            last_entry_id=ledger.entry_count - 1, length=ledger.size_bytes,
-            created_ms=ledger.created_ms, sealed_ms=ledger.sealed_ms or 0,
+            topic=ledger.topic,
+            ledger_id=ledger.ledger_id,
+            entry_count=ledger.entry_count,
+            last_entry_id=ledger.entry_count - 1,
+            length=ledger.size_bytes,
+            created_ms=ledger.created_ms,
+            sealed_ms=ledger.sealed_ms or 0,
         )
         failpoints.reach("after-data-upload")
         check()
@@ -173,23 +189,26 @@ class LedgerOffloader:
             self.metadata.commit_offload(attempt, data.size)
         except CommitFailedError:
             return None
-        log.info("recovered attempt %s of %s/%s", attempt.attempt_id, ledger.topic,
-                 ledger.ledger_id)
-        return OffloadResult(ledger.topic, ledger.ledger_id, Outcome.RECOVERED,
-                             attempt.attempt_id, data.size)
+        log.info(
+            "recovered attempt %s of %s/%s", attempt.attempt_id, ledger.topic, ledger.ledger_id
+        )
+        return OffloadResult(
+            ledger.topic, ledger.ledger_id, Outcome.RECOVERED, attempt.attempt_id, data.size
+        )
 
     def _still_owns(self, attempt: Attempt) -> bool:
         try:
             return self.metadata.renew_lease(
-                attempt, int(self.runtime.settings.attempt_lease_seconds * 1000))
-        except Exception:  # noqa: BLE001 - unknown: assume we own it and fail normally
+                attempt, int(self.runtime.settings.attempt_lease_seconds * 1000)
+            )
+        except Exception:
             return True
 
     def _fail_quietly(self, attempt: Attempt, exc: BaseException) -> None:
         """Queue the attempt's objects for deletion; if even that fails, its lease will."""
         try:
             self.metadata.fail_attempt(attempt, f"{type(exc).__name__}: {exc}")
-        except Exception:  # noqa: BLE001 - the original error matters more
+        except Exception:
             log.exception("could not record the failure of attempt %s", attempt.attempt_id)
 
 

@@ -10,9 +10,9 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 from offloader.metadata import MetadataStore
+from offloader.metadata.store import now_ms
 from offloader.offload.ledger_offloader import LedgerOffloader, OffloadResult, Outcome
 from offloader.offload.planner import due_ledgers
-from offloader.metadata.store import now_ms
 from offloader.runtime import Runtime
 
 
@@ -29,8 +29,7 @@ class Batch:
 def validate_run_params(topic: str | None, up_to: int | None, batch_size: int) -> None:
     if topic is not None and not isinstance(topic, str):
         raise TypeError(f"topic must be a string, got {type(topic).__name__}")
-    if up_to is not None and (isinstance(up_to, bool) or not isinstance(up_to, int)
-                              or up_to < 0):
+    if up_to is not None and (isinstance(up_to, bool) or not isinstance(up_to, int) or up_to < 0):
         raise ValueError(f"up_to_ledger must be a ledger id >= 0 or empty, got {up_to!r}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
@@ -49,8 +48,9 @@ def plan_batches(
         due = due_ledgers(metadata.list_ledgers(name), policy, now, up_to)
         for start in range(0, len(due), batch_size):
             chunk = due[start : start + batch_size]
-            batches.append(Batch(name, [x.ledger_id for x in chunk],
-                                 sum(x.size_bytes for x in chunk)))
+            batches.append(
+                Batch(name, [x.ledger_id for x in chunk], sum(x.size_bytes for x in chunk))
+            )
     return batches
 
 

@@ -48,8 +48,9 @@ def upload_blocks(
         )
     upload = store.create_multipart(key, metadata=metadata)
     try:
-        refs, chunks, parts = _upload_parts(store, upload, _chain(first, second, blocks),
-                                            concurrency, check, caps.max_parts)
+        refs, chunks, parts = _upload_parts(
+            store, upload, _chain(first, second, blocks), concurrency, check, caps.max_parts
+        )
         check()
         failpoints.reach("before-complete")
         store.complete_multipart(upload, parts, if_none_match=True)
@@ -60,8 +61,9 @@ def upload_blocks(
     return UploadedObject(tuple(refs), tuple(chunks), length)
 
 
-def _chain(first: EncodedBlock, second: EncodedBlock,
-           rest: Iterator[EncodedBlock]) -> Iterator[EncodedBlock]:
+def _chain(
+    first: EncodedBlock, second: EncodedBlock, rest: Iterator[EncodedBlock]
+) -> Iterator[EncodedBlock]:
     yield first
     yield second
     yield from rest
@@ -92,9 +94,7 @@ def _upload_parts(store, upload, blocks, concurrency, check, max_parts):  # type
                 collect(concurrency - 1)
                 refs.append(block.ref)
                 chunks.extend(block.chunks)
-                in_flight.add(
-                    pool.submit(store.upload_part, upload, block.ref.part_id, block.data)
-                )
+                in_flight.add(pool.submit(store.upload_part, upload, block.ref.part_id, block.data))
             collect(0)
         finally:
             for future in in_flight:

@@ -178,8 +178,9 @@ class TieredLedgerReader:
                 continue
             data = self.store.read_range(self.data_key, block.offset, block.length)
             self.stats.add(len(data))
-            for entry_id, payload in decode_block(data, entry_count=count,
-                                                  expected_crc=block.crc32c):
+            for entry_id, payload in decode_block(
+                data, entry_count=count, expected_crc=block.crc32c
+            ):
                 if first <= entry_id <= last:
                     yield entry_id, payload
 

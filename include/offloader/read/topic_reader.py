@@ -33,7 +33,11 @@ class TopicReader:
         self.runtime = runtime
 
     def read(
-        self, topic: str, ledger_id: int, first: int = 0, last: int | None = None,
+        self,
+        topic: str,
+        ledger_id: int,
+        first: int = 0,
+        last: int | None = None,
         source: Source = Source.AUTO,
     ) -> Iterator[tuple[int, bytes]]:
         """Entries ``first..last`` of one ledger from the chosen copy, resuming on fallback."""
@@ -85,16 +89,18 @@ class TopicReader:
         tiered = self._tiered_reader(ledger) if ledger.is_offloaded else None
         if source is Source.HOT:
             if hot is None:
-                raise HotLedgerMissingError(f"{name} has no hot copy (hot state "
-                                            f"{ledger.hot_state})")
+                raise HotLedgerMissingError(
+                    f"{name} has no hot copy (hot state {ledger.hot_state})"
+                )
             return [hot]
         if source is Source.TIERED:
             if tiered is None:
                 raise ObjectNotFoundError(f"{name} is not offloaded")
             return [tiered]
         policy = self.runtime.metadata.get_topic(ledger.topic).policy
-        ordered = [tiered, hot] if policy.read_priority is ReadPriority.TIERED_FIRST else [
-            hot, tiered]
+        ordered = (
+            [tiered, hot] if policy.read_priority is ReadPriority.TIERED_FIRST else [hot, tiered]
+        )
         available = [reader for reader in ordered if reader is not None]
         if not available:
             raise HotLedgerMissingError(f"{name} has neither a hot nor a tiered copy")
@@ -109,7 +115,9 @@ class TopicReader:
     def _tiered_reader(self, ledger: Ledger) -> Callable[[int, int], Iterator[tuple[int, bytes]]]:
         assert ledger.data_key is not None and ledger.index_key is not None
         reader = TieredLedgerReader(
-            self.runtime.objects, ledger.data_key, ledger.index_key,
+            self.runtime.objects,
+            ledger.data_key,
+            ledger.index_key,
             prefetch=self.runtime.settings.read_prefetch,
         )
         return reader.read

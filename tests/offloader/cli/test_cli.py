@@ -12,8 +12,13 @@ import pytest
 def cli(data_dir: Path, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OFFLOADER_")}
     env["OFFLOADER_DATA_DIR"] = str(data_dir)
-    done = subprocess.run([sys.executable, "-m", "offloader.cli", *args], env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "offloader.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if ok:
         assert done.returncode == 0, done.stderr
     return done
@@ -25,12 +30,22 @@ def cli_json(data_dir: Path, *args: str):  # type: ignore[no-untyped-def]
 
 def test_the_whole_cycle_through_the_cli(tmp_path: Path) -> None:
     d = tmp_path / "data"
-    cli(d, "topic", "create", "orders", "--set", "deletion_lag_seconds=0",
-        "--set", "ledger_max_entries=100", "--set", "max_block_size=65536",
-        "--set", "read_buffer_size=16384")
+    cli(
+        d,
+        "topic",
+        "create",
+        "orders",
+        "--set",
+        "deletion_lag_seconds=0",
+        "--set",
+        "ledger_max_entries=100",
+        "--set",
+        "max_block_size=65536",
+        "--set",
+        "read_buffer_size=16384",
+    )
     assert [t["name"] for t in cli_json(d, "topic", "list")] == ["orders"]
-    produced = cli_json(d, "produce", "orders", "--count", "250", "--size", "1000",
-                        "--seed", "3")
+    produced = cli_json(d, "produce", "orders", "--count", "250", "--size", "1000", "--seed", "3")
     assert produced["sealed_ledgers"] == [1, 2, 3]
     ledgers = cli_json(d, "ledgers", "orders")
     assert [x["entry_count"] for x in ledgers] == [100, 100, 50]
@@ -43,13 +58,13 @@ def test_the_whole_cycle_through_the_cli(tmp_path: Path) -> None:
     assert cli_json(d, "checksum", "orders") == before
     assert cli_json(d, "checksum", "orders", "--source", "auto") == before
 
-    entries = cli_json(d, "read", "orders", "--ledger", "2", "--first", "5", "--last", "7",
-                       "--payload")
+    entries = cli_json(
+        d, "read", "orders", "--ledger", "2", "--first", "5", "--last", "7", "--payload"
+    )
     assert [e["entry_id"] for e in entries] == [5, 6, 7]
     assert all(e["size"] == 1000 for e in entries)
     status = cli_json(d, "status")
-    assert status["ledgers_by_state"] == {"sealed/offloaded/deleted": 2,
-                                         "sealed/none/present": 1}
+    assert status["ledgers_by_state"] == {"sealed/offloaded/deleted": 2, "sealed/none/present": 1}
     assert cli_json(d, "offload", "orders", "--up-to", "2")["results"] == []
     assert cli_json(d, "gc")["remaining"] == 0
     policy = cli_json(d, "topic", "policy", "orders", "--set", "read_priority=hot-first")
@@ -77,7 +92,12 @@ def test_bad_input_is_named_and_changes_nothing(tmp_path: Path, args, message) -
 
 def test_bad_settings_are_named(tmp_path: Path) -> None:
     env = {**os.environ, "OFFLOADER_OBJECT_STORE_URL": "ftp://nowhere"}
-    done = subprocess.run([sys.executable, "-m", "offloader.cli", "status"], env=env,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "offloader.cli", "status"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2
     assert "object_store_url" in done.stderr and "file:///" in done.stderr

@@ -27,8 +27,9 @@ def sealed_ledger(store: MetadataStore, topic: str = "t"):
 
 
 def begin(store: MetadataStore, ledger, attempt_id: str, lease_ms: int = 60_000):
-    return store.begin_attempt(ledger, attempt_id, f"{attempt_id}-d", f"{attempt_id}-i",
-                               "test", lease_ms)
+    return store.begin_attempt(
+        ledger, attempt_id, f"{attempt_id}-d", f"{attempt_id}-i", "test", lease_ms
+    )
 
 
 def test_migrations_reach_head_and_reopen_is_a_noop(metadata_url: str) -> None:
@@ -78,7 +79,7 @@ def test_ledger_ids_are_unique_under_concurrent_allocation(store: MetadataStore)
                 ids.append(store.allocate_ledger("t", epoch).ledger_id)
             except CommitFailedError:
                 pass  # a lost CAS is fine; duplicates are not
-            except BaseException as exc:  # noqa: BLE001
+            except BaseException as exc:
                 errors.append(exc)
 
     threads = [threading.Thread(target=allocate) for _ in range(4)]

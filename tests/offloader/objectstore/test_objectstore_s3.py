@@ -10,8 +10,8 @@ from typing import Any
 
 import psutil
 import pytest
-from fixtures.seaweedfs import SeaweedS3
 
+from fixtures.seaweedfs import SeaweedS3
 from offloader.exceptions import ObjectExistsError, ObjectNotFoundError, ObjectStoreError
 from offloader.objectstore import open_object_store, s3
 from offloader.objectstore.filesystem import FilesystemObjectStore

@@ -23,8 +23,12 @@ from offloader.runtime import Runtime
 
 def run_cli(rt: Runtime, *args: str, failpoints: str = "") -> subprocess.Popen[bytes]:
     env = {**os.environ, **settings_env(rt.settings), "OFFLOADER_FAILPOINTS": failpoints}
-    return subprocess.Popen([sys.executable, "-m", "offloader.cli", *args], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-m", "offloader.cli", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def setup_topic(rt: Runtime) -> tuple[list[int], str]:
@@ -37,7 +41,7 @@ def setup_topic(rt: Runtime) -> tuple[list[int], str]:
 def converge(rt: Runtime, ids: list[int], checksum: str) -> None:
     time.sleep(rt.settings.attempt_lease_seconds + 0.2)  # a dead attempt's lease runs out
     done = run_cli(rt, "offload", "orders", "--up-to", str(ids[-1]))
-    out, err = done.communicate(timeout=120)
+    _, err = done.communicate(timeout=120)
     assert done.returncode == 0, err.decode()
     for ledger_id in ids:
         ledger = rt.metadata.get_ledger("orders", ledger_id)
@@ -48,7 +52,8 @@ def converge(rt: Runtime, ids: list[int], checksum: str) -> None:
     gc = process_deletions(rt.metadata, rt.objects, rt.settings)
     assert gc.remaining == 0
     committed = {rt.metadata.get_ledger("orders", i).data_key for i in ids} | {
-        rt.metadata.get_ledger("orders", i).index_key for i in ids}
+        rt.metadata.get_ledger("orders", i).index_key for i in ids
+    }
     assert {info.key for info in rt.objects.list()} == committed
     assert list(rt.objects.list_multipart_uploads()) == []
 
@@ -80,8 +85,9 @@ def test_zombie_woken_after_takeover_cannot_commit(runtime: Runtime) -> None:
     commits; the zombie, woken with SIGCONT, loses the commit and queues its own objects."""
     rt = runtime
     ids, checksum = setup_topic(rt)
-    zombie = run_cli(rt, "offload", "orders", "--up-to", str(ids[0]),
-                     failpoints="after-first-part:stop")
+    zombie = run_cli(
+        rt, "offload", "orders", "--up-to", str(ids[0]), failpoints="after-first-part:stop"
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         attempts = rt.metadata.list_attempts("orders")
@@ -107,8 +113,9 @@ def test_zombie_woken_after_takeover_cannot_commit(runtime: Runtime) -> None:
     assert rt.metadata.get_attempt(zombie_attempt.attempt_id).state is AttemptState.SUPERSEDED
     assert unaccounted_objects(rt) == set()
     process_deletions(rt.metadata, rt.objects, rt.settings)
-    assert not any(k.startswith(zombie_attempt.attempt_id)
-                   for k in (i.key for i in rt.objects.list()))
+    assert not any(
+        k.startswith(zombie_attempt.attempt_id) for k in (i.key for i in rt.objects.list())
+    )
     assert list(rt.objects.list_multipart_uploads()) == []
     converge(rt, ids, checksum)
 

@@ -27,7 +27,7 @@ def test_concurrent_offloaders_commit_once(runtime: Runtime) -> None:
             barrier.wait()
             try:
                 results.extend(LedgerOffloader(mine).offload_topic("orders", up_to=ids[-1]))
-            except BaseException as exc:  # noqa: BLE001
+            except BaseException as exc:
                 errors.append(exc)
 
     threads = [threading.Thread(target=offload) for _ in range(4)]
@@ -39,10 +39,17 @@ def test_concurrent_offloaders_commit_once(runtime: Runtime) -> None:
     for ledger_id in ids:
         outcomes = [r.outcome for r in results if r.ledger_id == ledger_id]
         assert outcomes.count(Outcome.OFFLOADED) == 1, outcomes
-        assert set(outcomes) <= {Outcome.OFFLOADED, Outcome.IN_PROGRESS,
-                                 Outcome.ALREADY_OFFLOADED, Outcome.LOST}
-        committed = [a for a in rt.metadata.list_attempts("orders", AttemptState.COMMITTED)
-                     if a.ledger_id == ledger_id]
+        assert set(outcomes) <= {
+            Outcome.OFFLOADED,
+            Outcome.IN_PROGRESS,
+            Outcome.ALREADY_OFFLOADED,
+            Outcome.LOST,
+        }
+        committed = [
+            a
+            for a in rt.metadata.list_attempts("orders", AttemptState.COMMITTED)
+            if a.ledger_id == ledger_id
+        ]
         assert len(committed) == 1
     assert TopicReader(rt).checksum("orders", Source.TIERED) == checksum
     assert unaccounted_objects(rt) == set()
@@ -56,8 +63,9 @@ def test_loser_of_the_commit_queues_its_objects(runtime: Runtime) -> None:
     (ledger_id,) = produce_ledgers(rt, "orders", [(10, 1000)])
     offloader = LedgerOffloader(rt)
     ledger = rt.metadata.get_ledger("orders", ledger_id)
-    ledger, old = rt.metadata.begin_attempt(ledger, "0" * 8 + "-old", "old-data", "old-index",
-                                            "zombie", lease_ms=-1)
+    ledger, old = rt.metadata.begin_attempt(
+        ledger, "0" * 8 + "-old", "old-data", "old-index", "zombie", lease_ms=-1
+    )
     rt.objects.put("old-data", b"partial upload of a zombie")
     result = offloader.offload_ledger("orders", ledger_id)  # supersedes the stale attempt
     assert result.outcome is Outcome.OFFLOADED

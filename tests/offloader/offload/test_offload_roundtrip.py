@@ -52,7 +52,8 @@ def test_offload_read_back_and_delete_hot_copy_after_lag(runtime: Runtime) -> No
     # idempotent: nothing is due any more, nothing changes
     assert LedgerOffloader(rt).offload_topic("orders", up_to=ids[-1]) == []
     assert LedgerOffloader(rt).offload_ledger("orders", ids[0]).outcome is (
-        Outcome.ALREADY_OFFLOADED)
+        Outcome.ALREADY_OFFLOADED
+    )
     assert unaccounted_objects(rt) == set()
     assert rt.metadata.pending_deletions() == []
 

@@ -1,0 +1,17 @@
+# Environment of the embedded default (local files + SQLite + Spark local), shared by
+# `make demo` and `make airflow`. Source it: `. scripts/demo_env.sh`.
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DEMO="$ROOT/var/demo"
+export AIRFLOW_HOME="$DEMO/airflow"
+export AIRFLOW__CORE__DAGS_FOLDER="$ROOT/dags"
+export AIRFLOW__CORE__PLUGINS_FOLDER="$ROOT/plugins"
+export AIRFLOW__CORE__LOAD_EXAMPLES=False
+export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION=False
+export OFFLOADER_DATA_DIR="$DEMO/data"
+export PYSPARK_PYTHON="$ROOT/.venv/bin/python"
+# The offloader connection the DAGs use; the library's defaults under OFFLOADER_DATA_DIR.
+export AIRFLOW_CONN_OFFLOADER_DEFAULT="{\"conn_type\": \"generic\", \"extra\": {\
+\"metadata_url\": \"sqlite:///$DEMO/data/metadata.db\", \
+\"object_store_url\": \"file://$DEMO/data/objects\", \
+\"ledger_dir\": \"$DEMO/data/ledgers\"}}"
+export PATH="$ROOT/.venv/bin:$PATH"
