@@ -1,0 +1,265 @@
+"""What Airflow adds: 1,000 small ledgers through one offload_ledgers DAG run versus the
+library alone.
+
+Three topics get identical data (64 KiB ledgers of 16 x 4 KiB entries). One is offloaded
+by ``LedgerOffloader.offload_topic`` plus ``delete_hot_copies`` in this process (what the
+CLI's ``offload`` command runs), one by ``offloader offload TOPIC --up-to N`` as a
+subprocess, one by a single ``dag.test()`` run of dags/offload_ledgers.py (default batch
+size 50: 20 mapped offload tasks, plus plan, delete_hot_copies and summary) in a child
+process with a throw-away, migrated AIRFLOW_HOME and the connections in AIRFLOW_CONN_*
+variables. Backends: the embedded default (files + SQLite) and SeaweedFS + PostgreSQL
+(a fresh database on 127.0.0.1:5432), when reachable.
+
+Run alone: ``python -m benchmarks.airflow_overhead [--quick]``; prints JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from benchmarks import ROOT, use_test_fixtures
+from offloader.hottier.writer import ManagedLedgerWriter
+from offloader.offload.hot_deletion import delete_hot_copies
+from offloader.offload.ledger_offloader import LedgerOffloader, Outcome
+from offloader.policy import OffloadPolicy
+from offloader.runtime import Runtime
+from offloader.settings import Settings
+
+ENTRY_SIZE = 4 << 10
+ENTRIES_PER_LEDGER = 16  # 64 KiB ledgers
+BATCH_SIZE = 50
+TARGET_RATIO = 2.0
+MARKER = "BENCH-RESULT "
+PG_DSN = "host=127.0.0.1 port=5432 user=postgres"
+BIN = Path(sys.executable).parent
+
+
+def _policy() -> OffloadPolicy:
+    # the defaults, minus deletion right away: both paths do the same hot deletion work
+    return OffloadPolicy(max_block_size=5 << 20, read_buffer_size=64 << 10)
+
+
+def _produce(rt: Runtime, topic: str, ledgers: int) -> list[int]:
+    rng = random.Random(11)
+    ids = []
+    with ManagedLedgerWriter(rt.metadata, rt.hot, topic) as writer:
+        for _ in range(ledgers):
+            for _ in range(ENTRIES_PER_LEDGER):
+                writer.append(rng.randbytes(ENTRY_SIZE))
+            sealed = writer.roll_over()
+            assert sealed is not None
+            ids.append(sealed.ledger_id)
+    return ids
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """OFFLOADER_* variables for ``settings`` (for the CLI subprocess)."""
+    env = {}
+    for name, value in settings.model_dump(exclude_none=True).items():
+        if hasattr(value, "get_secret_value"):
+            value = value.get_secret_value()
+        env[f"OFFLOADER_{name.upper()}"] = str(value)
+    return env
+
+
+def _airflow_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OFFLOADER_", "AIRFLOW"))}
+    env.update(
+        AIRFLOW_HOME=str(home),
+        AIRFLOW__CORE__DAGS_FOLDER=str(ROOT / "dags"),
+        AIRFLOW__CORE__PLUGINS_FOLDER=str(ROOT / "plugins"),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+    )
+    return env
+
+
+def _migrate(home: Path) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(
+        [str(BIN / "airflow"), "db", "migrate"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=_airflow_env(home),
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"airflow db migrate failed:\n{done.stderr[-3000:]}")
+    return time.perf_counter() - start
+
+
+def _run_dag(home: Path, settings: Settings, topic: str, up_to: int) -> dict:
+    use_test_fixtures()
+    from fixtures.airflow import connection_env
+
+    env = _airflow_env(home) | connection_env(settings)
+    conf = {"topic": topic, "up_to_ledger": up_to, "batch_size": BATCH_SIZE}
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.airflow_overhead", "--dag-child", json.dumps(conf)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env=env,
+        cwd=ROOT,
+    )
+    wall = time.perf_counter() - start
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith(MARKER)]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"DAG child failed ({done.returncode}):\n{done.stderr[-4000:]}")
+    result = json.loads(lines[-1][len(MARKER) :])
+    result["child_process_s"] = round(wall, 3)
+    return result
+
+
+def _dag_child(conf: dict) -> None:
+    """In the child (environment already set): parse the DAG, one dag.test(), report."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    start = time.perf_counter()
+    bag = DagBag(dag_folder=str(ROOT / "dags" / "offload_ledgers.py"))
+    assert bag.import_errors == {}, bag.import_errors
+    dag = bag.get_dag("offload_ledgers")
+    parse_s = time.perf_counter() - start
+    start = time.perf_counter()
+    run = dag.test(run_conf=conf)
+    run_s = time.perf_counter() - start
+    tis = run.get_task_instances()
+    durations = [ti.duration or 0.0 for ti in tis]
+    states: dict[str, int] = {}
+    for ti in tis:
+        states[str(ti.state)] = states.get(str(ti.state), 0) + 1
+    offload_tis = [ti for ti in tis if ti.task_id == "offload"]
+    result = {
+        "state": str(run.state),
+        "parse_s": round(parse_s, 3),
+        "dag_test_s": round(run_s, 3),
+        "task_instances": len(tis),
+        "offload_tasks": len(offload_tis),
+        "task_states": states,
+        "sum_task_duration_s": round(sum(durations), 3),
+        "sum_offload_task_duration_s": round(sum(ti.duration or 0.0 for ti in offload_tis), 3),
+    }
+    print(MARKER + json.dumps(result), flush=True)
+
+
+@contextlib.contextmanager
+def _postgres_url() -> Iterator[str | None]:
+    """A fresh database, dropped afterwards; None when PostgreSQL is not reachable."""
+    import psycopg2
+
+    try:
+        admin = psycopg2.connect(PG_DSN + " dbname=postgres", connect_timeout=3)
+    except psycopg2.OperationalError:
+        yield None
+        return
+    admin.autocommit = True
+    name = f"offloader_bench_{uuid.uuid4().hex[:12]}"
+    with admin.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"postgresql+psycopg2://postgres@127.0.0.1:5432/{name}"
+    finally:
+        with admin.cursor() as cur:
+            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
+
+
+def _bench_backend(settings: Settings, home: Path, ledgers: int) -> dict:
+    with Runtime.open(settings) as rt:
+        ids = {}
+        for topic in ("lib", "cli", "dag"):
+            rt.metadata.create_topic(topic, _policy())
+            ids[topic] = _produce(rt, topic, ledgers)
+
+        start = time.perf_counter()
+        results = LedgerOffloader(rt).offload_topic("lib", up_to=ids["lib"][-1])
+        delete_hot_copies(rt.metadata, rt.hot, "lib")
+        lib_s = time.perf_counter() - start
+        assert len(results) == ledgers
+        assert all(r.outcome is Outcome.OFFLOADED for r in results)
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OFFLOADER_")}
+    env |= settings_env(settings)
+    start = time.perf_counter()
+    done = subprocess.run(
+        [str(BIN / "offloader"), "offload", "cli", "--up-to", str(ids["cli"][-1])],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env=env,
+    )
+    cli_s = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"offloader offload failed:\n{done.stderr[-3000:]}")
+
+    dag = _run_dag(home, settings, "dag", ids["dag"][-1])
+
+    with Runtime.open(settings) as rt:
+        for topic in ("cli", "dag"):
+            offloaded = sum(x.is_offloaded for x in rt.metadata.list_ledgers(topic))
+            if offloaded != ledgers:
+                raise RuntimeError(f"{topic}: {offloaded} of {ledgers} ledgers offloaded")
+    n_tis = dag["task_instances"]
+    return {
+        "ledgers": ledgers,
+        "ledger_kib": ENTRY_SIZE * ENTRIES_PER_LEDGER // 1024,
+        "batch_size": BATCH_SIZE,
+        "library_s": round(lib_s, 3),
+        "cli_s": round(cli_s, 3),
+        "dag": dag,
+        "ratio_dag_to_library": round(dag["dag_test_s"] / lib_s, 3),
+        "ratio_dag_to_cli": round(dag["dag_test_s"] / cli_s, 3),
+        "per_task_overhead_s": round((dag["dag_test_s"] - lib_s) / n_tis, 3),
+        "per_ledger_library_ms": round(lib_s / ledgers * 1000, 2),
+        "target": TARGET_RATIO,
+        "met": dag["dag_test_s"] / lib_s < TARGET_RATIO,
+    }
+
+
+def run(quick: bool = False, work_dir: Path | None = None) -> dict:
+    """Both backends (PostgreSQL + SeaweedFS when reachable); one dict per backend."""
+    use_test_fixtures()
+    from fixtures.seaweedfs_server import SeaweedS3
+
+    ledgers = 200 if quick else 1000
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-airflow-", dir=work_dir) as tmp:
+        base = Path(tmp)
+        home = base / "airflow-home"
+        home.mkdir()
+        out["airflow_db_migrate_s"] = round(_migrate(home), 3)
+        fs = Settings(data_dir=base / "fs-sqlite")
+        out["fs-sqlite"] = _bench_backend(fs, home, ledgers)
+        with _postgres_url() as url:
+            if url is None:
+                out["s3-postgres"] = {"skipped": f"PostgreSQL not reachable at {PG_DSN}"}
+            else:
+                with SeaweedS3.start(base / "seaweedfs") as server:
+                    s3 = server.make_settings(
+                        "bench-airflow", data_dir=base / "s3-postgres", metadata_url=url
+                    )
+                    out["s3-postgres"] = _bench_backend(s3, home, ledgers)
+    return out
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--dag-child", metavar="CONF", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.dag_child:
+        _dag_child(json.loads(args.dag_child))
+    else:
+        print(json.dumps(run(args.quick), indent=2))
