@@ -57,5 +57,9 @@ class LedgerSealedError(OffloaderError):
     """A sealed ledger is immutable; appends to it are refused."""
 
 
+class LedgerInUseError(OffloaderError):
+    """Another live writer holds the ledger open (its lock is held)."""
+
+
 class HotLedgerMissingError(OffloaderError, LookupError):
     """The hot copy of a ledger is gone (deleted after offload, or never written)."""

@@ -18,7 +18,7 @@ the idx, publish the marker atomically (temp file, ``os.replace``, fsync of the 
 then chmod the files 0444.
 
 Only one writer may hold a ledger open; this is enforced with ``flock`` and a second writer
-gets :class:`BlockingIOError`.
+gets :class:`~offloader.exceptions.LedgerInUseError`.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from offloader.exceptions import (
     AlreadyExistsError,
     FormatError,
     HotLedgerMissingError,
+    LedgerInUseError,
     LedgerSealedError,
 )
 from offloader.hottier import HotLedgerStore, LedgerInfo, WritableLedger
@@ -149,7 +150,7 @@ def _lock(file: BinaryIO, what: str) -> None:
         fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         file.close()
-        raise BlockingIOError(errno.EWOULDBLOCK, f"{what} is open by another writer") from None
+        raise LedgerInUseError(f"{what} is open by another writer") from None
 
 
 def _check_ledger_id(ledger_id: int) -> None:

@@ -8,11 +8,15 @@ fenced by a newer one can neither seal nor allocate.
 
 from __future__ import annotations
 
+import logging
 import time
 
-from offloader.hottier import HotLedgerStore, WritableLedger
+from offloader.exceptions import LedgerInUseError
+from offloader.hottier import HotLedgerStore, LedgerInfo, WritableLedger
 from offloader.metadata import Ledger, LedgerState, MetadataStore
 from offloader.policy import OffloadPolicy
+
+log = logging.getLogger(__name__)
 
 
 class ManagedLedgerWriter:
@@ -58,16 +62,22 @@ class ManagedLedgerWriter:
         return ledger_id, entry_id
 
     def roll_over(self) -> Ledger | None:
-        """Seal the current ledger (if it holds entries); the next append opens a new one."""
+        """Seal the current ledger (if it holds entries); the next append opens a new one.
+
+        A fenced writer's seal fails in the metadata; the hot file it sealed is picked up
+        by the new owner's recovery, so no acknowledged entry is lost.
+        """
         if self._writable is None or self._ledger is None:
             return None
-        info = self._writable.seal()
-        sealed = self._metadata.seal_ledger(
-            self._ledger, info.entry_count, info.size_bytes, self._epoch
-        )
-        self.sealed.append(sealed)
+        writable, ledger = self._writable, self._ledger
         self._writable = None
         self._ledger = None
+        try:
+            info = writable.seal()
+        finally:
+            writable.close()
+        sealed = self._metadata.seal_ledger(ledger, info.entry_count, info.size_bytes, self._epoch)
+        self.sealed.append(sealed)
         return sealed
 
     def close(self) -> None:
@@ -86,11 +96,30 @@ def recover_open_ledgers(metadata: MetadataStore, hot: HotLedgerStore, topic: st
     for ledger in metadata.list_ledgers(topic):
         if ledger.state is not LedgerState.OPEN:
             continue
+        entry_count, size_bytes = 0, 0  # allocated, but the writer died before the file
         if hot.exists(topic, ledger.ledger_id):
-            writable = hot.open_for_append(topic, ledger.ledger_id)
-            info = writable.seal()
+            try:
+                info = _seal_hot(hot, topic, ledger.ledger_id)
+            except LedgerInUseError:
+                log.warning(
+                    "ledger %s/%s is still held by a fenced writer; it is sealed "
+                    "by the next recovery after that writer exits",
+                    topic,
+                    ledger.ledger_id,
+                )
+                continue
             entry_count, size_bytes = info.entry_count, info.size_bytes
-        else:  # allocated in the metadata, crashed before the hot file was created
-            entry_count, size_bytes = 0, 0
         recovered.append(metadata.seal_ledger(ledger, entry_count, size_bytes, None))
     return recovered
+
+
+def _seal_hot(hot: HotLedgerStore, topic: str, ledger_id: int) -> LedgerInfo:
+    """Seal the hot file (cutting a torn tail); a file the old writer sealed is kept as is."""
+    info = hot.info(topic, ledger_id)
+    if info.sealed:
+        return info
+    writable = hot.open_for_append(topic, ledger_id)
+    try:
+        return writable.seal()
+    finally:
+        writable.close()

@@ -16,6 +16,7 @@ from offloader.exceptions import (
     AlreadyExistsError,
     FormatError,
     HotLedgerMissingError,
+    LedgerInUseError,
     LedgerSealedError,
 )
 from offloader.hottier import LedgerInfo
@@ -135,7 +136,7 @@ def test_closed_writer_refuses_appends(store: FileLedgerStore) -> None:
 def test_second_writer_is_refused(store: FileLedgerStore) -> None:
     with store.create(TOPIC, 1) as writer:
         writer.append(b"x")
-        with pytest.raises(BlockingIOError, match="another writer"):
+        with pytest.raises(LedgerInUseError, match="another writer"):
             store.open_for_append(TOPIC, 1)
     store.open_for_append(TOPIC, 1).close()  # released by close
 
