@@ -70,9 +70,21 @@ def summary_of(run) -> dict:  # type: ignore[no-untyped-def]
     return json.loads(value) if isinstance(value, str) else value
 
 
+def stored_airflow_text() -> str:
+    """Every XCom value and rendered template field Airflow has stored, as one string."""
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        xcoms = [str(v) for (v,) in session.query(XComModel.value)]
+        rendered = [str(v) for (v,) in session.query(RenderedTaskInstanceFields.rendered_fields)]
+    return "\n".join(xcoms + rendered)
+
+
 @pytest.mark.usefixtures("airflow_db", "airflow_connections")
 def test_offload_run_end_to_end_then_a_second_run_changes_nothing(
-    runtime: Runtime, offload_dag
+    runtime: Runtime, offload_dag, capfd
 ) -> None:
     make_topic(runtime, "orders", offload_threshold_bytes=100_000)
     make_topic(runtime, "clicks")
@@ -102,6 +114,23 @@ def test_offload_run_end_to_end_then_a_second_run_changes_nothing(
     assert runtime.metadata.list_ledgers("orders") == ledgers
     assert {i.key for i in runtime.objects.list()} == objects
     assert ids
+    # credentials never reach logs, XComs or rendered fields
+    secret = runtime.settings.s3_secret_access_key
+    if secret is not None:
+        out, err = capfd.readouterr()
+        logs = (
+            out
+            + err
+            + "".join(
+                f.read_text(errors="replace")
+                for f in Path(os.environ["AIRFLOW_HOME"]).rglob("*.log")
+            )
+        )
+        assert "offloaded" in logs or "summary" in logs  # the logs were captured
+        stored = stored_airflow_text()
+        assert "offloaded" in stored  # the XComs were read
+        for text in (logs, stored):
+            assert secret.get_secret_value() not in text
 
 
 @pytest.mark.usefixtures("airflow_db", "airflow_connections")
