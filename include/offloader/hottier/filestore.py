@@ -45,6 +45,7 @@ from offloader.exceptions import (
     LedgerInUseError,
     LedgerSealedError,
 )
+from offloader.fsutil import fsync_dir
 from offloader.hottier import HotLedgerStore, LedgerInfo, WritableLedger
 
 __all__ = ["FileLedgerStore", "FileWritableLedger", "decode_topic", "encode_topic"]
@@ -111,15 +112,6 @@ def decode_topic(folder: str) -> str:
 
 
 # --- small file-system helpers --------------------------------------------------------
-def _fsync_dir(path: Path) -> None:
-    """Make renames, creations and deletions inside ``path`` durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _unlink(path: Path) -> None:
     """Remove a file if present; sealed files are read-only, which some systems refuse."""
     try:
@@ -253,7 +245,7 @@ def _publish_marker(paths: _Paths, marker: _Marker) -> None:
     """Seal step 3, the commit point: the marker appears atomically and durably."""
     _write_file_durably(paths.seal_tmp, marker.to_bytes())
     os.replace(paths.seal_tmp, paths.seal)
-    _fsync_dir(paths.folder)
+    fsync_dir(paths.folder)
 
 
 def _make_read_only(paths: _Paths) -> None:
@@ -483,7 +475,7 @@ class FileLedgerStore(HotLedgerStore):
         """Create the topic folder durably; hashed folders also record the topic name."""
         if not paths.folder.is_dir():
             paths.folder.mkdir(exist_ok=True)
-            _fsync_dir(self.root)
+            fsync_dir(self.root)
         if paths.folder.name.startswith(_HASHED_PREFIX):
             self._ensure_name_file(paths.folder, paths.topic)
 
@@ -496,7 +488,7 @@ class FileLedgerStore(HotLedgerStore):
             tmp = folder / (_NAME_FILE + ".tmp")
             _write_file_durably(tmp, topic.encode("utf-8"))
             os.replace(tmp, name_file)
-            _fsync_dir(folder)
+            fsync_dir(folder)
             return
         if stored != topic:
             raise FormatError(f"folder {folder} belongs to topic {stored!r}, not {topic!r}")
@@ -522,7 +514,7 @@ class FileLedgerStore(HotLedgerStore):
             raise OSError(f"could not create {paths.name}: its folder keeps disappearing")
         file = open(fd, "r+b", buffering=_WRITE_BUFFER)  # noqa: SIM115 - owned by the writer
         _lock(file, paths.name)
-        _fsync_dir(paths.folder)
+        fsync_dir(paths.folder)
         return FileWritableLedger(paths, file, _Scan(array.array("Q"), 0, 0))
 
     def open_for_append(self, topic: str, ledger_id: int) -> FileWritableLedger:
@@ -622,7 +614,7 @@ class FileLedgerStore(HotLedgerStore):
             return
         for path in (paths.log, *paths.sidecars()):
             _unlink(path)
-        _fsync_dir(paths.folder)
+        fsync_dir(paths.folder)
         self._remove_topic_dir_if_empty(paths)
 
     def _remove_topic_dir_if_empty(self, paths: _Paths) -> None:
@@ -643,7 +635,7 @@ class FileLedgerStore(HotLedgerStore):
             if paths.folder.name.startswith(_HASHED_PREFIX):  # a concurrent create won
                 self._ensure_name_file(paths.folder, paths.topic)
             return
-        _fsync_dir(self.root)
+        fsync_dir(self.root)
 
     # tooling helpers (the metadata database is the source of truth, not these listings)
     def list_ledgers(self, topic: str) -> list[int]:

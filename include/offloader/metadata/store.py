@@ -81,6 +81,12 @@ def _cas(
         raise CommitFailedError(f"{what} changed since version {expected}: someone else moved")
 
 
+def _cas_ledger(conn: Connection, ledger: Ledger, **values: object) -> None:
+    where = _ledger_key(ledger.topic, ledger.ledger_id)
+    what = f"ledger {ledger.topic}/{ledger.ledger_id}"
+    _cas(conn, L, where, ledger.version, what, **values)
+
+
 class MetadataStore:
     """Topics, ledgers, offload attempts and the deletion queue."""
 
@@ -207,12 +213,9 @@ class MetadataStore:
                         f"writer epoch {writer_epoch} of topic {ledger.topic!r} was fenced "
                         f"by epoch {owner}"
                     )
-            _cas(
+            _cas_ledger(
                 conn,
-                L,
-                _ledger_key(ledger.topic, ledger.ledger_id),
-                ledger.version,
-                f"ledger {ledger.topic}/{ledger.ledger_id}",
+                ledger,
                 state=LedgerState.SEALED,
                 entry_count=entry_count,
                 size_bytes=size_bytes,
@@ -262,12 +265,9 @@ class MetadataStore:
                     "lease expired; superseded by " + attempt_id,
                 )
             epoch = ledger.offload_epoch + 1
-            _cas(
+            _cas_ledger(
                 conn,
-                L,
-                _ledger_key(ledger.topic, ledger.ledger_id),
-                ledger.version,
-                f"ledger {ledger.topic}/{ledger.ledger_id}",
+                ledger,
                 offload_state=OffloadState.OFFLOADING,
                 offload_epoch=epoch,
                 attempt_id=attempt_id,
@@ -417,24 +417,18 @@ class MetadataStore:
                 "is the only one"
             )
         with self.transaction() as conn:
-            _cas(
+            _cas_ledger(
                 conn,
-                L,
-                _ledger_key(ledger.topic, ledger.ledger_id),
-                ledger.version,
-                f"ledger {ledger.topic}/{ledger.ledger_id}",
+                ledger,
                 hot_state=HotState.DELETING,
             )
             return self._ledger(conn, ledger.topic, ledger.ledger_id)
 
     def mark_hot_deleted(self, ledger: Ledger) -> Ledger:
         with self.transaction() as conn:
-            _cas(
+            _cas_ledger(
                 conn,
-                L,
-                _ledger_key(ledger.topic, ledger.ledger_id),
-                ledger.version,
-                f"ledger {ledger.topic}/{ledger.ledger_id}",
+                ledger,
                 hot_state=HotState.DELETED,
                 hot_deleted_ms=now_ms(),
             )

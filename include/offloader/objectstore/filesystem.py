@@ -38,6 +38,7 @@ from typing import BinaryIO
 from urllib.parse import unquote, urlparse
 
 from offloader.exceptions import ObjectExistsError, ObjectNotFoundError, ObjectStoreError
+from offloader.fsutil import fsync_dir
 from offloader.objectstore import (
     Capabilities,
     DeleteResult,
@@ -97,14 +98,6 @@ def _read_header(handle: BinaryIO, key: str) -> tuple[int, dict[str, str]]:
         raise ObjectStoreError(f"object {key!r}: not written by this store (bad magic)")
     metadata = json.loads(handle.read(length))
     return _HEADER.size + length, metadata
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class FilesystemObjectStore(ObjectStore):
@@ -187,7 +180,7 @@ class FilesystemObjectStore(ObjectStore):
                     # A concurrent delete pruned the freshly made parent folder: retry.
                     if attempt == _PUBLISH_ATTEMPTS - 1:
                         raise
-            _fsync_dir(target.parent)
+            fsync_dir(target.parent)
         except FileExistsError:
             raise ObjectExistsError(f"object {key!r} exists already") from None
         except OSError as err:
