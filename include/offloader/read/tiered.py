@@ -19,6 +19,7 @@ from offloader.objectstore import ObjectStore
 
 MiB = 1024 * 1024
 DEFAULT_SEQUENTIAL_RANGE = 8 * MiB
+MAX_SKIPPED_GAP = 256 * 1024  # padding a sequential range may fetch rather than split on
 
 
 class IndexCache:
@@ -122,14 +123,18 @@ class TieredLedgerReader:
                     yield entry_id, payload
 
     def _plan(self, first: int, last: int) -> list[_Range]:
-        """Merge neighbouring chunks into ranges of up to ``sequential_range`` bytes."""
+        """Merge neighbouring chunks into ranges of about ``sequential_range`` bytes.
+
+        A range may step over a block's padding when it is small (fetching a few unused
+        bytes is cheaper than another request), so ranges match raw GETs of that size.
+        """
         ranges: list[_Range] = []
         group: list[ChunkRef] = []
         for chunk in self.index.chunks_between(first, last):
             if group:
                 end = group[-1].offset + group[-1].length
-                size = end - group[0].offset
-                if chunk.offset != end or size + chunk.length > self.sequential_range:
+                full = end - group[0].offset >= self.sequential_range
+                if full or chunk.offset - end > MAX_SKIPPED_GAP:
                     ranges.append(_range_of(group))
                     group = []
             group.append(chunk)
