@@ -22,7 +22,7 @@ from offloader.exceptions import (
     ObjectNotFoundError,
 )
 from offloader.format import LedgerMetadata, decode_index, encode_blocks, encode_index
-from offloader.metadata import Attempt, Ledger, LedgerState, OffloadState, now_ms
+from offloader.metadata import Attempt, Ledger, LedgerState, now_ms
 from offloader.offload.keys import ledger_object_keys, object_user_metadata
 from offloader.offload.lease import LeaseKeeper
 from offloader.offload.planner import due_ledgers
@@ -212,4 +212,4 @@ class LedgerOffloader:
             log.exception("could not record the failure of attempt %s", attempt.attempt_id)
 
 
-__all__ = ["LedgerOffloader", "OffloadResult", "OffloadState", "Outcome"]
+__all__ = ["LedgerOffloader", "OffloadResult", "Outcome"]
