@@ -141,6 +141,9 @@ def _dag_child(conf: dict) -> None:
     for ti in tis:
         states[str(ti.state)] = states.get(str(ti.state), 0) + 1
     offload_tis = [ti for ti in tis if ti.task_id == "offload"]
+    by_task: dict[str, float] = {}
+    for ti in tis:
+        by_task[ti.task_id] = round(by_task.get(ti.task_id, 0.0) + (ti.duration or 0.0), 3)
     result = {
         "state": str(run.state),
         "parse_s": round(parse_s, 3),
@@ -150,6 +153,7 @@ def _dag_child(conf: dict) -> None:
         "task_states": states,
         "sum_task_duration_s": round(sum(durations), 3),
         "sum_offload_task_duration_s": round(sum(ti.duration or 0.0 for ti in offload_tis), 3),
+        "task_duration_s_by_task": by_task,
     }
     print(MARKER + json.dumps(result), flush=True)
 
@@ -185,6 +189,7 @@ def _bench_backend(settings: Settings, home: Path, ledgers: int) -> dict:
 
         start = time.perf_counter()
         results = LedgerOffloader(rt).offload_topic("lib", up_to=ids["lib"][-1])
+        lib_offload_s = time.perf_counter() - start
         delete_hot_copies(rt.metadata, rt.hot, "lib")
         lib_s = time.perf_counter() - start
         assert len(results) == ledgers
@@ -217,6 +222,8 @@ def _bench_backend(settings: Settings, home: Path, ledgers: int) -> dict:
         "ledger_kib": ENTRY_SIZE * ENTRIES_PER_LEDGER // 1024,
         "batch_size": BATCH_SIZE,
         "library_s": round(lib_s, 3),
+        "library_offload_s": round(lib_offload_s, 3),
+        "library_delete_hot_s": round(lib_s - lib_offload_s, 3),
         "cli_s": round(cli_s, 3),
         "dag": dag,
         "ratio_dag_to_library": round(dag["dag_test_s"] / lib_s, 3),

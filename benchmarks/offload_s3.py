@@ -285,7 +285,7 @@ def run(quick: bool = False, work_dir: Path | None = None) -> dict:
     from fixtures.seaweedfs_server import SeaweedS3
 
     entries = (64 if quick else 256) * MiB // ENTRY_SIZE
-    repeats = 2 if quick else 3
+    repeats = 2 if quick else 5
     reads = 50 if quick else 200
     with tempfile.TemporaryDirectory(prefix="bench-s3-", dir=work_dir) as tmp:
         base = Path(tmp)
