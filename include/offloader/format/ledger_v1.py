@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-import google_crc32c
+import crc32c
 
 from offloader.exceptions import EmptyLedgerError, EntryTooLargeError, FormatError
 
@@ -271,7 +271,7 @@ class _BlockBuilder:
         return EncodedBlock(ref, chunks, data)
 
     def _chunk_ref(self, data: bytes, start: int, end: int, first: int, count: int) -> ChunkRef:
-        crc = _crc(data if end - start == len(data) else data[start:end])
+        crc = _crc(data if end - start == len(data) else memoryview(data)[start:end])
         return ChunkRef(first, self.offset + start, end - start, count, crc, start == 0)
 
 
@@ -396,7 +396,7 @@ def encode_index(
     body = b"".join(parts)
     if chunks is None:
         return body
-    return body + _UINT32.pack(google_crc32c.value(body))
+    return body + _UINT32.pack(crc32c.crc32c(body))
 
 
 def _check_blocks_contiguous(blocks: Sequence[BlockRef]) -> None:
@@ -507,7 +507,7 @@ def _decode_extension(
     if version != EXT_VERSION:
         raise FormatError(f"unknown index extension version {version}, expected {EXT_VERSION}")
     stored = _UINT32.unpack_from(data, len(data) - 4)[0]
-    actual = google_crc32c.value(data[:-4])
+    actual = crc32c.crc32c(data[:-4])
     if stored != actual:
         raise FormatError(f"bad index crc: stored 0x{stored:08X}, computed 0x{actual:08X}")
     if block_count != len(firsts):
@@ -596,8 +596,8 @@ def _check_chunks(blocks: Sequence[BlockRef], chunks: Sequence[ChunkRef]) -> int
 
 
 # --- data readers ------------------------------------------------------------------------
-def _crc(data: bytes) -> int:
-    return google_crc32c.value(data)
+def _crc(data: bytes | memoryview) -> int:
+    return crc32c.crc32c(data)
 
 
 def _parse_header(data: bytes, where: str) -> tuple[int, int]:
@@ -629,16 +629,18 @@ def _parse_frames(
             raise FormatError(f"entry {entry_id} of {size} bytes overruns {where} at byte {start}")
         if entry_id != expected:
             raise FormatError(f"entry id {entry_id} {where}, expected {expected}")
-        out.append((entry_id, data[start:pos]))
+        out.append((entry_id, bytes(data[start:pos])))
         expected += 1
     return out, pos
 
 
 def decode_chunk(
-    data: bytes, chunk: ChunkRef, *, block: BlockRef | None = None
+    data: bytes | memoryview, chunk: ChunkRef, *, block: BlockRef | None = None
 ) -> list[tuple[int, bytes]]:
-    """Verify and parse the bytes of one chunk (a ranged GET of chunk.offset..chunk.end)."""
-    data = _as_bytes(data)
+    """Verify and parse the bytes of one chunk (a ranged GET of chunk.offset..chunk.end).
+
+    A memoryview into a larger GET is read in place: only the payloads are copied out.
+    """
     where = f"in chunk at offset {chunk.offset} of the data object"
     if len(data) != chunk.length:
         raise FormatError(f"truncated chunk: {len(data)} bytes {where}, expected {chunk.length}")

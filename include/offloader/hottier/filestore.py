@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-import google_crc32c
+import crc32c
 
 from offloader.exceptions import (
     AlreadyExistsError,
@@ -204,14 +204,14 @@ class _Marker:
             self.log_length,
             self.idx_crc,
         )
-        return body + _CRC.pack(google_crc32c.value(body))
+        return body + _CRC.pack(crc32c.crc32c(body))
 
     @classmethod
     def from_bytes(cls, data: bytes, where: str) -> _Marker:
         if len(data) != _MARKER.size + _CRC.size:
             raise FormatError(f"seal marker of {where}: {len(data)} bytes, bad length")
         body, (crc,) = data[: _MARKER.size], _CRC.unpack(data[_MARKER.size :])
-        if google_crc32c.value(body) != crc:
+        if crc32c.crc32c(body) != crc:
             raise FormatError(f"seal marker of {where}: CRC mismatch")
         magic, version, count, size, length, idx_crc = _MARKER.unpack(body)
         if magic != _MARKER_MAGIC or version != _MARKER_VERSION:
@@ -292,7 +292,7 @@ def _scan(file: BinaryIO, file_size: int) -> _Scan:
         if entry_id != len(offsets) or pos + RECORD_HEADER.size + length > file_size:
             break
         payload = file.read(length)
-        if len(payload) < length or google_crc32c.value(payload) != crc:
+        if len(payload) < length or crc32c.crc32c(payload) != crc:
             break
         offsets.append(pos)
         size += length
@@ -321,7 +321,7 @@ def _iter_records(
             if pos + RECORD_HEADER.size + length > limit:
                 raise FormatError(f"{paths.name}: entry {entry_id} runs past the log end")
             payload = file.read(length)
-            if len(payload) < length or google_crc32c.value(payload) != crc:
+            if len(payload) < length or crc32c.crc32c(payload) != crc:
                 raise FormatError(f"{paths.name}: entry {entry_id} at {pos} is corrupt")
             pos += RECORD_HEADER.size + length
             yield entry_id, payload
@@ -395,7 +395,7 @@ class FileWritableLedger(WritableLedger):
         if len(payload) > _MAX_PAYLOAD:
             raise ValueError(f"entry of {len(payload)} bytes exceeds {_MAX_PAYLOAD}")
         entry_id = len(self._offsets)
-        header = RECORD_HEADER.pack(len(payload), entry_id, google_crc32c.value(payload))
+        header = RECORD_HEADER.pack(len(payload), entry_id, crc32c.crc32c(payload))
         try:
             file.write(header)
             file.write(payload)
@@ -419,7 +419,7 @@ class FileWritableLedger(WritableLedger):
         self.sync()
         data = _idx_bytes(self._offsets)
         _write_idx(self._paths, data)
-        marker = _Marker(len(self._offsets), self._size, self._length, google_crc32c.value(data))
+        marker = _Marker(len(self._offsets), self._size, self._length, crc32c.crc32c(data))
         _publish_marker(self._paths, marker)
         self._sealed = True
         self._release()
@@ -598,7 +598,7 @@ class FileLedgerStore(HotLedgerStore):
             scan = _scan(file, os.fstat(file.fileno()).st_size)
         idx = paths.idx.read_bytes()
         found = _Marker(len(scan.offsets), scan.size_bytes, scan.length, marker.idx_crc)
-        if found != marker or google_crc32c.value(idx) != marker.idx_crc:
+        if found != marker or crc32c.crc32c(idx) != marker.idx_crc:
             raise FormatError(f"{paths.name}: log or idx do not match the seal marker")
         if idx != _idx_bytes(scan.offsets):
             raise FormatError(f"{paths.name}: idx does not match the log")

@@ -26,31 +26,49 @@ class Batch:
         return asdict(self)
 
 
-def validate_run_params(topic: str | None, up_to: int | None, batch_size: int) -> None:
+def validate_run_params(
+    topic: str | None, up_to: int | None, batch_size: int, batch_bytes: int | None = None
+) -> None:
     if topic is not None and not isinstance(topic, str):
         raise TypeError(f"topic must be a string, got {type(topic).__name__}")
     if up_to is not None and (isinstance(up_to, bool) or not isinstance(up_to, int) or up_to < 0):
         raise ValueError(f"up_to_ledger must be a ledger id >= 0 or empty, got {up_to!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    for name, value in (("batch_size", batch_size), ("batch_bytes", batch_bytes)):
+        if name == "batch_bytes" and value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
 
 
 def plan_batches(
-    metadata: MetadataStore, topic: str | None, up_to: int | None, batch_size: int
+    metadata: MetadataStore,
+    topic: str | None,
+    up_to: int | None,
+    batch_size: int,
+    batch_bytes: int | None = None,
 ) -> list[Batch]:
-    """Due ledgers of ``topic`` (or of every topic when None/empty), in batches, oldest first."""
-    validate_run_params(topic, up_to, batch_size)
+    """Due ledgers of ``topic`` (or of every topic when None/empty), in batches, oldest first.
+
+    A batch closes at ``batch_size`` ledgers or before it would pass ``batch_bytes``, so
+    many small ledgers share a task while large ones get a task each.
+    """
+    validate_run_params(topic, up_to, batch_size, batch_bytes)
     names = [topic] if topic else [t.name for t in metadata.list_topics()]
     batches = []
     now = now_ms()
     for name in names:
         policy = metadata.get_topic(name).policy  # NotFoundError names a missing topic
-        due = due_ledgers(metadata.list_ledgers(name), policy, now, up_to)
-        for start in range(0, len(due), batch_size):
-            chunk = due[start : start + batch_size]
-            batches.append(
-                Batch(name, [x.ledger_id for x in chunk], sum(x.size_bytes for x in chunk))
-            )
+        current: list[int] = []
+        size = 0
+        for ledger in due_ledgers(metadata.list_ledgers(name), policy, now, up_to):
+            too_big = batch_bytes is not None and size + ledger.size_bytes > batch_bytes
+            if current and (len(current) >= batch_size or too_big):
+                batches.append(Batch(name, current, size))
+                current, size = [], 0
+            current.append(ledger.ledger_id)
+            size += ledger.size_bytes
+        if current:
+            batches.append(Batch(name, current, size))
     return batches
 
 

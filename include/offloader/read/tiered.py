@@ -118,9 +118,10 @@ class TieredLedgerReader:
             yield from self._read_blocks(first, last)
             return
         for entries in self._fetch_ahead(self._plan(first, last)):
-            for entry_id, payload in entries:
-                if first <= entry_id <= last:
-                    yield entry_id, payload
+            if entries[0][0] >= first and entries[-1][0] <= last:
+                yield from entries  # the common case: a range inside the wanted entries
+            else:
+                yield from (e for e in entries if first <= e[0] <= last)
 
     def _plan(self, first: int, last: int) -> list[_Range]:
         """Merge neighbouring chunks into ranges of about ``sequential_range`` bytes.

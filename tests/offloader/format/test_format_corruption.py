@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import struct
 
-import google_crc32c
+import crc32c
 import pytest
 
 from offloader.exceptions import FormatError
@@ -41,7 +41,7 @@ def flip(data: bytes, at: int) -> bytes:
 
 def with_crc(raw_index: bytes) -> bytes:
     """Re-seal an edited index so the CRC check passes and a later check must catch it."""
-    return raw_index[:-4] + struct.pack(">I", google_crc32c.value(raw_index[:-4]))
+    return raw_index[:-4] + struct.pack(">I", crc32c.crc32c(raw_index[:-4]))
 
 
 def block_bytes(data: bytes, index: LedgerIndex, i: int) -> bytes:
@@ -62,7 +62,7 @@ def test_bad_block_magic_in_a_chunk_with_matching_crc() -> None:
     c = index.chunks[0]
     raw = flip(data[c.offset : c.end], 1)
     forged = ChunkRef(
-        c.first_entry_id, c.offset, c.length, c.entry_count, google_crc32c.value(raw), True
+        c.first_entry_id, c.offset, c.length, c.entry_count, crc32c.crc32c(raw), True
     )
     with pytest.raises(FormatError, match=r"bad block magic .* in chunk at offset 0"):
         decode_chunk(raw, forged)

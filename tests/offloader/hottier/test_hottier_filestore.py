@@ -9,7 +9,7 @@ import stat
 import struct
 from pathlib import Path
 
-import google_crc32c
+import crc32c
 import pytest
 
 from offloader.exceptions import (
@@ -38,7 +38,7 @@ def parse_log(data: bytes) -> list[tuple[int, int, bytes]]:
     while pos < len(data):
         length, entry_id, crc = RECORD.unpack_from(data, pos)
         payload = data[pos + RECORD.size : pos + RECORD.size + length]
-        assert google_crc32c.value(payload) == crc
+        assert crc32c.crc32c(payload) == crc
         records.append((pos, entry_id, payload))
         pos += RECORD.size + length
     assert pos == len(data)

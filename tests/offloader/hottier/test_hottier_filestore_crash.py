@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import google_crc32c
+import crc32c
 import pytest
 
 from offloader.exceptions import LedgerSealedError
@@ -40,7 +40,7 @@ payload: Callable[[int], bytes] = _ns["payload"]
 
 
 def record(entry_id: int, data: bytes, crc: int | None = None) -> bytes:
-    crc = google_crc32c.value(data) if crc is None else crc
+    crc = crc32c.crc32c(data) if crc is None else crc
     return RECORD.pack(len(data), entry_id, crc) + data
 
 
