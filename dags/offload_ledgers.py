@@ -64,12 +64,19 @@ with DAG(
             description="Plan and log what would move and what would be deleted; change nothing.",
         ),
         "batch_size": Param(
-            50,
+            500,
             type="integer",
             minimum=1,
-            maximum=1000,
+            maximum=10000,
             title="Ledgers per task",
             description="Due ledgers are offloaded in mapped tasks of at most this many.",
+        ),
+        "batch_bytes": Param(
+            1 << 30,
+            type="integer",
+            minimum=1 << 20,
+            title="Bytes per task",
+            description="A task takes ledgers up to this many bytes (a larger ledger alone).",
         ),
     },
 ) as dag:
@@ -78,6 +85,7 @@ with DAG(
         topic="{{ params.topic }}",
         up_to_ledger="{{ params.up_to_ledger }}",
         batch_size="{{ params.batch_size }}",
+        batch_bytes="{{ params.batch_bytes }}",
         dry_run="{{ params.dry_run }}",
     )
     offload = OffloadLedgersOperator.partial(

@@ -47,14 +47,21 @@ class PlanOffloadOperator(BaseOperator):
     but the return value is empty, so the mapped offload task has nothing to do.
     """
 
-    template_fields: Sequence[str] = ("topic", "up_to_ledger", "batch_size", "dry_run")
+    template_fields: Sequence[str] = (
+        "topic",
+        "up_to_ledger",
+        "batch_size",
+        "batch_bytes",
+        "dry_run",
+    )
 
     def __init__(
         self,
         *,
         topic: Any = "",
         up_to_ledger: Any = None,
-        batch_size: Any = 50,
+        batch_size: Any = 500,
+        batch_bytes: Any = 1 << 30,
         dry_run: Any = False,
         offloader_conn_id: str = "offloader_default",
         **kwargs: Any,
@@ -63,6 +70,7 @@ class PlanOffloadOperator(BaseOperator):
         self.topic = topic
         self.up_to_ledger = up_to_ledger
         self.batch_size = batch_size
+        self.batch_bytes = batch_bytes
         self.dry_run = dry_run
         self.offloader_conn_id = offloader_conn_id
 
@@ -70,9 +78,10 @@ class PlanOffloadOperator(BaseOperator):
         topic = (self.topic or "").strip() or None
         up_to = _optional_int(self.up_to_ledger, "up_to_ledger")
         batch_size = _optional_int(self.batch_size, "batch_size") or 0
+        batch_bytes = _optional_int(self.batch_bytes, "batch_bytes")
         dry_run = _bool(self.dry_run, "dry_run")
         with OffloaderHook(self.offloader_conn_id).get_runtime() as runtime:
-            batches = plan_batches(runtime.metadata, topic, up_to, batch_size)
+            batches = plan_batches(runtime.metadata, topic, up_to, batch_size, batch_bytes)
             topics = [topic] if topic else [t.name for t in runtime.metadata.list_topics()]
         plan = [b.to_dict() for b in batches]
         ledgers = sum(len(b.ledger_ids) for b in batches)
