@@ -28,6 +28,8 @@ from offloader.format.ledger_v1 import (
     encode_index,
     encode_metadata,
     metadata_for,
+    parse_chunk,
+    verify_chunk,
 )
 
 __all__ = [
@@ -54,4 +56,6 @@ __all__ = [
     "encode_index",
     "encode_metadata",
     "metadata_for",
+    "parse_chunk",
+    "verify_chunk",
 ]

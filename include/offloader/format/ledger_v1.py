@@ -600,11 +600,11 @@ def _crc(data: bytes | memoryview) -> int:
     return crc32c.crc32c(data)
 
 
-def _parse_header(data: bytes, where: str) -> tuple[int, int]:
-    """(block_len, first_entry_id) of a v1 block header at the start of data."""
-    if len(data) < HEADER_LEN:
-        raise FormatError(f"truncated block header {where}: {len(data)} bytes of {HEADER_LEN}")
-    magic, header_len, block_len, first = _BLOCK_HEADER.unpack_from(data, 0)
+def _parse_header(data: bytes | memoryview, where: str, at: int = 0) -> tuple[int, int]:
+    """(block_len, first_entry_id) of a v1 block header at ``data[at:]``."""
+    if len(data) - at < HEADER_LEN:
+        raise FormatError(f"truncated block header {where}: {len(data) - at} bytes of {HEADER_LEN}")
+    magic, header_len, block_len, first = _BLOCK_HEADER.unpack_from(data, at)
     if magic != BLOCK_MAGIC:
         raise FormatError(f"bad block magic 0x{magic:08X} {where}, expected 0x{BLOCK_MAGIC:08X}")
     if header_len != HEADER_LEN:
@@ -612,12 +612,17 @@ def _parse_header(data: bytes, where: str) -> tuple[int, int]:
     return block_len, first
 
 
+def _same(value: bytes) -> bytes:
+    return value
+
+
 def _parse_frames(
-    data: bytes, pos: int, count: int, first_id: int, end: int, where: str
+    data: bytes | memoryview, pos: int, count: int, first_id: int, end: int, where: str
 ) -> tuple[list[tuple[int, bytes]], int]:
     """count frames from pos with ids running from first_id, all within data[:end]."""
     out: list[tuple[int, bytes]] = []
     unpack = _FRAME.unpack_from
+    copy = bytes if isinstance(data, memoryview) else _same  # slicing bytes already copies
     expected = first_id
     for _ in range(count):
         if pos + ENTRY_FRAME > end:
@@ -629,44 +634,76 @@ def _parse_frames(
             raise FormatError(f"entry {entry_id} of {size} bytes overruns {where} at byte {start}")
         if entry_id != expected:
             raise FormatError(f"entry id {entry_id} {where}, expected {expected}")
-        out.append((entry_id, bytes(data[start:pos])))
+        out.append((entry_id, copy(data[start:pos])))
         expected += 1
     return out, pos
 
 
-def decode_chunk(
-    data: bytes | memoryview, chunk: ChunkRef, *, block: BlockRef | None = None
-) -> list[tuple[int, bytes]]:
-    """Verify and parse the bytes of one chunk (a ranged GET of chunk.offset..chunk.end).
+def verify_chunk(data: bytes | memoryview, chunk: ChunkRef, *, at: int | None = None) -> None:
+    """Check the length and CRC of one chunk: ``data`` itself, or ``data[at:at+length]``.
 
-    A memoryview into a larger GET is read in place: only the payloads are copied out.
+    The CRC runs without the GIL, so readers verify in their fetching threads.
     """
-    where = f"in chunk at offset {chunk.offset} of the data object"
-    if len(data) != chunk.length:
-        raise FormatError(f"truncated chunk: {len(data)} bytes {where}, expected {chunk.length}")
-    actual = _crc(data)
+    start, end = at or 0, (at or 0) + chunk.length
+    if len(data) < end or (at is None and len(data) != chunk.length):
+        raise FormatError(
+            f"truncated chunk: {len(data) - start} bytes {_where(chunk)}, expected {chunk.length}"
+        )
+    actual = _crc(data if at is None else memoryview(data)[start:end])
     if actual != chunk.crc32c:
         raise FormatError(
-            f"CRC mismatch {where} (entries {chunk.first_entry_id}..{chunk.last_entry_id}): "
-            f"expected 0x{chunk.crc32c:08X}, got 0x{actual:08X}"
+            f"CRC mismatch {_where(chunk)} (entries {chunk.first_entry_id}.."
+            f"{chunk.last_entry_id}): expected 0x{chunk.crc32c:08X}, got 0x{actual:08X}"
         )
+
+
+def parse_chunk(
+    data: bytes | memoryview,
+    chunk: ChunkRef,
+    *,
+    block: BlockRef | None = None,
+    at: int | None = None,
+) -> list[tuple[int, bytes]]:
+    """The entries of a chunk that :func:`verify_chunk` passed (the header and frames are
+    still checked: a CRC proves the bytes arrived, not that the writer framed them right)."""
+    where = _where(chunk)
+    start = at or 0
+    end = start + chunk.length
     starts = chunk.starts_block if block is None else chunk.offset == block.offset
-    pos = 0
+    pos = start
     if starts:
-        block_len, first = _parse_header(data, where)
+        block_len, first = _parse_header(data, where, start)
         if first != chunk.first_entry_id:
             raise FormatError(
                 f"block header first_entry_id {first} {where}, chunk says {chunk.first_entry_id}"
             )
         if block is not None and block_len != block.length:
             raise FormatError(f"block_len {block_len} {where}, index says {block.length}")
-        pos = HEADER_LEN
-    out, pos = _parse_frames(data, pos, chunk.entry_count, chunk.first_entry_id, len(data), where)
-    if pos != len(data):
-        raise FormatError(
-            f"{len(data) - pos} trailing bytes after {chunk.entry_count} entries {where}"
-        )
+        pos += HEADER_LEN
+    out, pos = _parse_frames(data, pos, chunk.entry_count, chunk.first_entry_id, end, where)
+    if pos != end:
+        raise FormatError(f"{end - pos} trailing bytes after {chunk.entry_count} entries {where}")
     return out
+
+
+def decode_chunk(
+    data: bytes | memoryview,
+    chunk: ChunkRef,
+    *,
+    block: BlockRef | None = None,
+    at: int | None = None,
+) -> list[tuple[int, bytes]]:
+    """Verify and parse the bytes of one chunk (a ranged GET of chunk.offset..chunk.end).
+
+    With ``at``, the chunk is ``data[at:at + chunk.length]`` of a larger GET and is read in
+    place: only the payloads are copied out.
+    """
+    verify_chunk(data, chunk, at=at)
+    return parse_chunk(data, chunk, block=block, at=at)
+
+
+def _where(chunk: ChunkRef) -> str:
+    return f"in chunk at offset {chunk.offset} of the data object"
 
 
 def decode_block(

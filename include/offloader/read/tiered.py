@@ -8,13 +8,21 @@ block, as Pulsar does.
 
 from __future__ import annotations
 
+import itertools
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from offloader.format import ChunkRef, LedgerIndex, decode_block, decode_chunk, decode_index
+from offloader.format import (
+    ChunkRef,
+    LedgerIndex,
+    decode_block,
+    decode_index,
+    parse_chunk,
+    verify_chunk,
+)
 from offloader.objectstore import ObjectStore
 
 MiB = 1024 * 1024
@@ -143,37 +151,44 @@ class TieredLedgerReader:
             ranges.append(_range_of(group))
         return ranges
 
-    def _fetch(self, rng: _Range) -> list[tuple[int, bytes]]:
+    def _fetch(self, rng: _Range) -> bytes:
+        """GET a range and verify its chunks' CRCs (in the fetching thread, without the GIL)."""
         data = self.store.read_range(self.data_key, rng.offset, rng.length)
         self.stats.add(len(data))
-        entries: list[tuple[int, bytes]] = []
-        view = memoryview(data)
         for chunk in rng.chunks:
-            start = chunk.offset - rng.offset
-            entries.extend(decode_chunk(view[start : start + chunk.length], chunk))
+            verify_chunk(data, chunk, at=chunk.offset - rng.offset)
+        return data
+
+    @staticmethod
+    def _decode(rng: _Range, data: bytes) -> list[tuple[int, bytes]]:
+        entries: list[tuple[int, bytes]] = []
+        for chunk in rng.chunks:
+            entries.extend(parse_chunk(data, chunk, at=chunk.offset - rng.offset))
         return entries
 
     def _fetch_ahead(self, ranges: list[_Range]) -> Iterator[list[tuple[int, bytes]]]:
+        """Decoded ranges in order. Workers only fetch, so ``prefetch`` GETs stay in flight
+        while this thread decodes; up to twice that many ranges are fetched ahead."""
         if len(ranges) <= 1 or self.prefetch <= 0:
             for rng in ranges:
-                yield self._fetch(rng)
+                yield self._decode(rng, self._fetch(rng))
             return
+        window = 2 * self.prefetch
         with ThreadPoolExecutor(max_workers=self.prefetch, thread_name_prefix="read-ahead") as pool:
-            pending: list[Future[list[tuple[int, bytes]]]] = []
+            pending: deque[tuple[_Range, Future[bytes]]] = deque()
             upcoming = iter(ranges)
             try:
-                for rng in upcoming:
-                    pending.append(pool.submit(self._fetch, rng))
-                    if len(pending) >= self.prefetch:
-                        break
+                for rng in itertools.islice(upcoming, window):
+                    pending.append((rng, pool.submit(self._fetch, rng)))
                 while pending:
-                    result = pending.pop(0).result()
+                    rng, future = pending.popleft()
+                    data = future.result()
                     nxt = next(upcoming, None)
                     if nxt is not None:
-                        pending.append(pool.submit(self._fetch, nxt))
-                    yield result
+                        pending.append((nxt, pool.submit(self._fetch, nxt)))
+                    yield self._decode(rng, data)
             finally:
-                for future in pending:
+                for _, future in pending:
                     future.cancel()
 
     def _read_blocks(self, first: int, last: int) -> Iterator[tuple[int, bytes]]:

@@ -61,9 +61,7 @@ def test_bad_block_magic_in_a_chunk_with_matching_crc() -> None:
     assert index.chunks is not None
     c = index.chunks[0]
     raw = flip(data[c.offset : c.end], 1)
-    forged = ChunkRef(
-        c.first_entry_id, c.offset, c.length, c.entry_count, crc32c.crc32c(raw), True
-    )
+    forged = ChunkRef(c.first_entry_id, c.offset, c.length, c.entry_count, crc32c.crc32c(raw), True)
     with pytest.raises(FormatError, match=r"bad block magic .* in chunk at offset 0"):
         decode_chunk(raw, forged)
 
