@@ -27,7 +27,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -64,16 +63,6 @@ def _produce(rt: Runtime, topic: str, ledgers: int) -> list[int]:
             assert sealed is not None
             ids.append(sealed.ledger_id)
     return ids
-
-
-def settings_env(settings: Settings) -> dict[str, str]:
-    """OFFLOADER_* variables for ``settings`` (for the CLI subprocess)."""
-    env = {}
-    for name, value in settings.model_dump(exclude_none=True).items():
-        if hasattr(value, "get_secret_value"):
-            value = value.get_secret_value()
-        env[f"OFFLOADER_{name.upper()}"] = str(value)
-    return env
 
 
 def _airflow_env(home: Path) -> dict[str, str]:
@@ -172,23 +161,14 @@ def _dag_child(conf: dict) -> None:
 @contextlib.contextmanager
 def _postgres_url() -> Iterator[str | None]:
     """A fresh database, dropped afterwards; None when PostgreSQL is not reachable."""
-    import psycopg2
+    use_test_fixtures()
+    from fixtures.databases import postgres_unreachable, temporary_database
 
-    try:
-        admin = psycopg2.connect(PG_DSN + " dbname=postgres", connect_timeout=3)
-    except psycopg2.OperationalError:
+    if postgres_unreachable():
         yield None
         return
-    admin.autocommit = True
-    name = f"offloader_bench_{uuid.uuid4().hex[:12]}"
-    with admin.cursor() as cur:
-        cur.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"postgresql+psycopg2://postgres@127.0.0.1:5432/{name}"
-    finally:
-        with admin.cursor() as cur:
-            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
+    with temporary_database("offloader_bench") as url:
+        yield url
 
 
 def _bench_backend(settings: Settings, home: Path, ledgers: int) -> dict:
@@ -207,6 +187,9 @@ def _bench_backend(settings: Settings, home: Path, ledgers: int) -> dict:
         assert all(r.outcome is Outcome.OFFLOADED for r in results)
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("OFFLOADER_")}
+    use_test_fixtures()
+    from fixtures.backends import settings_env
+
     env |= settings_env(settings)
     start = time.perf_counter()
     done = subprocess.run(

@@ -296,9 +296,7 @@ class MetadataStore:
             result = conn.execute(
                 L.update()
                 .where(
-                    _ledger_key(attempt.topic, attempt.ledger_id),
-                    L.c.attempt_id == attempt.attempt_id,
-                    L.c.offload_epoch == attempt.epoch,
+                    _owned_by(attempt),
                 )
                 .values(attempt_lease_ms=now_ms() + lease_ms)
             )
@@ -310,9 +308,7 @@ class MetadataStore:
             result = conn.execute(
                 L.update()
                 .where(
-                    _ledger_key(attempt.topic, attempt.ledger_id),
-                    L.c.attempt_id == attempt.attempt_id,
-                    L.c.offload_epoch == attempt.epoch,
+                    _owned_by(attempt),
                     L.c.offload_state == OffloadState.OFFLOADING,
                 )
                 .values(
@@ -348,9 +344,7 @@ class MetadataStore:
             conn.execute(
                 L.update()
                 .where(
-                    _ledger_key(attempt.topic, attempt.ledger_id),
-                    L.c.attempt_id == attempt.attempt_id,
-                    L.c.offload_epoch == attempt.epoch,
+                    _owned_by(attempt),
                 )
                 .values(
                     version=L.c.version + 1,
@@ -538,6 +532,15 @@ class MetadataStore:
 
 def _ledger_key(topic: str, ledger_id: int) -> sa.ColumnElement[bool]:
     return sa.and_(L.c.topic == topic, L.c.ledger_id == ledger_id)
+
+
+def _owned_by(attempt: Attempt) -> sa.ColumnElement[bool]:
+    """The ledger row still names this attempt at this epoch (invariants 2 and 6)."""
+    return sa.and_(
+        _ledger_key(attempt.topic, attempt.ledger_id),
+        L.c.attempt_id == attempt.attempt_id,
+        L.c.offload_epoch == attempt.epoch,
+    )
 
 
 def _topic_from_row(row: sa.RowMapping) -> Topic:
