@@ -13,8 +13,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
-from offloader.metadata import now_ms
-from offloader.offload.hot_deletion import delete_hot_copies, hot_copies_due
+from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.runs import offload_batch, plan_batches, summarize
 from offloader_airflow.hooks import OffloaderHook
 from offloader_airflow.links import XCOM_KEY, OffloadedObjectsLink, object_browser_url
@@ -162,28 +161,15 @@ class DeleteHotCopiesOperator(BaseOperator):
     def execute(self, context: Context) -> list[dict[str, Any]]:
         topics = list(self.topics or [])
         dry_run = _bool(self.dry_run, "dry_run")
-        done: list[dict[str, Any]] = []
         with OffloaderHook(self.offloader_conn_id).get_runtime() as runtime:
-            for topic in topics:
-                if dry_run:
-                    lag = runtime.metadata.get_topic(topic).policy.deletion_lag_seconds
-                    due = hot_copies_due(runtime.metadata.list_ledgers(topic), lag, now_ms())
-                    done += [
-                        {
-                            "topic": topic,
-                            "ledger_id": x.ledger_id,
-                            "bytes": x.size_bytes,
-                            "dry_run": True,
-                        }
-                        for x in due
-                    ]
-                else:
-                    done += [
-                        asdict(d) for d in delete_hot_copies(runtime.metadata, runtime.hot, topic)
-                    ]
+            done = [
+                asdict(d)
+                for topic in topics
+                for d in delete_hot_copies(runtime.metadata, runtime.hot, topic, dry_run=dry_run)
+            ]
         self.log.info(
             "hot copies %s: %s",
-            "due" if dry_run else "deleted",
+            "due (dry run)" if dry_run else "deleted",
             [(d["topic"], d["ledger_id"]) for d in done],
         )
         return done

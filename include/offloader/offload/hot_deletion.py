@@ -36,13 +36,15 @@ def hot_copies_due(ledgers: list[Ledger], deletion_lag_seconds: float, at_ms: in
 
 
 def delete_hot_copies(
-    metadata: MetadataStore, hot: HotLedgerStore, topic: str
+    metadata: MetadataStore, hot: HotLedgerStore, topic: str, *, dry_run: bool = False
 ) -> list[HotDeletion]:
+    """Delete the hot copies that are due; with ``dry_run``, only say which they are."""
     policy = metadata.get_topic(topic).policy
+    due = hot_copies_due(metadata.list_ledgers(topic), policy.deletion_lag_seconds, now_ms())
+    if dry_run:
+        return [HotDeletion(topic, x.ledger_id, x.size_bytes) for x in due]
     done = []
-    for ledger in hot_copies_due(
-        metadata.list_ledgers(topic), policy.deletion_lag_seconds, now_ms()
-    ):
+    for ledger in due:
         try:
             if ledger.hot_state is HotState.PRESENT:
                 ledger = metadata.mark_hot_deleting(ledger)

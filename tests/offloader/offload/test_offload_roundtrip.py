@@ -40,6 +40,9 @@ def test_offload_read_back_and_delete_hot_copy_after_lag(runtime: Runtime) -> No
     assert delete_hot_copies(rt.metadata, rt.hot, "orders") == []
     assert all(rt.hot.exists("orders", i) for i in ids)
     time.sleep(1.1)
+    dry = delete_hot_copies(rt.metadata, rt.hot, "orders", dry_run=True)
+    assert sorted(d.ledger_id for d in dry) == ids
+    assert all(rt.hot.exists("orders", i) for i in ids)  # a dry run deletes nothing
     deleted = delete_hot_copies(rt.metadata, rt.hot, "orders")
     assert sorted(d.ledger_id for d in deleted) == ids
     for i in ids:
