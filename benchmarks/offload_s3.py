@@ -84,6 +84,19 @@ def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - start, value
 
 
+def _comparison(ours_s: list[float], raw_s: list[float], nbytes: int) -> dict:
+    """Both sides' timings, medians as MB/s, and raw/ours (>= 1 means ours is faster)."""
+    ours, raw = _median(ours_s), _median(raw_s)
+    return {
+        "ours_s": [round(x, 3) for x in ours_s],
+        "raw_s": [round(x, 3) for x in raw_s],
+        "ours_mb_per_s": round(nbytes / ours / 1e6, 1),
+        "raw_mb_per_s": round(nbytes / raw / 1e6, 1),
+        "ratio": round(raw / ours, 3),
+        "target": TARGET_RATIO,
+    }
+
+
 def _median(values: list[float]) -> float:
     return statistics.median(values)
 
@@ -185,9 +198,6 @@ def _bench_offload_and_read(
     assert read_entries == entries
     client.close()
 
-    def mbps(nbytes: int, seconds: float) -> float:
-        return round(nbytes / seconds / 1e6, 1)
-
     ours_med, raw_med = _median(ours_s), _median(raw_s)
     offload = {
         "ledger_mib": round(payload_bytes / MiB, 1),
@@ -198,12 +208,7 @@ def _bench_offload_and_read(
         "parts": len(parts),
         "concurrency": concurrency,
         "repeats": repeats,
-        "ours_s": [round(s, 3) for s in ours_s],
-        "raw_s": [round(s, 3) for s in raw_s],
-        "ours_mb_per_s": mbps(object_bytes, ours_med),
-        "raw_mb_per_s": mbps(object_bytes, raw_med),
-        "ratio": round(raw_med / ours_med, 3),
-        "target": TARGET_RATIO,
+        **_comparison(ours_s, raw_s, object_bytes),
         "split": {
             "hot_read_s": round(hot_read_s, 3),
             "hot_read_plus_encode_s": round(encode_s, 3),
@@ -213,18 +218,12 @@ def _bench_offload_and_read(
         },
     }
     offload["met"] = offload["ratio"] >= TARGET_RATIO
-    ours_r, raw_r = _median(ours_read_s), _median(raw_read_s)
     sequential = {
         "object_mib": round(object_bytes / MiB, 1),
         "range_mib": DEFAULT_SEQUENTIAL_RANGE // MiB,
         "in_flight": settings.read_prefetch,
         "repeats": repeats,
-        "ours_s": [round(s, 3) for s in ours_read_s],
-        "raw_s": [round(s, 3) for s in raw_read_s],
-        "ours_mb_per_s": mbps(object_bytes, ours_r),
-        "raw_mb_per_s": mbps(object_bytes, raw_r),
-        "ratio": round(raw_r / ours_r, 3),
-        "target": TARGET_RATIO,
+        **_comparison(ours_read_s, raw_read_s, object_bytes),
     }
     sequential["met"] = sequential["ratio"] >= TARGET_RATIO
     return offload, sequential

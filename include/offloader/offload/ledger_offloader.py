@@ -27,6 +27,7 @@ from offloader.offload.keys import ledger_object_keys, object_user_metadata
 from offloader.offload.lease import LeaseKeeper
 from offloader.offload.planner import due_ledgers
 from offloader.offload.upload import upload_blocks
+from offloader.policy import OffloadPolicy
 from offloader.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -61,10 +62,16 @@ class LedgerOffloader:
         self.runtime = runtime
         self.metadata = runtime.metadata
         self.store = runtime.objects
+        self._policies: dict[str, OffloadPolicy] = {}
+
+    def policy(self, topic: str) -> OffloadPolicy:
+        """The topic's policy, read once per offloader (one run or one batch)."""
+        if topic not in self._policies:
+            self._policies[topic] = self.metadata.get_topic(topic).policy
+        return self._policies[topic]
 
     def plan(self, topic: str, up_to: int | None = None) -> list[Ledger]:
-        policy = self.metadata.get_topic(topic).policy
-        return due_ledgers(self.metadata.list_ledgers(topic), policy, now_ms(), up_to)
+        return due_ledgers(self.metadata.list_ledgers(topic), self.policy(topic), now_ms(), up_to)
 
     def offload_topic(self, topic: str, up_to: int | None = None) -> list[OffloadResult]:
         """Offload every due ledger of ``topic``, oldest first."""
@@ -136,7 +143,7 @@ class LedgerOffloader:
         )
 
     def _upload(self, ledger: Ledger, attempt: Attempt, check) -> int:  # type: ignore[no-untyped-def]
-        policy = self.metadata.get_topic(ledger.topic).policy
+        policy = self.policy(ledger.topic)
         entries = self.runtime.hot.read(ledger.topic, ledger.ledger_id, 0, ledger.entry_count - 1)
         uploaded = upload_blocks(
             self.store,

@@ -1,10 +1,11 @@
 """The CAS protocol on both databases (the `metadata_url` fixture runs SQLite and PostgreSQL)."""
 
-import threading
+import contextlib
 from collections.abc import Iterator
 
 import pytest
 
+from fixtures.backends import run_in_threads
 from offloader.exceptions import AlreadyExistsError, CommitFailedError, NotFoundError
 from offloader.metadata import AttemptState, HotState, MetadataStore, OffloadState
 from offloader.metadata.migrate import current_revision, head_revision
@@ -71,22 +72,13 @@ def test_ledger_ids_are_unique_under_concurrent_allocation(store: MetadataStore)
     store.create_topic("t", OffloadPolicy())
     epoch = store.claim_writer("t").writer_epoch
     ids: list[int] = []
-    errors: list[BaseException] = []
 
     def allocate() -> None:
         for _ in range(10):
-            try:
+            with contextlib.suppress(CommitFailedError):  # a lost CAS is fine; duplicates not
                 ids.append(store.allocate_ledger("t", epoch).ledger_id)
-            except CommitFailedError:
-                pass  # a lost CAS is fine; duplicates are not
-            except BaseException as exc:
-                errors.append(exc)
 
-    threads = [threading.Thread(target=allocate) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = run_in_threads(allocate, 4)
     assert not errors
     assert len(ids) == len(set(ids)) > 0
     assert sorted(x.ledger_id for x in store.list_ledgers("t")) == sorted(ids)

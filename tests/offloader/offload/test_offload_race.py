@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from fixtures.backends import make_topic, produce_ledgers, unaccounted_objects
+from fixtures.backends import make_topic, produce_ledgers, run_in_threads, unaccounted_objects
 from offloader.exceptions import CommitFailedError
 from offloader.metadata import AttemptState
 from offloader.offload.ledger_offloader import LedgerOffloader, Outcome
@@ -19,22 +19,14 @@ def test_concurrent_offloaders_commit_once(runtime: Runtime) -> None:
     checksum = TopicReader(rt).checksum("orders", Source.HOT)
     barrier = threading.Barrier(4)
     results = []
-    errors = []
 
     def offload() -> None:
         # each racer has its own runtime: own connections, as separate workers would
         with Runtime.open(rt.settings) as mine:
             barrier.wait()
-            try:
-                results.extend(LedgerOffloader(mine).offload_topic("orders", up_to=ids[-1]))
-            except BaseException as exc:
-                errors.append(exc)
+            results.extend(LedgerOffloader(mine).offload_topic("orders", up_to=ids[-1]))
 
-    threads = [threading.Thread(target=offload) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = run_in_threads(offload, 4)
     assert not errors
     for ledger_id in ids:
         outcomes = [r.outcome for r in results if r.ledger_id == ledger_id]
