@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from offloader.metadata import Deletion, MetadataStore, now_ms
+from offloader.metadata import Deletion, MetadataStore
 from offloader.objectstore import ObjectStore
 from offloader.settings import Settings
 
@@ -57,7 +57,7 @@ def process_deletions(
                     errors[row.object_key],
                 )
                 metadata.retry_deletion_later(
-                    row, errors[row.object_key], now_ms() + backoff_ms(row.tries, settings)
+                    row, errors[row.object_key], backoff_ms(row.tries, settings)
                 )
     remaining = len(metadata.pending_deletions())
     return DeletionPass(deleted=deleted, failed=failed, remaining=remaining)

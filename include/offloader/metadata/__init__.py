@@ -1,5 +1,6 @@
 """The metadata store (the source of truth), its records and migrations."""
 
+from offloader.metadata.clock import now_ms
 from offloader.metadata.records import (
     Attempt,
     AttemptState,
@@ -10,7 +11,7 @@ from offloader.metadata.records import (
     OffloadState,
     Topic,
 )
-from offloader.metadata.store import MetadataStore, now_ms
+from offloader.metadata.store import MetadataStore
 
 __all__ = [
     "Attempt",

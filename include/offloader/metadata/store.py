@@ -3,12 +3,14 @@
 SQLite (the embedded default) and PostgreSQL behave the same here: writes on SQLite take
 the database lock at BEGIN (``BEGIN IMMEDIATE``) so concurrent writers queue instead of
 failing, and CAS is ``UPDATE ... WHERE version = :expected`` with the row count checked.
+Every timestamp written and every lease or age compared is the database's clock
+(``clock.db_now()``), evaluated in the statement itself. Creates rely on the primary key,
+not on a check before the insert: a racing duplicate becomes ``AlreadyExistsError``.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,9 +18,12 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import IntegrityError
 
 from offloader.exceptions import AlreadyExistsError, CommitFailedError, NotFoundError
 from offloader.metadata import schema
+from offloader.metadata.clock import db_now, db_now_ms
+from offloader.metadata.clock import now_ms as now_ms  # re-exported: the worker's clock
 from offloader.metadata.migrate import upgrade_to_head
 from offloader.metadata.records import (
     Attempt,
@@ -33,10 +38,6 @@ from offloader.metadata.records import (
 from offloader.policy import OffloadPolicy
 
 T, L, A, D = schema.topics, schema.ledgers, schema.offload_attempts, schema.deletion_queue
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def create_metadata_engine(url: str) -> Engine:
@@ -87,6 +88,27 @@ def _cas_ledger(conn: Connection, ledger: Ledger, **values: object) -> None:
     _cas(conn, L, where, ledger.version, what, **values)
 
 
+def _cas_ledger_if(
+    conn: Connection,
+    ledger: Ledger,
+    condition: sa.ColumnElement[bool],
+    refusal: str,
+    **values: object,
+) -> None:
+    """CAS on the ledger that also requires ``condition``; an unchanged ledger that fails
+    it raises CommitFailedError with ``refusal`` (what the condition protects)."""
+    where = sa.and_(_ledger_key(ledger.topic, ledger.ledger_id), condition)
+    what = f"ledger {ledger.topic}/{ledger.ledger_id}"
+    try:
+        _cas(conn, L, where, ledger.version, what, **values)
+    except CommitFailedError:
+        key = _ledger_key(ledger.topic, ledger.ledger_id)
+        current = conn.execute(sa.select(L.c.version).where(key)).scalar()
+        if current == ledger.version:
+            raise CommitFailedError(f"{what} {refusal}") from None
+        raise
+
+
 class MetadataStore:
     """Topics, ledgers, offload attempts and the deletion queue."""
 
@@ -102,6 +124,11 @@ class MetadataStore:
     def close(self) -> None:
         self.engine.dispose()
 
+    def db_now_ms(self) -> int:
+        """The database's clock, the one leases and ages are measured on (invariant 6)."""
+        with self.engine.connect() as conn:
+            return db_now_ms(conn)
+
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
         with self.engine.begin() as conn:
@@ -111,20 +138,21 @@ class MetadataStore:
     def create_topic(self, name: str, policy: OffloadPolicy) -> Topic:
         if not name or len(name) > 512:
             raise ValueError("topic name must be 1 to 512 characters")
-        with self.transaction() as conn:
-            if conn.execute(sa.select(T.c.name).where(T.c.name == name)).first():
-                raise AlreadyExistsError(f"topic {name!r} exists already")
-            conn.execute(
-                T.insert().values(
-                    name=name,
-                    version=1,
-                    policy=policy.model_dump_json(),
-                    created_ms=now_ms(),
-                    next_ledger_id=1,
-                    writer_epoch=0,
+        try:
+            with self.transaction() as conn:
+                conn.execute(
+                    T.insert().values(
+                        name=name,
+                        version=1,
+                        policy=policy.model_dump_json(),
+                        created_ms=db_now(),
+                        next_ledger_id=1,
+                        writer_epoch=0,
+                    )
                 )
-            )
-            return self._topic(conn, name)
+                return self._topic(conn, name)
+        except IntegrityError as exc:  # the primary key: a concurrent create won
+            raise AlreadyExistsError(f"topic {name!r} exists already") from exc
 
     def get_topic(self, name: str) -> Topic:
         with self.engine.connect() as conn:
@@ -193,7 +221,7 @@ class MetadataStore:
                     state=LedgerState.OPEN,
                     entry_count=0,
                     size_bytes=0,
-                    created_ms=now_ms(),
+                    created_ms=db_now(),
                     offload_state=OffloadState.NONE,
                     offload_epoch=0,
                     hot_state=HotState.PRESENT,
@@ -219,7 +247,7 @@ class MetadataStore:
                 state=LedgerState.SEALED,
                 entry_count=entry_count,
                 size_bytes=size_bytes,
-                sealed_ms=now_ms(),
+                sealed_ms=db_now(),
             )
             return self._ledger(conn, ledger.topic, ledger.ledger_id)
 
@@ -248,31 +276,29 @@ class MetadataStore:
         """Record the intent (attempt id and keys) before the first byte is uploaded.
 
         A stale attempt still named by the ledger (its lease ran out) is superseded here
-        and its objects are queued for deletion in the same transaction.
+        and its objects are queued for deletion in the same transaction. Whether the lease
+        ran out is decided by the database's clock inside the conditional update, so the
+        check and the takeover are one step and a worker's clock has no say.
         """
-        now = now_ms()
+        epoch = ledger.offload_epoch + 1
         with self.transaction() as conn:
+            _cas_ledger_if(
+                conn,
+                ledger,
+                _lease_over() if ledger.attempt_id is not None else sa.true(),
+                f"has attempt {ledger.attempt_id} in flight until its lease ends",
+                offload_state=OffloadState.OFFLOADING,
+                offload_epoch=epoch,
+                attempt_id=attempt_id,
+                attempt_lease_ms=db_now() + lease_ms,
+            )
             if ledger.attempt_id is not None:
-                if ledger.attempt_lease_ms is not None and ledger.attempt_lease_ms > now:
-                    raise CommitFailedError(
-                        f"ledger {ledger.topic}/{ledger.ledger_id} has attempt "
-                        f"{ledger.attempt_id} in flight until its lease ends"
-                    )
                 self._retire_attempt(
                     conn,
                     ledger.attempt_id,
                     AttemptState.SUPERSEDED,
                     "lease expired; superseded by " + attempt_id,
                 )
-            epoch = ledger.offload_epoch + 1
-            _cas_ledger(
-                conn,
-                ledger,
-                offload_state=OffloadState.OFFLOADING,
-                offload_epoch=epoch,
-                attempt_id=attempt_id,
-                attempt_lease_ms=now + lease_ms,
-            )
             conn.execute(
                 A.insert().values(
                     attempt_id=attempt_id,
@@ -283,7 +309,7 @@ class MetadataStore:
                     index_key=index_key,
                     state=AttemptState.STARTED,
                     owner=owner[:255],
-                    created_ms=now,
+                    created_ms=db_now(),
                 )
             )
             return self._ledger(conn, ledger.topic, ledger.ledger_id), self._attempt(
@@ -291,14 +317,15 @@ class MetadataStore:
             )
 
     def renew_lease(self, attempt: Attempt, lease_ms: int) -> bool:
-        """Extend the attempt's lease; False once another attempt owns the ledger."""
+        """Extend the attempt's lease (from the database's now); False once another
+        attempt owns the ledger."""
         with self.transaction() as conn:
             result = conn.execute(
                 L.update()
                 .where(
                     _owned_by(attempt),
                 )
-                .values(attempt_lease_ms=now_ms() + lease_ms)
+                .values(attempt_lease_ms=db_now() + lease_ms)
             )
             return result.rowcount == 1
 
@@ -320,7 +347,7 @@ class MetadataStore:
                     data_key=attempt.data_key,
                     index_key=attempt.index_key,
                     data_len=data_len,
-                    offloaded_ms=now_ms(),
+                    offloaded_ms=db_now(),
                 )
             )
             if result.rowcount != 1:
@@ -331,7 +358,7 @@ class MetadataStore:
             conn.execute(
                 A.update()
                 .where(A.c.attempt_id == attempt.attempt_id)
-                .values(state=AttemptState.COMMITTED, finished_ms=now_ms())
+                .values(state=AttemptState.COMMITTED, finished_ms=db_now())
             )
             return self._ledger(conn, attempt.topic, attempt.ledger_id)
 
@@ -399,21 +426,26 @@ class MetadataStore:
         conn.execute(
             A.update()
             .where(A.c.attempt_id == attempt_id, A.c.state == AttemptState.STARTED)
-            .values(state=state, finished_ms=now_ms(), detail=detail[:2000])
+            .values(state=state, finished_ms=db_now(), detail=detail[:2000])
         )
         self._enqueue(conn, [row["data_key"], row["index_key"]], f"attempt {state}", attempt_id)
 
     # --- hot copies (mark first, delete second) ------------------------------------------
-    def mark_hot_deleting(self, ledger: Ledger) -> Ledger:
+    def mark_hot_deleting(self, ledger: Ledger, deletion_lag_ms: int = 0) -> Ledger:
+        """Mark the hot copy for deletion once ``deletion_lag_ms`` has passed since the
+        commit, on the database's clock (checked in the conditional update itself)."""
         if not ledger.is_offloaded:
             raise ValueError(
                 f"ledger {ledger.topic}/{ledger.ledger_id} is not offloaded; its hot copy "
                 "is the only one"
             )
         with self.transaction() as conn:
-            _cas_ledger(
+            _cas_ledger_if(
                 conn,
                 ledger,
+                L.c.offloaded_ms + deletion_lag_ms <= db_now(),
+                f"was offloaded less than its deletion lag of {deletion_lag_ms} ms ago "
+                "(database clock); its hot copy stays",
                 hot_state=HotState.DELETING,
             )
             return self._ledger(conn, ledger.topic, ledger.ledger_id)
@@ -424,7 +456,7 @@ class MetadataStore:
                 conn,
                 ledger,
                 hot_state=HotState.DELETED,
-                hot_deleted_ms=now_ms(),
+                hot_deleted_ms=db_now(),
             )
             return self._ledger(conn, ledger.topic, ledger.ledger_id)
 
@@ -436,7 +468,9 @@ class MetadataStore:
             self._enqueue(conn, keys, reason, attempt_id)
 
     def due_deletions(self, limit: int, at_ms: int | None = None) -> list[Deletion]:
-        at = now_ms() if at_ms is None else at_ms
+        """Pending deletions whose retry time has come: now on the database's clock, or
+        ``at_ms`` when given."""
+        at = db_now() if at_ms is None else sa.literal(at_ms, sa.BigInteger)
         with self.engine.connect() as conn:
             rows = conn.execute(
                 sa.select(D)
@@ -461,35 +495,31 @@ class MetadataStore:
             conn.execute(
                 D.update()
                 .where(D.c.id.in_(ids), D.c.state == "pending")
-                .values(state="done", done_ms=now_ms())
+                .values(state="done", done_ms=db_now())
             )
 
-    def retry_deletion_later(self, deletion: Deletion, error: str, next_try_ms: int) -> None:
+    def retry_deletion_later(self, deletion: Deletion, error: str, delay_ms: int) -> None:
+        """Record a failed try; the next one is due ``delay_ms`` after the database's now."""
         with self.transaction() as conn:
             conn.execute(
                 D.update()
                 .where(D.c.id == deletion.id, D.c.state == "pending")
-                .values(tries=D.c.tries + 1, last_error=error[:2000], next_try_ms=next_try_ms)
+                .values(
+                    tries=D.c.tries + 1,
+                    last_error=error[:2000],
+                    next_try_ms=db_now() + delay_ms,
+                )
             )
 
     def _enqueue(
         self, conn: Connection, keys: Iterable[str], reason: str, attempt_id: str | None
     ) -> None:
-        now = now_ms()
         rows = [
-            dict(
-                object_key=k,
-                reason=reason[:255],
-                attempt_id=attempt_id,
-                state="pending",
-                enqueued_ms=now,
-                tries=0,
-                next_try_ms=now,
-            )
+            dict(object_key=k, reason=reason[:255], attempt_id=attempt_id, state="pending", tries=0)
             for k in keys
         ]
         if rows:
-            conn.execute(D.insert(), rows)
+            conn.execute(D.insert().values(enqueued_ms=db_now(), next_try_ms=db_now()), rows)
 
     # --- status --------------------------------------------------------------------------
     def counts(self) -> dict[str, object]:
@@ -532,6 +562,11 @@ class MetadataStore:
 
 def _ledger_key(topic: str, ledger_id: int) -> sa.ColumnElement[bool]:
     return sa.and_(L.c.topic == topic, L.c.ledger_id == ledger_id)
+
+
+def _lease_over() -> sa.ColumnElement[bool]:
+    """The attempt's lease has run out by the database's clock (invariant 6)."""
+    return sa.or_(L.c.attempt_lease_ms.is_(None), L.c.attempt_lease_ms <= db_now())
 
 
 def _owned_by(attempt: Attempt) -> sa.ColumnElement[bool]:

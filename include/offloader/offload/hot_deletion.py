@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from offloader import failpoints
 from offloader.exceptions import CommitFailedError
 from offloader.hottier import HotLedgerStore
-from offloader.metadata import HotState, Ledger, MetadataStore, now_ms
+from offloader.metadata import HotState, Ledger, MetadataStore
 
 
 @dataclass(frozen=True)
@@ -38,16 +38,23 @@ def hot_copies_due(ledgers: list[Ledger], deletion_lag_seconds: float, at_ms: in
 def delete_hot_copies(
     metadata: MetadataStore, hot: HotLedgerStore, topic: str, *, dry_run: bool = False
 ) -> list[HotDeletion]:
-    """Delete the hot copies that are due; with ``dry_run``, only say which they are."""
+    """Delete the hot copies that are due; with ``dry_run``, only say which they are.
+
+    The lag is measured on the database's clock, and marking checks it again in SQL, so a
+    worker whose clock runs ahead cannot delete a hot copy early (invariants 3 and 6).
+    """
     policy = metadata.get_topic(topic).policy
-    due = hot_copies_due(metadata.list_ledgers(topic), policy.deletion_lag_seconds, now_ms())
+    lag_ms = int(policy.deletion_lag_seconds * 1000)
+    due = hot_copies_due(
+        metadata.list_ledgers(topic), policy.deletion_lag_seconds, metadata.db_now_ms()
+    )
     if dry_run:
         return [HotDeletion(topic, x.ledger_id, x.size_bytes) for x in due]
     done = []
     for ledger in due:
         try:
             if ledger.hot_state is HotState.PRESENT:
-                ledger = metadata.mark_hot_deleting(ledger)
+                ledger = metadata.mark_hot_deleting(ledger, lag_ms)
                 failpoints.reach("after-mark-hot-deleting")
             hot.delete(topic, ledger.ledger_id)
             metadata.mark_hot_deleted(ledger)

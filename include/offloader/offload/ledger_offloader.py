@@ -22,7 +22,7 @@ from offloader.exceptions import (
     ObjectNotFoundError,
 )
 from offloader.format import LedgerMetadata, decode_index, encode_blocks, encode_index
-from offloader.metadata import Attempt, Ledger, LedgerState, now_ms
+from offloader.metadata import Attempt, Ledger, LedgerState
 from offloader.offload.keys import ledger_object_keys, object_user_metadata
 from offloader.offload.lease import LeaseKeeper
 from offloader.offload.planner import due_ledgers
@@ -71,7 +71,8 @@ class LedgerOffloader:
         return self._policies[topic]
 
     def plan(self, topic: str, up_to: int | None = None) -> list[Ledger]:
-        return due_ledgers(self.metadata.list_ledgers(topic), self.policy(topic), now_ms(), up_to)
+        ledgers = self.metadata.list_ledgers(topic)
+        return due_ledgers(ledgers, self.policy(topic), self.metadata.db_now_ms(), up_to)
 
     def offload_topic(self, topic: str, up_to: int | None = None) -> list[OffloadResult]:
         """Offload every due ledger of ``topic``, oldest first."""
@@ -85,7 +86,9 @@ class LedgerOffloader:
         if ledger.state is not LedgerState.SEALED:
             raise ValueError(f"ledger {topic}/{ledger_id} is open; only sealed ledgers move")
         if ledger.attempt_id is not None:
-            if (ledger.attempt_lease_ms or 0) > now_ms():
+            # the database's clock says whether the lease is over (invariant 6); begin_attempt
+            # checks it again in its conditional update, in case the owner renews meanwhile
+            if (ledger.attempt_lease_ms or 0) > self.metadata.db_now_ms():
                 return OffloadResult(topic, ledger_id, Outcome.IN_PROGRESS, ledger.attempt_id)
             finished = self._finish_stale(ledger)
             if finished is not None:

@@ -10,7 +10,6 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 from offloader.metadata import MetadataStore
-from offloader.metadata.store import now_ms
 from offloader.offload.ledger_offloader import LedgerOffloader, OffloadResult, Outcome
 from offloader.offload.planner import due_ledgers
 from offloader.runtime import Runtime
@@ -55,7 +54,7 @@ def plan_batches(
     validate_run_params(topic, up_to, batch_size, batch_bytes)
     names = [topic] if topic else [t.name for t in metadata.list_topics()]
     batches = []
-    now = now_ms()
+    now = metadata.db_now_ms()  # ages are measured on the database's clock
     for name in names:
         policy = metadata.get_topic(name).policy  # NotFoundError names a missing topic
         current: list[int] = []

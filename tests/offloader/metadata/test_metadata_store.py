@@ -152,7 +152,7 @@ def test_deletion_queue_retries_and_completes(store: MetadataStore) -> None:
     store.enqueue_deletions(["k1", "k2"], "test")
     due = store.due_deletions(10)
     assert [d.object_key for d in due] == ["k1", "k2"]
-    store.retry_deletion_later(due[0], "503 SlowDown", next_try_ms=2**62)
+    store.retry_deletion_later(due[0], "503 SlowDown", delay_ms=3_600_000)
     store.complete_deletions([due[1].id])
     assert store.due_deletions(10) == []
     (left,) = store.pending_deletions()
