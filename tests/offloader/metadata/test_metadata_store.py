@@ -1,36 +1,15 @@
 """The CAS protocol on both databases (the `metadata_url` fixture runs SQLite and PostgreSQL)."""
 
 import contextlib
-from collections.abc import Iterator
 
 import pytest
 
 from fixtures.backends import run_in_threads
+from fixtures.metadata import begin, sealed_ledger
 from offloader.exceptions import AlreadyExistsError, CommitFailedError, NotFoundError
 from offloader.metadata import AttemptState, HotState, MetadataStore, OffloadState
 from offloader.metadata.migrate import current_revision, head_revision
 from offloader.policy import OffloadPolicy
-
-
-@pytest.fixture
-def store(metadata_url: str) -> Iterator[MetadataStore]:
-    store = MetadataStore.open(metadata_url)
-    yield store
-    store.close()
-
-
-def sealed_ledger(store: MetadataStore, topic: str = "t"):
-    if not any(t.name == topic for t in store.list_topics()):
-        store.create_topic(topic, OffloadPolicy())
-    epoch = store.claim_writer(topic).writer_epoch
-    ledger = store.allocate_ledger(topic, epoch)
-    return store.seal_ledger(ledger, 10, 1000, epoch)
-
-
-def begin(store: MetadataStore, ledger, attempt_id: str, lease_ms: int = 60_000):
-    return store.begin_attempt(
-        ledger, attempt_id, f"{attempt_id}-d", f"{attempt_id}-i", "test", lease_ms
-    )
 
 
 def test_migrations_reach_head_and_reopen_is_a_noop(metadata_url: str) -> None:

@@ -1,0 +1,86 @@
+"""Leases and ages on the database's clock (invariant 6), with a worker whose clock is wrong.
+
+Every test skews this process's clock by an hour, ahead or behind; the database's clock
+(PostgreSQL's server, SQLite's read of the OS clock) is right. Both databases.
+"""
+
+import time
+
+import pytest
+
+from fixtures.clock import HOUR, database_time_ms, skew_worker_clock
+from fixtures.metadata import begin, sealed_ledger
+from offloader.exceptions import CommitFailedError
+from offloader.metadata import AttemptState, HotState, MetadataStore
+
+LEASE_MS = 60_000
+TOLERANCE_MS = 5_000  # a loaded test machine; an hour of skew is far outside it
+
+
+def test_lease_ends_at_database_time_plus_lease(
+    store: MetadataStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    skew_worker_clock(monkeypatch, HOUR)
+    before = database_time_ms(store.engine)
+    ledger, attempt = begin(store, sealed_ledger(store), "a1", lease_ms=LEASE_MS)
+    assert 0 <= ledger.attempt_lease_ms - (before + LEASE_MS) <= TOLERANCE_MS
+    # what the store records is the database's time too, not this worker's
+    assert 0 <= ledger.sealed_ms - before <= TOLERANCE_MS
+    assert 0 <= store.get_attempt("a1").created_ms - before <= TOLERANCE_MS
+
+    assert store.renew_lease(attempt, 2 * LEASE_MS)
+    renewed = store.get_ledger("t", ledger.ledger_id).attempt_lease_ms
+    assert 0 <= renewed - (before + 2 * LEASE_MS) <= TOLERANCE_MS
+    assert abs(store.db_now_ms() - database_time_ms(store.engine)) <= TOLERANCE_MS
+
+
+def test_worker_ahead_cannot_supersede_a_live_attempt(
+    store: MetadataStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ledger, live = begin(store, sealed_ledger(store), "live", lease_ms=LEASE_MS)
+    skew_worker_clock(monkeypatch, HOUR)  # by this worker's clock the lease ended long ago
+    with pytest.raises(CommitFailedError, match="in flight until its lease ends"):
+        begin(store, ledger, "usurper")
+    current = store.get_ledger("t", ledger.ledger_id)
+    assert (current.attempt_id, current.version) == ("live", ledger.version)
+    assert store.get_attempt("live").state is AttemptState.STARTED
+    assert store.pending_deletions() == []
+    assert store.commit_offload(live, 1).offload_uuid == "live"
+
+
+def test_worker_behind_supersedes_an_expired_attempt(
+    store: MetadataStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ledger, stale = begin(store, sealed_ledger(store), "stale", lease_ms=50)
+    time.sleep(0.2)  # the lease is over by the database's clock
+    skew_worker_clock(monkeypatch, -HOUR)  # by this worker's clock it has an hour to go
+    ledger, fresh = begin(store, ledger, "fresh")
+    assert fresh.epoch == stale.epoch + 1 and ledger.attempt_id == "fresh"
+    assert store.get_attempt("stale").state is AttemptState.SUPERSEDED
+    assert {d.object_key for d in store.pending_deletions()} == {"stale-d", "stale-i"}
+
+
+def test_hot_copy_is_not_marked_before_the_lag_on_database_time(
+    store: MetadataStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ledger, attempt = begin(store, sealed_ledger(store), "a1")
+    ledger = store.commit_offload(attempt, 1)
+    skew_worker_clock(monkeypatch, HOUR)
+    with pytest.raises(CommitFailedError, match="deletion lag of 600000 ms"):
+        store.mark_hot_deleting(ledger, deletion_lag_ms=600_000)
+    assert store.get_ledger("t", ledger.ledger_id).hot_state is HotState.PRESENT
+    assert store.mark_hot_deleting(ledger, deletion_lag_ms=0).hot_state is HotState.DELETING
+
+
+def test_deletion_queue_is_due_by_database_time(
+    store: MetadataStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.enqueue_deletions(["k1", "k2"], "test")
+    skew_worker_clock(monkeypatch, -HOUR)  # by this worker's clock they are not due for an hour
+    due = store.due_deletions(10)
+    assert [d.object_key for d in due] == ["k1", "k2"]
+    skew_worker_clock(monkeypatch, HOUR)  # now an hour ahead: a 60 s backoff must still hold
+    store.retry_deletion_later(due[0], "503 SlowDown", delay_ms=LEASE_MS)
+    assert [d.object_key for d in store.due_deletions(10)] == ["k2"]
+    (retried,) = [d for d in store.pending_deletions() if d.object_key == "k1"]
+    assert abs(retried.next_try_ms - (database_time_ms(store.engine) + LEASE_MS)) <= TOLERANCE_MS
