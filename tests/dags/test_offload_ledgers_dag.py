@@ -247,6 +247,6 @@ def test_killed_offload_task_retried_converges(backend_settings, airflow_db) -> 
         assert [a.state for a in attempts] == [AttemptState.SUPERSEDED, AttemptState.COMMITTED]
         assert TopicReader(rt).checksum("orders", Source.TIERED) == checksum
         assert unaccounted_objects(rt) == set()
-        process_deletions(rt.metadata, rt.objects, rt.settings)
+        process_deletions(rt.metadata, rt.stores, rt.settings)
         assert {i.key for i in rt.objects.list()} == {ledger.data_key, ledger.index_key}
         assert list(rt.objects.list_multipart_uploads()) == []

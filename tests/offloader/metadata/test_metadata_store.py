@@ -9,6 +9,7 @@ from fixtures.backends import run_in_threads
 from offloader.exceptions import AlreadyExistsError, CommitFailedError, NotFoundError
 from offloader.metadata import AttemptState, HotState, MetadataStore, OffloadState
 from offloader.metadata.migrate import current_revision, head_revision
+from offloader.objectstore.location import StoreLocation
 from offloader.policy import OffloadPolicy
 
 
@@ -28,12 +29,19 @@ def sealed_ledger(store: MetadataStore, topic: str = "t"):
 
 
 def begin(store: MetadataStore, ledger, attempt_id: str, lease_ms: int = 60_000):
+    store_id = store.record_store(StoreLocation("file", "/objects"))
     return store.begin_attempt(
-        ledger, attempt_id, f"{attempt_id}-d", f"{attempt_id}-i", "test", lease_ms
+        ledger,
+        attempt_id,
+        f"{attempt_id}-d",
+        f"{attempt_id}-i",
+        "test",
+        lease_ms,
+        store_id=store_id,
     )
 
 
-def test_migrations_reach_head_and_reopen_is_a_noop(metadata_url: str) -> None:
+def test_upgraded_database_is_at_head_and_opens_twice(metadata_url: str) -> None:
     MetadataStore.open(metadata_url).close()
     store = MetadataStore.open(metadata_url)
     assert current_revision(store.engine) == head_revision()
@@ -149,7 +157,8 @@ def test_hot_copy_is_marked_before_it_is_deleted(store: MetadataStore) -> None:
 
 
 def test_deletion_queue_retries_and_completes(store: MetadataStore) -> None:
-    store.enqueue_deletions(["k1", "k2"], "test")
+    store_id = store.record_store(StoreLocation("file", "/o"))
+    store.enqueue_deletions(["k1", "k2"], "test", store_id=store_id)
     due = store.due_deletions(10)
     assert [d.object_key for d in due] == ["k1", "k2"]
     store.retry_deletion_later(due[0], "503 SlowDown", next_try_ms=2**62)
