@@ -92,10 +92,10 @@ def _record_legacy_store(conn: Connection, legacy_store: StoreLocation | None) -
     if not any(counts.values()):
         return
     if legacy_store is None:
+        rows = ", ".join(f"{n} {t}" for t, n in counts.items() if n)
         raise ValueError(
-            "rows written before revision 0002 name no object store "
-            f"({', '.join(f'{n} {t}' for t, n in counts.items() if n)}): upgrade with the "
-            "object store they were written to configured"
+            f"rows written before revision 0002 name no object store ({rows}): upgrade "
+            "with the object store they were written to configured (OFFLOADER_OBJECT_STORE_URL)"
         )
     store_id = record_store(conn, legacy_store)
     for table, where in unrecorded.items():
