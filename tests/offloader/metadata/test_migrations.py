@@ -124,6 +124,8 @@ def test_rows_of_0001_are_recorded_as_written_to_the_store_configured_at_upgrade
     with pytest.raises(ValueError, match=counted):
         upgrade(engine, None)
     assert current_revision(engine) == "0001"
+    assert "object_stores" not in sa.inspect(engine).get_table_names()
+    assert "store_id" not in {c["name"] for c in sa.inspect(engine).get_columns("ledgers")}
 
     assert upgrade(engine, OLD_STORE) == ("0001", head_revision())
     url = engine.url.render_as_string(hide_password=False)
