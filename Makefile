@@ -37,6 +37,7 @@ demo: install
 # The same settings behind the Airflow UI (http://localhost:8080; `make demo` first).
 airflow: install
 	. scripts/demo_env.sh && airflow db migrate >/dev/null \
+	  && offloader db upgrade \
 	  && airflow pools set offload_uploads 4 "bounded concurrent uploads" >/dev/null \
 	  && exec airflow standalone
 

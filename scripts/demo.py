@@ -43,6 +43,8 @@ def main() -> None:
     step(f"Airflow on SQLite in {os.environ['AIRFLOW_HOME']}")
     run("airflow", "db", "migrate")
     run("airflow", "pools", "set", "offload_uploads", "4", "bounded concurrent uploads")
+    step("offloader metadata schema: offloader db upgrade (tasks never migrate)")
+    run("offloader", "db", "upgrade")
 
     step("topics and ledgers, made with the offloader CLI")
     offloader(

@@ -412,6 +412,11 @@ up_airflow() {
     env "$MARKER" airflow pools set offload_uploads 4 "bounded concurrent uploads" \
       >>"$LOG_DIR/airflow-init.log" 2>&1 ||
       { tail -n 40 "$LOG_DIR/airflow-init.log" >&2; die "airflow pools set failed"; }
+    # The offloader's schema, once, before any task runs (tasks only check the revision).
+    # OFFLOADER_* come from the env file: the same database and store as the connection.
+    log "offloader: db upgrade"
+    "$BIN/offloader" db upgrade >>"$LOG_DIR/airflow-init.log" 2>&1 ||
+      { tail -n 40 "$LOG_DIR/airflow-init.log" >&2; die "offloader db upgrade failed"; }
     start airflow airflow standalone
   fi
   wait_for airflow "$AIRFLOW_TIMEOUT" airflow_health_check

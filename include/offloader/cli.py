@@ -22,7 +22,8 @@ from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.ledger_offloader import LedgerOffloader
 from offloader.policy import OffloadPolicy, describe_validation_error
 from offloader.read.topic_reader import Source, TopicReader
-from offloader.runtime import Runtime
+from offloader.runtime import Runtime, check_database, upgrade_database
+from offloader.settings import Settings
 
 Handler = Callable[[argparse.Namespace, Runtime], tuple[Any, str]]
 
@@ -138,7 +139,7 @@ def cmd_checksum(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
 
 
 def cmd_gc(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
-    result = process_deletions(rt.metadata, rt.objects, rt.settings)
+    result = process_deletions(rt.metadata, rt.stores, rt.settings)
     return result, f"deleted {result.deleted}, failed {result.failed}, pending {result.remaining}"
 
 
@@ -150,6 +151,19 @@ def cmd_status(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
         **rt.metadata.counts(),
     }
     return status, "\n".join(f"{k}: {v}" for k, v in status.items())
+
+
+def cmd_db_upgrade(args: argparse.Namespace, settings: Settings) -> tuple[Any, str]:
+    before, after = upgrade_database(settings)
+    result = {"before": before, "revision": after}
+    if before == after:
+        return result, f"metadata database already at revision {after}"
+    return result, f"metadata database upgraded from revision {before} to {after}"
+
+
+def cmd_db_check(args: argparse.Namespace, settings: Settings) -> tuple[Any, str]:
+    revision = check_database(settings)  # SchemaOutOfDateError -> exit status 2
+    return {"revision": revision}, f"metadata database at revision {revision} (head)"
 
 
 def _redact_url(url: str) -> str:
@@ -218,6 +232,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("topic")
     p.add_argument("--source", choices=[s.value for s in Source], default="auto")
 
+    db = sub.add_parser("db", help="metadata schema: upgrade once per release, check")
+    db_sub = db.add_subparsers(dest="db_command", required=True)
+    for name, handler, help_ in (
+        ("upgrade", cmd_db_upgrade, "migrate the metadata database to this release's schema"),
+        ("check", cmd_db_check, "exit 0 at the head revision, 2 otherwise"),
+    ):
+        command(name, handler, help_, db_sub).set_defaults(without_runtime=True)  # type: ignore[arg-type]
+
     command("gc", cmd_gc, "drain the deletion queue")
     command("status", cmd_status, "counts of ledgers, attempts and queued deletions")
     return parser
@@ -226,8 +248,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        with Runtime.open() as runtime:
-            result, text = args.handler(args, runtime)
+        if getattr(args, "without_runtime", False):
+            result, text = args.handler(args, Settings())
+        else:
+            with Runtime.open() as runtime:
+                result, text = args.handler(args, runtime)
     except ValidationError as exc:
         print(f"error: {describe_validation_error(exc)}", file=sys.stderr)
         return 2

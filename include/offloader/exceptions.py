@@ -63,3 +63,12 @@ class LedgerInUseError(OffloaderError):
 
 class HotLedgerMissingError(OffloaderError, LookupError):
     """The hot copy of a ledger is gone (deleted after offload, or never written)."""
+
+
+# --- schema and stores ----------------------------------------------------------------
+class SchemaOutOfDateError(OffloaderError):
+    """The metadata database is not at the revision this code needs: run the upgrade."""
+
+
+class StoreUnavailableError(ObjectStoreError):
+    """A recorded object store cannot be opened or reached; the message names it."""

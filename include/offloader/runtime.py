@@ -1,4 +1,4 @@
-"""The wiring of one process: settings -> metadata store, object store, hot tier."""
+"""The wiring of one process: settings -> metadata store, object stores, hot tier."""
 
 from __future__ import annotations
 
@@ -6,28 +6,42 @@ from dataclasses import dataclass
 
 from offloader.hottier import HotLedgerStore
 from offloader.metadata import MetadataStore
+from offloader.metadata.migrate import check_revision, upgrade
+from offloader.metadata.store import create_metadata_engine
 from offloader.objectstore import ObjectStore, open_object_store
+from offloader.objectstore.registry import StoreRegistry, default_location
 from offloader.settings import Settings
 
 
 @dataclass
 class Runtime:
+    """``objects`` is the configured store new offloads go to; ``stores`` opens the store
+    any recorded row names (invariant 7)."""
+
     settings: Settings
     metadata: MetadataStore
     objects: ObjectStore
+    stores: StoreRegistry
     hot: HotLedgerStore
 
     @classmethod
     def open(cls, settings: Settings | None = None) -> Runtime:
+        """Open everything; SchemaOutOfDateError if the database needs `offloader db upgrade`."""
         from offloader.hottier.filestore import FileLedgerStore
 
         settings = settings or Settings()
         metadata = MetadataStore.open(settings.resolved_metadata_url)
-        objects = open_object_store(settings.resolved_object_store_url, settings)
+        try:
+            objects = open_object_store(settings.resolved_object_store_url, settings)
+        except BaseException:
+            metadata.close()
+            raise
+        stores = StoreRegistry(metadata, settings, objects)
         hot = FileLedgerStore(settings.resolved_ledger_dir)
-        return cls(settings=settings, metadata=metadata, objects=objects, hot=hot)
+        return cls(settings=settings, metadata=metadata, objects=objects, stores=stores, hot=hot)
 
     def close(self) -> None:
+        self.stores.close()
         self.objects.close()
         self.metadata.close()
 
@@ -36,3 +50,23 @@ class Runtime:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def upgrade_database(settings: Settings) -> tuple[str | None, str | None]:
+    """`offloader db upgrade`: migrate the metadata to head; rows written before revision
+    0002 are recorded as written to the store ``settings`` configure. Returns the revisions
+    before and after."""
+    engine = create_metadata_engine(settings.resolved_metadata_url)
+    try:
+        return upgrade(engine, default_location(settings))
+    finally:
+        engine.dispose()
+
+
+def check_database(settings: Settings) -> str:
+    """`offloader db check`: the head revision, or SchemaOutOfDateError."""
+    engine = create_metadata_engine(settings.resolved_metadata_url)
+    try:
+        return check_revision(engine)
+    finally:
+        engine.dispose()

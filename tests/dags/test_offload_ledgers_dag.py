@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -213,6 +214,26 @@ def test_bad_connections_fail_clearly_and_change_nothing(
     assert not Path("/tmp/x.db").exists()
 
 
+@pytest.mark.usefixtures("airflow_db")
+def test_a_database_not_upgraded_fails_the_task_saying_so(
+    monkeypatch: pytest.MonkeyPatch, offload_dag, capfd, tmp_path: Path
+) -> None:
+    """Tasks never migrate: on a database that needs `offloader db upgrade` they fail fast
+    with that message and leave the database as it was."""
+    database = tmp_path / "metadata.db"
+    extra = {"metadata_url": f"sqlite:///{database}", "object_store_url": tmp_path.as_uri()}
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_OFFLOADER_DEFAULT", json.dumps({"conn_type": "generic", "extra": extra})
+    )
+    run = offload_dag.test(run_conf={}, retries=False)
+    assert str(run.state) == "failed"
+    assert task_states(run)["plan"] == ["failed"]
+    out, err = capfd.readouterr()
+    assert "has no offloader schema" in out + err and "run `offloader db upgrade`" in out + err
+    with sqlite3.connect(database) as conn:
+        assert conn.execute("SELECT name FROM sqlite_master").fetchall() == []
+
+
 def test_killed_offload_task_retried_converges(backend_settings, airflow_db) -> None:  # type: ignore[no-untyped-def]
     """`airflow dags test` in a real process, SIGKILLed mid-upload by a failpoint; the run
     is retried; the ledger is committed once and nothing is left behind."""
@@ -247,6 +268,6 @@ def test_killed_offload_task_retried_converges(backend_settings, airflow_db) -> 
         assert [a.state for a in attempts] == [AttemptState.SUPERSEDED, AttemptState.COMMITTED]
         assert TopicReader(rt).checksum("orders", Source.TIERED) == checksum
         assert unaccounted_objects(rt) == set()
-        process_deletions(rt.metadata, rt.objects, rt.settings)
+        process_deletions(rt.metadata, rt.stores, rt.settings)
         assert {i.key for i in rt.objects.list()} == {ledger.data_key, ledger.index_key}
         assert list(rt.objects.list_multipart_uploads()) == []

@@ -216,6 +216,7 @@ def test_every_dependency_condition_matches_the_dependency(services: dict[str, A
 def test_init_jobs_migrate_create_pool_and_bucket(services: dict[str, Any]) -> None:
     init = command_text(services["airflow-init"])
     assert "airflow db migrate" in init
+    assert "python -m offloader_airflow.upgrade" in init  # tasks never migrate
     assert 'airflow pools set offload_uploads 4 "bounded concurrent uploads"' in init
     bucket = command_text(services["seaweedfs-init"])
     assert "s3 mb s3://offloader" in bucket

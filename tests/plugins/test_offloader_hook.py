@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from fixtures.databases import upgraded
 from offloader_airflow.hooks import OffloaderConnectionError, OffloaderHook
 
 SECRET = "s3cr3t-never-printed"
@@ -86,6 +87,10 @@ def test_connection_test_succeeds_on_the_embedded_default(monkeypatch, tmp_path)
             },
         },
     )
+    hook = OffloaderHook()
+    ok, message = hook.test_connection()
+    assert not ok and "run `offloader db upgrade`" in message  # opening never migrates
+    upgraded(hook.get_settings())
     ok, message = OffloaderHook().test_connection()
     assert ok, message
     assert "reachable" in message

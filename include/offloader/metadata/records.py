@@ -66,6 +66,7 @@ class Ledger(Record):
     offloaded_ms: int | None
     hot_state: HotState
     hot_deleted_ms: int | None
+    store_id: int | None  # where the committed offload went (invariant 7)
 
     @property
     def is_offloaded(self) -> bool:
@@ -88,6 +89,7 @@ class Attempt(Record):
     created_ms: int
     finished_ms: int | None
     detail: str | None
+    store_id: int | None  # None only before ``offloader db upgrade`` of a 0001 database
 
 
 class Deletion(Record):
@@ -101,3 +103,4 @@ class Deletion(Record):
     next_try_ms: int
     last_error: str | None
     done_ms: int | None
+    store_id: int | None  # the store the key lives in

@@ -17,9 +17,25 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
 )
 
 metadata = MetaData()
+
+# Invariant 7: where offloads went. Rows are never updated or deleted: attempts, ledgers
+# and queued deletions point at them. Empty strings, not NULL, for an absent prefix or
+# endpoint, so the unique constraint holds on both databases.
+object_stores = Table(
+    "object_stores",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("kind", String(16), nullable=False),  # file | s3
+    Column("location", String(1024), nullable=False),  # root directory or bucket
+    Column("prefix", String(512), nullable=False),
+    Column("endpoint", String(512), nullable=False),  # never holds a credential
+    Column("created_ms", BigInteger, nullable=False),
+    UniqueConstraint("kind", "location", "prefix", "endpoint", name="uq_object_stores_location"),
+)
 
 topics = Table(
     "topics",
@@ -54,7 +70,9 @@ ledgers = Table(
     Column("offloaded_ms", BigInteger),
     Column("hot_state", String(16), nullable=False),  # HotState
     Column("hot_deleted_ms", BigInteger),
+    Column("store_id", Integer),  # the committed offload's store (from its attempt)
     ForeignKeyConstraint(["topic"], ["topics.name"]),
+    ForeignKeyConstraint(["store_id"], ["object_stores.id"], name="fk_ledgers_store"),
 )
 
 offload_attempts = Table(
@@ -71,7 +89,9 @@ offload_attempts = Table(
     Column("created_ms", BigInteger, nullable=False),
     Column("finished_ms", BigInteger),
     Column("detail", Text),
+    Column("store_id", Integer),  # recorded at begin_attempt: intent before effect
     Index("ix_offload_attempts_ledger", "topic", "ledger_id"),
+    ForeignKeyConstraint(["store_id"], ["object_stores.id"], name="fk_offload_attempts_store"),
 )
 
 deletion_queue = Table(
@@ -87,5 +107,7 @@ deletion_queue = Table(
     Column("next_try_ms", BigInteger, nullable=False),
     Column("last_error", Text),
     Column("done_ms", BigInteger),
+    Column("store_id", Integer),  # the store the key lives in; the GC deletes there
     Index("ix_deletion_queue_due", "state", "next_try_ms"),
+    ForeignKeyConstraint(["store_id"], ["object_stores.id"], name="fk_deletion_queue_store"),
 )

@@ -24,7 +24,7 @@ from offloader.exceptions import AlreadyExistsError, CommitFailedError, NotFound
 from offloader.metadata import schema
 from offloader.metadata.clock import db_now, db_now_ms
 from offloader.metadata.clock import now_ms as now_ms  # re-exported: the worker's clock
-from offloader.metadata.migrate import upgrade_to_head
+from offloader.metadata.migrate import check_revision
 from offloader.metadata.records import (
     Attempt,
     AttemptState,
@@ -35,6 +35,8 @@ from offloader.metadata.records import (
     OffloadState,
     Topic,
 )
+from offloader.metadata.stores import load_store, record_store
+from offloader.objectstore.location import StoreLocation
 from offloader.policy import OffloadPolicy
 
 T, L, A, D = schema.topics, schema.ledgers, schema.offload_attempts, schema.deletion_queue
@@ -117,8 +119,13 @@ class MetadataStore:
 
     @classmethod
     def open(cls, url: str) -> MetadataStore:
+        """Open a database at the head revision; SchemaOutOfDateError otherwise."""
         engine = create_metadata_engine(url)
-        upgrade_to_head(engine)
+        try:
+            check_revision(engine)
+        except BaseException:
+            engine.dispose()
+            raise
         return cls(engine)
 
     def close(self) -> None:
@@ -263,6 +270,16 @@ class MetadataStore:
             ).mappings()
             return [Ledger.model_validate(dict(r)) for r in rows]
 
+    # --- object stores (invariant 7) -----------------------------------------------------
+    def record_store(self, location: StoreLocation) -> int:
+        """The id of ``location`` in the metadata, recorded on first use."""
+        with self.transaction() as conn:
+            return record_store(conn, location)
+
+    def get_store(self, store_id: int) -> StoreLocation:
+        with self.engine.connect() as conn:
+            return load_store(conn, store_id)
+
     # --- offload attempts ----------------------------------------------------------------
     def begin_attempt(
         self,
@@ -272,8 +289,10 @@ class MetadataStore:
         index_key: str,
         owner: str,
         lease_ms: int,
+        *,
+        store_id: int,
     ) -> tuple[Ledger, Attempt]:
-        """Record the intent (attempt id and keys) before the first byte is uploaded.
+        """Record the intent (attempt id, keys, store) before the first byte is uploaded.
 
         A stale attempt still named by the ledger (its lease ran out) is superseded here
         and its objects are queued for deletion in the same transaction. Whether the lease
@@ -310,6 +329,7 @@ class MetadataStore:
                     state=AttemptState.STARTED,
                     owner=owner[:255],
                     created_ms=db_now(),
+                    store_id=store_id,
                 )
             )
             return self._ledger(conn, ledger.topic, ledger.ledger_id), self._attempt(
@@ -348,6 +368,7 @@ class MetadataStore:
                     index_key=attempt.index_key,
                     data_len=data_len,
                     offloaded_ms=db_now(),
+                    store_id=attempt.store_id,
                 )
             )
             if result.rowcount != 1:
@@ -419,6 +440,7 @@ class MetadataStore:
                 [row["data_key"], row["index_key"]],
                 "late objects of a superseded attempt",
                 attempt_id,
+                row["store_id"],
             )
             return
         if row["state"] != AttemptState.STARTED:
@@ -428,7 +450,8 @@ class MetadataStore:
             .where(A.c.attempt_id == attempt_id, A.c.state == AttemptState.STARTED)
             .values(state=state, finished_ms=db_now(), detail=detail[:2000])
         )
-        self._enqueue(conn, [row["data_key"], row["index_key"]], f"attempt {state}", attempt_id)
+        keys = [row["data_key"], row["index_key"]]
+        self._enqueue(conn, keys, f"attempt {state}", attempt_id, row["store_id"])
 
     # --- hot copies (mark first, delete second) ------------------------------------------
     def mark_hot_deleting(self, ledger: Ledger, deletion_lag_ms: int = 0) -> Ledger:
@@ -462,10 +485,11 @@ class MetadataStore:
 
     # --- deletion queue ------------------------------------------------------------------
     def enqueue_deletions(
-        self, keys: Iterable[str], reason: str, attempt_id: str | None = None
+        self, keys: Iterable[str], reason: str, *, store_id: int, attempt_id: str | None = None
     ) -> None:
+        """Queue ``keys`` of the store ``store_id`` (see record_store) for deletion."""
         with self.transaction() as conn:
-            self._enqueue(conn, keys, reason, attempt_id)
+            self._enqueue(conn, keys, reason, attempt_id, store_id)
 
     def due_deletions(self, limit: int, at_ms: int | None = None) -> list[Deletion]:
         """Pending deletions whose retry time has come: now on the database's clock, or
@@ -512,10 +536,22 @@ class MetadataStore:
             )
 
     def _enqueue(
-        self, conn: Connection, keys: Iterable[str], reason: str, attempt_id: str | None
+        self,
+        conn: Connection,
+        keys: Iterable[str],
+        reason: str,
+        attempt_id: str | None,
+        store_id: int | None,
     ) -> None:
         rows = [
-            dict(object_key=k, reason=reason[:255], attempt_id=attempt_id, state="pending", tries=0)
+            dict(
+                object_key=k,
+                reason=reason[:255],
+                attempt_id=attempt_id,
+                state="pending",
+                tries=0,
+                store_id=store_id,
+            )
             for k in keys
         ]
         if rows:

@@ -1,7 +1,8 @@
 """The object-store interface (PDP-34's chunk storage): a small verb set with capability flags.
 
 Bindings live in their own modules (``filesystem``, ``s3``) and are chosen by URL scheme in
-:func:`open_object_store`. Callers depend only on this module.
+:func:`open_object_store`, the one place that builds a binding. Stores recorded in the
+metadata (invariant 7) are opened through ``registry.StoreRegistry``, which calls it.
 """
 
 from __future__ import annotations
@@ -136,6 +137,9 @@ class ObjectStore(abc.ABC):
         from offloader.exceptions import UnsupportedOperationError
 
         raise UnsupportedOperationError(f"{type(self).__name__} cannot concat objects")
+
+    def check_available(self) -> None:  # noqa: B027 - optional hook
+        """Raise if the store is gone or unreachable (a recorded store is about to be used)."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""

@@ -135,6 +135,10 @@ class FilesystemObjectStore(ObjectStore):
     def url(self) -> str:
         return self.root.as_uri()
 
+    def check_available(self) -> None:
+        if not self.root.is_dir():
+            raise ObjectStoreError(f"object store root {str(self.root)!r} does not exist")
+
     def __repr__(self) -> str:
         return f"FilesystemObjectStore({str(self.root)!r})"
 

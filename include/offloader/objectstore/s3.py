@@ -445,6 +445,13 @@ class S3ObjectStore(ObjectStore):
         return failed
 
     # --- bucket ---------------------------------------------------------------------
+    def check_available(self) -> None:
+        """The bucket exists and answers (HeadBucket); our exception otherwise."""
+        try:
+            self._client.head_bucket(Bucket=self.bucket)
+        except (ClientError, BotoCoreError) as err:
+            self._fail(err, "HeadBucket")
+
     def ensure_bucket(self) -> None:
         """Create the bucket if it is missing (tests and the demo; production buckets exist)."""
         try:

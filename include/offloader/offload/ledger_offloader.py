@@ -20,6 +20,7 @@ from offloader.exceptions import (
     CommitFailedError,
     FormatError,
     ObjectNotFoundError,
+    StoreUnavailableError,
 )
 from offloader.format import LedgerMetadata, decode_index, encode_blocks, encode_index
 from offloader.metadata import Attempt, Ledger, LedgerState
@@ -109,6 +110,7 @@ class LedgerOffloader:
                 index_key,
                 owner_id(),
                 int(settings.attempt_lease_seconds * 1000),
+                store_id=self.runtime.stores.default_id(),
             )
         except CommitFailedError:
             current = self.metadata.get_ledger(ledger.topic, ledger.ledger_id)
@@ -183,8 +185,13 @@ class LedgerOffloader:
         assert ledger.attempt_id is not None
         attempt = self.metadata.get_attempt(ledger.attempt_id)
         try:
-            index = decode_index(self.store.get(attempt.index_key))
-            data = self.store.stat(attempt.data_key)
+            # the attempt's own store: the default may have changed since it began
+            store = self.runtime.stores.get(attempt.store_id, f"attempt {attempt.attempt_id}")
+            index = decode_index(store.get(attempt.index_key))
+            data = store.stat(attempt.data_key)
+        except StoreUnavailableError as exc:
+            log.warning("cannot finish stale attempt %s: %s", attempt.attempt_id, exc)
+            return None
         except (ObjectNotFoundError, FormatError):
             return None
         meta = index.metadata

@@ -8,7 +8,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 
-from offloader.exceptions import HotLedgerMissingError, ObjectNotFoundError
+from offloader.exceptions import (
+    HotLedgerMissingError,
+    ObjectNotFoundError,
+    StoreUnavailableError,
+)
 from offloader.metadata import Ledger, LedgerState
 from offloader.policy import ReadPriority
 from offloader.read.tiered import TieredLedgerReader
@@ -56,7 +60,7 @@ class TopicReader:
                     yield entry_id, payload
                     next_id = entry_id + 1
                 return
-            except (HotLedgerMissingError, ObjectNotFoundError):
+            except (HotLedgerMissingError, ObjectNotFoundError, StoreUnavailableError):
                 if position == len(sources) - 1:
                     raise
 
@@ -114,10 +118,15 @@ class TopicReader:
 
     def _tiered_reader(self, ledger: Ledger) -> Callable[[int, int], Iterator[tuple[int, bytes]]]:
         assert ledger.data_key is not None and ledger.index_key is not None
-        reader = TieredLedgerReader(
-            self.runtime.objects,
-            ledger.data_key,
-            ledger.index_key,
-            prefetch=self.runtime.settings.read_prefetch,
-        )
-        return reader.read
+        data_key, index_key = ledger.data_key, ledger.index_key
+
+        def read(first: int, last: int) -> Iterator[tuple[int, bytes]]:
+            # the store the offload recorded (invariant 7), opened only when read from
+            what = f"ledger {ledger.topic}/{ledger.ledger_id}"
+            store = self.runtime.stores.get(ledger.store_id, what)
+            reader = TieredLedgerReader(
+                store, data_key, index_key, prefetch=self.runtime.settings.read_prefetch
+            )
+            return reader.read(first, last)
+
+        return read

@@ -30,6 +30,7 @@ def cli_json(data_dir: Path, *args: str):  # type: ignore[no-untyped-def]
 
 def test_the_whole_cycle_through_the_cli(tmp_path: Path) -> None:
     d = tmp_path / "data"
+    cli(d, "db", "upgrade")
     cli(
         d,
         "topic",
@@ -84,6 +85,7 @@ def test_the_whole_cycle_through_the_cli(tmp_path: Path) -> None:
 )
 def test_bad_input_is_named_and_changes_nothing(tmp_path: Path, args, message) -> None:
     d = tmp_path / "data"
+    cli(d, "db", "upgrade")
     done = cli(d, *args, ok=False)
     assert done.returncode == 2
     assert message in done.stderr

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.backends import settings_env
-from fixtures.databases import postgres_database
+from fixtures.databases import postgres_database, upgraded
 from fixtures.races import inserts_held
 from offloader.metadata import MetadataStore
 from offloader.settings import Settings
@@ -26,9 +26,10 @@ def postgres_url() -> Iterator[str]:
 
 
 def test_racing_topic_creates_through_the_cli(postgres_url: str, tmp_path: Path) -> None:
-    MetadataStore.open(postgres_url).close()  # the schema exists before the race
+    # the schema exists before the race
+    settings = upgraded(Settings(data_dir=tmp_path / "data", metadata_url=postgres_url))
     env = {k: v for k, v in os.environ.items() if not k.startswith("OFFLOADER_")}
-    env |= settings_env(Settings(data_dir=tmp_path / "data", metadata_url=postgres_url))
+    env |= settings_env(settings)
     command = [sys.executable, "-m", "offloader.cli", "topic", "create", "X"]
     with inserts_held(postgres_url, "topics") as wait_for:
         racers = [

@@ -37,12 +37,27 @@ class FlakyDeletes:
         return DeleteResult(result.deleted, failed)
 
 
+class OnlyStore:
+    """Hands out one (flaky) store for every recorded store id."""
+
+    def __init__(self, store: FlakyDeletes) -> None:
+        self._store = store
+
+    def get(self, store_id: int | None, what: str) -> ObjectStore:
+        return self._store  # type: ignore[return-value]
+
+
+def enqueue(rt: Runtime, keys: list[str], reason: str) -> None:
+    """Queue keys of the runtime's default store."""
+    rt.metadata.enqueue_deletions(keys, reason, store_id=rt.stores.default_id())
+
+
 def test_queued_objects_are_deleted(runtime: Runtime) -> None:
     rt = runtime
     for key in ("a", "b", "c"):
         rt.objects.put(key, b"x")
-    rt.metadata.enqueue_deletions(["a", "b", "missing"], "test")
-    result = process_deletions(rt.metadata, rt.objects, rt.settings)
+    enqueue(rt, ["a", "b", "missing"], "test")
+    result = process_deletions(rt.metadata, rt.stores, rt.settings)
     assert (result.deleted, result.failed, result.remaining) == (3, 0, 0)
     assert [i.key for i in rt.objects.list()] == ["c"]
 
@@ -52,9 +67,9 @@ def test_a_failing_store_keeps_everything_queued_with_backoff(runtime: Runtime) 
     settings = rt.settings.model_copy(update={"delete_retry_base_seconds": 60.0})
     rt.objects.put("a", b"x")
     rt.objects.put("b", b"x")
-    rt.metadata.enqueue_deletions(["a", "b"], "test")
+    enqueue(rt, ["a", "b"], "test")
     flaky = FlakyDeletes(rt.objects, raise_times=1)
-    result = process_deletions(rt.metadata, flaky, settings)  # type: ignore[arg-type]
+    result = process_deletions(rt.metadata, OnlyStore(flaky), settings)
     assert (result.deleted, result.failed, result.remaining) == (0, 2, 2)
     pending = rt.metadata.pending_deletions()
     assert all(d.tries == 1 and "SlowDown" in (d.last_error or "") for d in pending)
@@ -68,13 +83,13 @@ def test_per_key_refusals_are_retried_not_dropped(runtime: Runtime) -> None:
     rt = runtime
     rt.objects.put("a", b"x")
     rt.objects.put("b", b"x")
-    rt.metadata.enqueue_deletions(["a", "b"], "test")
+    enqueue(rt, ["a", "b"], "test")
     flaky = FlakyDeletes(rt.objects, refuse={"b"})
-    result = process_deletions(rt.metadata, flaky, rt.settings)  # type: ignore[arg-type]
+    result = process_deletions(rt.metadata, OnlyStore(flaky), rt.settings)
     assert (result.deleted, result.failed, result.remaining) == (1, 1, 1)
     (left,) = rt.metadata.pending_deletions()
     assert left.object_key == "b" and left.last_error == "AccessDenied"
-    assert process_deletions(rt.metadata, rt.objects, rt.settings).remaining == 0
+    assert process_deletions(rt.metadata, rt.stores, rt.settings).remaining == 0
     assert list(rt.objects.list()) == []
 
 
@@ -83,8 +98,8 @@ def test_unfinished_uploads_of_queued_keys_are_aborted(runtime: Runtime) -> None
     upload = rt.objects.create_multipart("half-written")
     rt.objects.upload_part(upload, 1, b"x" * 1024)
     other = rt.objects.create_multipart("keep-me")
-    rt.metadata.enqueue_deletions(["half-written"], "crashed attempt")
-    process_deletions(rt.metadata, rt.objects, rt.settings)
+    enqueue(rt, ["half-written"], "crashed attempt")
+    process_deletions(rt.metadata, rt.stores, rt.settings)
     assert [u.key for u in rt.objects.list_multipart_uploads()] == ["keep-me"]
     rt.objects.abort_multipart(other)
 

@@ -20,9 +20,10 @@ from offloader.runtime import Runtime
 
 @pytest.fixture
 def rt(tmp_path) -> Runtime:  # type: ignore[no-untyped-def]
+    from fixtures.databases import upgraded
     from offloader.settings import Settings
 
-    with Runtime.open(Settings(data_dir=tmp_path / "data")) as runtime:
+    with Runtime.open(upgraded(Settings(data_dir=tmp_path / "data"))) as runtime:
         yield runtime
 
 

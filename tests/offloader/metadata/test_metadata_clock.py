@@ -12,6 +12,7 @@ from fixtures.clock import HOUR, database_time_ms, skew_worker_clock
 from fixtures.metadata import begin, sealed_ledger
 from offloader.exceptions import CommitFailedError
 from offloader.metadata import AttemptState, HotState, MetadataStore
+from offloader.objectstore.location import StoreLocation
 
 LEASE_MS = 60_000
 TOLERANCE_MS = 5_000  # a loaded test machine; an hour of skew is far outside it
@@ -75,7 +76,8 @@ def test_hot_copy_is_not_marked_before_the_lag_on_database_time(
 def test_deletion_queue_is_due_by_database_time(
     store: MetadataStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store.enqueue_deletions(["k1", "k2"], "test")
+    store_id = store.record_store(StoreLocation("file", "/objects"))
+    store.enqueue_deletions(["k1", "k2"], "test", store_id=store_id)
     skew_worker_clock(monkeypatch, -HOUR)  # by this worker's clock they are not due for an hour
     due = store.due_deletions(10)
     assert [d.object_key for d in due] == ["k1", "k2"]

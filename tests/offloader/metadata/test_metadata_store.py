@@ -9,10 +9,11 @@ from fixtures.metadata import begin, sealed_ledger
 from offloader.exceptions import AlreadyExistsError, CommitFailedError, NotFoundError
 from offloader.metadata import AttemptState, HotState, MetadataStore, OffloadState
 from offloader.metadata.migrate import current_revision, head_revision
+from offloader.objectstore.location import StoreLocation
 from offloader.policy import OffloadPolicy
 
 
-def test_migrations_reach_head_and_reopen_is_a_noop(metadata_url: str) -> None:
+def test_upgraded_database_is_at_head_and_opens_twice(metadata_url: str) -> None:
     MetadataStore.open(metadata_url).close()
     store = MetadataStore.open(metadata_url)
     assert current_revision(store.engine) == head_revision()
@@ -128,7 +129,8 @@ def test_hot_copy_is_marked_before_it_is_deleted(store: MetadataStore) -> None:
 
 
 def test_deletion_queue_retries_and_completes(store: MetadataStore) -> None:
-    store.enqueue_deletions(["k1", "k2"], "test")
+    store_id = store.record_store(StoreLocation("file", "/o"))
+    store.enqueue_deletions(["k1", "k2"], "test", store_id=store_id)
     due = store.due_deletions(10)
     assert [d.object_key for d in due] == ["k1", "k2"]
     store.retry_deletion_later(due[0], "503 SlowDown", delay_ms=3_600_000)

@@ -23,7 +23,13 @@ def _peer_attempt(rt: Runtime, ledger_id: int, lease_ms: int):  # type: ignore[n
     """Another worker's attempt on the ledger, recorded with a correct clock."""
     ledger = rt.metadata.get_ledger("orders", ledger_id)
     _, attempt = rt.metadata.begin_attempt(
-        ledger, "0" * 8 + "-peer", "peer-data", "peer-index", "peer", lease_ms
+        ledger,
+        "0" * 8 + "-peer",
+        "peer-data",
+        "peer-index",
+        "peer",
+        lease_ms,
+        store_id=rt.stores.default_id(),
     )
     return attempt
 
@@ -86,7 +92,7 @@ def test_worker_behind_deletes_hot_copies_plans_and_drains_by_database_time(
     make_topic(rt, offload_age_seconds=0)
     ids = produce_ledgers(rt, "orders", [(10, 1000), (10, 1000)])
     rt.objects.put("leftover", b"x")
-    rt.metadata.enqueue_deletions(["leftover"], "test")
+    rt.metadata.enqueue_deletions(["leftover"], "test", store_id=rt.stores.default_id())
     skew_worker_clock(monkeypatch, -HOUR)  # by this clock nothing is due for an hour
     offloader = LedgerOffloader(rt)
     assert [x.ledger_id for x in offloader.plan("orders")] == ids  # sealed 0 s ago is due
@@ -94,5 +100,5 @@ def test_worker_behind_deletes_hot_copies_plans_and_drains_by_database_time(
     assert [r.outcome for r in offloader.offload_topic("orders")] == [Outcome.OFFLOADED] * 2
     deleted = delete_hot_copies(rt.metadata, rt.hot, "orders")  # a lag of 0 has passed
     assert sorted(d.ledger_id for d in deleted) == ids
-    assert process_deletions(rt.metadata, rt.objects, rt.settings).deleted == 1
+    assert process_deletions(rt.metadata, rt.stores, rt.settings).deleted == 1
     assert [i.key for i in rt.objects.list() if i.key == "leftover"] == []

@@ -49,7 +49,7 @@ def converge(rt: Runtime, ids: list[int], checksum: str) -> None:
     assert TopicReader(rt).checksum("orders").digest == checksum
     assert TopicReader(rt).checksum("orders", Source.TIERED).digest == checksum
     assert unaccounted_objects(rt) == set()
-    gc = process_deletions(rt.metadata, rt.objects, rt.settings)
+    gc = process_deletions(rt.metadata, rt.stores, rt.settings)
     assert gc.remaining == 0
     committed = {rt.metadata.get_ledger("orders", i).data_key for i in ids} | {
         rt.metadata.get_ledger("orders", i).index_key for i in ids
@@ -103,7 +103,7 @@ def test_zombie_woken_after_takeover_cannot_commit(runtime: Runtime) -> None:
     assert winner.returncode == 0
     ledger = rt.metadata.get_ledger("orders", ids[0])
     assert ledger.is_offloaded and ledger.offload_uuid != zombie_attempt.attempt_id
-    process_deletions(rt.metadata, rt.objects, rt.settings)  # runs before the zombie wakes
+    process_deletions(rt.metadata, rt.stores, rt.settings)  # runs before the zombie wakes
 
     zombie.send_signal(signal.SIGCONT)
     out, err = zombie.communicate(timeout=120)
@@ -112,7 +112,7 @@ def test_zombie_woken_after_takeover_cannot_commit(runtime: Runtime) -> None:
     assert rt.metadata.get_ledger("orders", ids[0]).offload_uuid == ledger.offload_uuid
     assert rt.metadata.get_attempt(zombie_attempt.attempt_id).state is AttemptState.SUPERSEDED
     assert unaccounted_objects(rt) == set()
-    process_deletions(rt.metadata, rt.objects, rt.settings)
+    process_deletions(rt.metadata, rt.stores, rt.settings)
     assert not any(
         k.startswith(zombie_attempt.attempt_id) for k in (i.key for i in rt.objects.list())
     )

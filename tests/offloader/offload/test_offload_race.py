@@ -56,7 +56,13 @@ def test_loser_of_the_commit_queues_its_objects(runtime: Runtime) -> None:
     offloader = LedgerOffloader(rt)
     ledger = rt.metadata.get_ledger("orders", ledger_id)
     ledger, old = rt.metadata.begin_attempt(
-        ledger, "0" * 8 + "-old", "old-data", "old-index", "zombie", lease_ms=-1
+        ledger,
+        "0" * 8 + "-old",
+        "old-data",
+        "old-index",
+        "zombie",
+        lease_ms=-1,
+        store_id=rt.stores.default_id(),
     )
     rt.objects.put("old-data", b"partial upload of a zombie")
     result = offloader.offload_ledger("orders", ledger_id)  # supersedes the stale attempt

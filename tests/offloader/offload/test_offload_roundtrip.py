@@ -101,6 +101,7 @@ def test_bad_read_ranges_are_named(runtime: Runtime) -> None:
 
 def test_failed_deletes_are_kept_and_retried(runtime: Runtime) -> None:
     rt = runtime
-    rt.metadata.enqueue_deletions(["never-existed", "also-gone"], "test")
-    result = process_deletions(rt.metadata, rt.objects, rt.settings)
+    store_id = rt.stores.default_id()
+    rt.metadata.enqueue_deletions(["never-existed", "also-gone"], "test", store_id=store_id)
+    result = process_deletions(rt.metadata, rt.stores, rt.settings)
     assert (result.deleted, result.remaining) == (2, 0)

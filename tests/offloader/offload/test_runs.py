@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.backends import make_topic, produce_ledgers
+from fixtures.databases import upgraded
 from offloader.exceptions import NotFoundError
 from offloader.offload.ledger_offloader import OffloadResult, Outcome
 from offloader.offload.runs import plan_batches, summarize
@@ -16,7 +17,7 @@ from offloader.settings import Settings
 
 @pytest.fixture
 def rt(tmp_path: Path) -> Runtime:  # type: ignore[misc]
-    with Runtime.open(Settings(data_dir=tmp_path / "data")) as runtime:
+    with Runtime.open(upgraded(Settings(data_dir=tmp_path / "data"))) as runtime:
         make_topic(runtime, "a")
         make_topic(runtime, "b")
         produce_ledgers(runtime, "a", [(10, 1000)] * 5)  # ~5 kB ledgers

@@ -1,0 +1,54 @@
+"""The object_stores table: one row per store location that offloads went to.
+
+Rows are only ever inserted, so an id, once handed out, names the same location forever.
+"""
+
+from __future__ import annotations
+
+import time
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
+
+from offloader.exceptions import NotFoundError
+from offloader.metadata import schema
+from offloader.objectstore.location import StoreLocation
+
+S = schema.object_stores
+
+
+def _where(location: StoreLocation) -> sa.ColumnElement[bool]:
+    return sa.and_(
+        S.c.kind == location.kind,
+        S.c.location == location.location,
+        S.c.prefix == location.prefix,
+        S.c.endpoint == location.endpoint,
+    )
+
+
+def record_store(conn: Connection, location: StoreLocation) -> int:
+    """The id of ``location``, inserting it if new; racing recorders agree on one row."""
+    found = conn.execute(sa.select(S.c.id).where(_where(location))).scalar()
+    if found is not None:
+        return int(found)
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    conn.execute(
+        dialect.insert(S)
+        .values(
+            kind=location.kind,
+            location=location.location,
+            prefix=location.prefix,
+            endpoint=location.endpoint,
+            created_ms=int(time.time() * 1000),
+        )
+        .on_conflict_do_nothing()
+    )
+    return int(conn.execute(sa.select(S.c.id).where(_where(location))).scalar_one())
+
+
+def load_store(conn: Connection, store_id: int) -> StoreLocation:
+    row = conn.execute(sa.select(S).where(S.c.id == store_id)).mappings().first()
+    if row is None:
+        raise NotFoundError(f"object store {store_id} is not recorded in the metadata")
+    return StoreLocation(row["kind"], row["location"], row["prefix"], row["endpoint"])

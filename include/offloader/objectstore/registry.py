@@ -1,0 +1,107 @@
+"""Object stores by recorded location (invariant 7), opened once per runtime.
+
+Every attempt, committed ledger and queued deletion names the store it went to; readers
+and the GC ask this registry for that store rather than using the configured default.
+Credentials are never recorded: they come from the current settings.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from offloader.exceptions import StoreUnavailableError
+from offloader.objectstore import ObjectStore, open_object_store
+from offloader.objectstore.location import FILE, StoreLocation
+
+if TYPE_CHECKING:
+    from offloader.metadata import MetadataStore
+    from offloader.settings import Settings
+
+
+def default_location(settings: Settings) -> StoreLocation:
+    """The location of the configured store: the one new offloads go to."""
+    return StoreLocation.from_url(settings.resolved_object_store_url, settings.s3_endpoint_url)
+
+
+def open_location(location: StoreLocation, settings: Settings) -> ObjectStore:
+    """Open a recorded store; StoreUnavailableError naming it if it is gone or unreachable.
+
+    A recorded store is never created: a missing directory or bucket means the data is not
+    where the metadata says, which an operator must hear about.
+    """
+    if location.kind == FILE and not Path(location.location).is_dir():
+        raise StoreUnavailableError(
+            f"object store {location} cannot be opened: the directory does not exist"
+        )
+    at = settings.model_copy(update={"s3_endpoint_url": location.endpoint or None})
+    try:
+        store = open_object_store(location.store_url, at)
+    except Exception as exc:
+        raise StoreUnavailableError(f"object store {location} cannot be opened: {exc}") from exc
+    try:
+        store.check_available()
+    except Exception as exc:
+        store.close()
+        raise StoreUnavailableError(f"object store {location} is not reachable: {exc}") from exc
+    return store
+
+
+@dataclass
+class StoreRegistry:
+    """The runtime's stores: the configured default plus every recorded one it opened."""
+
+    metadata: MetadataStore
+    settings: Settings
+    default: ObjectStore
+    _default_location: StoreLocation = field(init=False)
+    _default_id: int | None = field(default=None, init=False)
+    _opened: dict[int, ObjectStore] = field(default_factory=dict, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+
+    def __post_init__(self) -> None:
+        self._default_location = default_location(self.settings)
+
+    @property
+    def default_location(self) -> StoreLocation:
+        return self._default_location
+
+    def default_id(self) -> int:
+        """The id under which the default store is recorded (recorded on first use)."""
+        with self._lock:
+            if self._default_id is None:
+                self._default_id = self.metadata.record_store(self._default_location)
+                self._opened[self._default_id] = self.default
+            return self._default_id
+
+    def get(self, store_id: int | None, what: str) -> ObjectStore:
+        """The store ``store_id``, recorded for ``what`` (named in errors)."""
+        if store_id is None:
+            raise StoreUnavailableError(
+                f"{what} names no object store (written before revision 0002 and not "
+                "upgraded): run `offloader db upgrade`"
+            )
+        self.default_id()
+        with self._lock:
+            store = self._opened.get(store_id)
+            if store is None:
+                location = self.metadata.get_store(store_id)
+                if location == self._default_location:
+                    store = self.default
+                else:
+                    store = open_location(location, self.settings)
+                self._opened[store_id] = store
+            return store
+
+    def location(self, store_id: int) -> StoreLocation:
+        return self.metadata.get_store(store_id)
+
+    def close(self) -> None:
+        """Close every store this registry opened; the default belongs to the runtime."""
+        with self._lock:
+            for store in self._opened.values():
+                if store is not self.default:
+                    store.close()
+            self._opened.clear()

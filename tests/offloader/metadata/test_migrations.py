@@ -1,0 +1,148 @@
+"""Migrations run once (`offloader db upgrade`), match the schema, and carry old rows over.
+
+Every test runs on SQLite and PostgreSQL (the ``metadata_url`` / ``empty_metadata_url``
+fixtures).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+
+from fixtures.databases import postgres_database, sqlite_url
+from offloader.exceptions import SchemaOutOfDateError
+from offloader.metadata import MetadataStore, schema
+from offloader.metadata.migrate import current_revision, head_revision, upgrade
+from offloader.metadata.store import create_metadata_engine
+from offloader.objectstore.location import StoreLocation
+
+OLD_STORE = StoreLocation("s3", "old-bucket", "ledgers", "http://127.0.0.1:8333")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[sa.Engine]:
+    """An engine on an empty database: nothing migrated yet."""
+    urls = iter([sqlite_url(tmp_path)]) if request.param == "sqlite" else postgres_database()
+    for url in urls:
+        engine = create_metadata_engine(url)
+        yield engine
+        engine.dispose()
+
+
+def test_autogenerate_sees_no_difference_between_schema_and_migrations(
+    engine: sa.Engine,
+) -> None:
+    upgrade(engine, None)
+    with engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), schema.metadata)
+    assert diff == []
+
+
+def test_opening_never_migrates_and_names_the_upgrade_command(engine: sa.Engine) -> None:
+    url = engine.url.render_as_string(hide_password=False)
+    no_schema = r"has no offloader schema.*run `offloader db upgrade`"
+    with pytest.raises(SchemaOutOfDateError, match=no_schema):
+        MetadataStore.open(url)
+    assert current_revision(engine) is None
+    upgrade(engine, None, target="0001")
+    with pytest.raises(SchemaOutOfDateError, match=r"is at revision 0001.*offloader db upgrade"):
+        MetadataStore.open(url)
+    assert current_revision(engine) == "0001"
+    upgrade(engine, None)
+    MetadataStore.open(url).close()
+
+
+def _rows_of_0001(engine: sa.Engine) -> None:
+    """A topic, an offloaded ledger, an attempt in flight and a queued deletion, as 0001
+    wrote them (no store recorded anywhere)."""
+    common = dict(version=1, state="sealed", entry_count=10, size_bytes=100, created_ms=1)
+    common |= dict(sealed_ms=2, hot_state="present")
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO topics (name, version, policy, created_ms, next_ledger_id, "
+                "writer_epoch) VALUES ('t', 1, '{}', 1, 3, 1)"
+            )
+        )
+        columns = ["topic", "ledger_id", "offload_state", "offload_epoch", "offload_uuid"]
+        columns += ["data_key", "index_key", "data_len", "attempt_id", *common]
+        ledgers = sa.table("ledgers", *(sa.column(c) for c in columns))
+        conn.execute(
+            ledgers.insert(),
+            [
+                dict(common, topic="t", ledger_id=1, offload_state="offloaded", offload_epoch=1)
+                | dict(offload_uuid="u1", data_key="u1-ledger-1", index_key="u1-ledger-1-index")
+                | dict(data_len=500, attempt_id=None),
+                dict(common, topic="t", ledger_id=2, offload_state="offloading", offload_epoch=1)
+                | dict(offload_uuid=None, data_key=None, index_key=None, data_len=None)
+                | dict(attempt_id="u2"),
+            ],
+        )
+        for attempt, ledger_id, state in (("u1", 1, "committed"), ("u2", 2, "started")):
+            conn.execute(
+                sa.text(
+                    "INSERT INTO offload_attempts (attempt_id, topic, ledger_id, epoch, "
+                    "data_key, index_key, state, owner, created_ms) VALUES "
+                    f"('{attempt}', 't', {ledger_id}, 1, '{attempt}-ledger-{ledger_id}', "
+                    f"'{attempt}-ledger-{ledger_id}-index', '{state}', 'old', 1)"
+                )
+            )
+        conn.execute(
+            sa.text(
+                "INSERT INTO deletion_queue (object_key, reason, state, enqueued_ms, tries, "
+                "next_try_ms) VALUES ('u0-ledger-1', 'attempt failed', 'pending', 1, 0, 1)"
+            )
+        )
+
+
+def _store_ids(engine: sa.Engine) -> dict[str, list[int | None]]:
+    """store_id of every row, in key order."""
+    keys = {"ledgers": "ledger_id", "offload_attempts": "attempt_id", "deletion_queue": "id"}
+    with engine.connect() as conn:
+        return {
+            table: [
+                row[0]
+                for row in conn.execute(sa.text(f"SELECT store_id FROM {table} ORDER BY {key}"))
+            ]
+            for table, key in keys.items()
+        }
+
+
+def test_rows_of_0001_are_recorded_as_written_to_the_store_configured_at_upgrade(
+    engine: sa.Engine,
+) -> None:
+    upgrade(engine, None, target="0001")
+    _rows_of_0001(engine)
+
+    # without the store they were written to, the upgrade refuses and changes nothing
+    counted = r"no object store \(2 offload_attempts, 1 ledgers, 1 deletion_queue\)"
+    with pytest.raises(ValueError, match=counted):
+        upgrade(engine, None)
+    assert current_revision(engine) == "0001"
+    assert "object_stores" not in sa.inspect(engine).get_table_names()
+    assert "store_id" not in {c["name"] for c in sa.inspect(engine).get_columns("ledgers")}
+
+    assert upgrade(engine, OLD_STORE) == ("0001", head_revision())
+    url = engine.url.render_as_string(hide_password=False)
+    store = MetadataStore.open(url)
+    try:
+        (store_id,) = {a.store_id for a in store.list_attempts()}
+        assert store.get_store(store_id) == OLD_STORE
+        offloaded, in_flight = store.list_ledgers("t")
+        assert offloaded.store_id == store_id  # committed: records where it went
+        assert in_flight.store_id is None  # not offloaded: its attempt holds the store
+        assert [d.store_id for d in store.pending_deletions()] == [store_id]
+    finally:
+        store.close()
+    # a second upgrade at head is a no-op that keeps what was recorded
+    assert upgrade(engine, StoreLocation("file", "/elsewhere")) == (head_revision(),) * 2
+    assert _store_ids(engine) == {
+        "ledgers": [store_id, None],
+        "offload_attempts": [store_id, store_id],
+        "deletion_queue": [store_id],
+    }
