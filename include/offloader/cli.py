@@ -6,6 +6,7 @@ import argparse
 import base64
 import hashlib
 import json
+import logging
 import random
 import sys
 import time
@@ -278,6 +279,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; any failure is one line on stderr and exit status 2."""
     args = build_parser().parse_args(argv)
+    # The library logs what it recovers from; the operator sees the one line unless --debug.
+    logging.basicConfig(
+        level=logging.DEBUG if args.debug else logging.ERROR,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
     settings: Settings | None = None
     try:
         settings = Settings()

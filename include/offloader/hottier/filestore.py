@@ -422,9 +422,13 @@ class FileWritableLedger(WritableLedger):
     def sync(self) -> None:
         """Make every entry appended so far durable (flush + fsync)."""
         file = self._open_file()
-        with _naming(self._paths.log):
-            file.flush()
-            os.fsync(file.fileno())
+        try:
+            with _naming(self._paths.log):
+                file.flush()
+                os.fsync(file.fileno())
+        except BaseException:
+            self._broken = True  # what reached the disk is unknown; reopen cuts a torn tail
+            raise
 
     def seal(self) -> LedgerInfo:
         if self._sealed:
