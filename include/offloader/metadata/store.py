@@ -405,7 +405,9 @@ class MetadataStore:
 
     # --- hot copies (mark first, delete second) ------------------------------------------
     def mark_hot_deleting(self, ledger: Ledger) -> Ledger:
-        if not ledger.is_offloaded:
+        """Mark the hot copy for deletion: of an offloaded ledger, or of a sealed empty one."""
+        empty = ledger.state is LedgerState.SEALED and ledger.entry_count == 0
+        if not (ledger.is_offloaded or empty):
             raise ValueError(
                 f"ledger {ledger.topic}/{ledger.ledger_id} is not offloaded; its hot copy "
                 "is the only one"
