@@ -140,3 +140,19 @@ def test_reading_an_empty_ledger_before_it_is_retired(runtime: Runtime) -> None:
             list(reader.read("orders", 2, 0, 3))
         ManagedLedgerWriter(rt.metadata, rt.hot, "orders").close()
     assert reader.checksum("orders").entries == ENTRIES
+
+
+def test_the_dag_run_summary_counts_retired_empty_ledgers(runtime: Runtime) -> None:
+    """What the offload_ledgers DAG's plan, batch and summary tasks call."""
+    from offloader.offload.runs import offload_batch, plan_batches, summarize
+
+    rt = runtime
+    make_topic(rt, ledger_max_entries=ENTRIES)
+    kill_a_writer_after_rollover(rt)
+    ManagedLedgerWriter(rt.metadata, rt.hot, "orders").close()
+    batches = plan_batches(rt.metadata, "orders", None, batch_size=10)
+    assert [(b.topic, b.ledger_ids) for b in batches] == [("orders", [2])]
+    results = [r for b in batches for r in offload_batch(rt, b.topic, b.ledger_ids)]
+    summary = summarize(results)
+    assert summary["outcomes"] == {"retired-empty": 1}
+    assert (summary["ledgers"], summary["offloaded"], summary["bytes"]) == (1, 0, 0)
