@@ -102,8 +102,8 @@ def describe_os_error(exc: OSError, settings: Settings | None) -> str:
         return f"{path} {reason}"
     name, configured = setting
     if path == configured:
-        return f"{name}={configured} {reason}"
-    return f"{name}={configured}: {path} {reason}"
+        return f"{name} {reason}"
+    return f"{name}: {path} {reason}"
 
 
 def _describe_sqlalchemy(exc: BaseException, settings: Settings | None) -> str | None:
@@ -146,7 +146,7 @@ def _raw_metadata_url(settings: Settings | None) -> str | None:
 
 
 def _setting_for_path(path: Path, settings: Settings | None) -> tuple[str, Path] | None:
-    """The configured directory to blame for an OS error on ``path``.
+    """The configured directory to blame for an OS error on ``path``, as it is to be named.
 
     Preference: the directory itself; else the deepest one that holds ``path``; else the
     shallowest one below ``path`` (mkdir failed on a parent of a configured directory).
@@ -154,34 +154,47 @@ def _setting_for_path(path: Path, settings: Settings | None) -> tuple[str, Path]
     if settings is None:
         return None
     ranked = []
-    for name, configured in _configured_dirs(settings):
+    for label, variable, configured in _configured_dirs(settings):
         if path == configured:
-            ranked.append((0, 0, name, configured))
+            rank: tuple[int, int] = (0, 0)
         elif configured in path.parents:
-            ranked.append((1, -len(configured.parts), name, configured))
+            rank = (1, -len(configured.parts))
         elif path in configured.parents:
-            ranked.append((2, len(configured.parts), name, configured))
+            rank = (2, len(configured.parts))
+        else:
+            continue
+        ranked.append((rank, _name_dir(label, variable, configured, settings), configured))
     if not ranked:
         return None
-    _, _, name, configured = min(ranked)
+    _, name, configured = min(ranked)
     return name, configured
 
 
-def _configured_dirs(settings: Settings) -> list[tuple[str, Path]]:
-    """Each directory the settings put data in, with the variable that chose it."""
+def _name_dir(label: str, variable: str, configured: Path, settings: Settings) -> str:
+    """``OFFLOADER_X=/p`` when the variable holds that path, else what the path is for."""
+    if variable == "OFFLOADER_LEDGER_DIR" or configured == settings.data_dir:
+        return f"{variable}={configured}"
+    if variable == "OFFLOADER_DATA_DIR":
+        return f"{label} {configured} (in OFFLOADER_DATA_DIR={settings.data_dir})"
+    return f"{label} {configured} (from {variable})"
+
+
+def _configured_dirs(settings: Settings) -> list[tuple[str, str, Path]]:
+    """Each directory the settings put data in: what it is for, the variable that chose it."""
 
     def chosen(field: str) -> str:
         return _variable(field) if getattr(settings, field) else "OFFLOADER_DATA_DIR"
 
-    dirs = [("OFFLOADER_DATA_DIR", settings.data_dir)]
-    dirs.append((chosen("ledger_dir"), settings.resolved_ledger_dir))
+    dirs = [("data directory", "OFFLOADER_DATA_DIR", settings.data_dir)]
+    dirs.append(("ledger directory", chosen("ledger_dir"), settings.resolved_ledger_dir))
     objects = settings.resolved_object_store_url
     if objects.startswith("file://"):
-        dirs.append((chosen("object_store_url"), Path(objects.removeprefix("file://"))))
+        root = Path(objects.removeprefix("file://"))
+        dirs.append(("object store directory", chosen("object_store_url"), root))
     metadata = settings.resolved_metadata_url
     if metadata.startswith("sqlite:///"):
         database = Path(metadata.removeprefix("sqlite:///"))
-        dirs.append((chosen("metadata_url"), database.parent))
+        dirs.append(("metadata database directory", chosen("metadata_url"), database.parent))
     return dirs
 
 

@@ -78,9 +78,19 @@ def test_a_missing_module_outside_sqlalchemy_is_not_blamed_on_the_url(tmp_path: 
 @pytest.mark.parametrize(
     ("code", "where", "expected"),
     [
-        (errno.ENOSPC, "ledgers/orders/1.log", "ledgers/orders/1.log has no space left"),
-        (errno.EEXIST, "", "is not a directory"),
-        (errno.EACCES, "objects", "permission denied"),
+        (
+            errno.ENOSPC,
+            "ledgers/orders/1.log",
+            "ledger directory {d}/ledgers (in OFFLOADER_DATA_DIR={d}): "
+            "{d}/ledgers/orders/1.log has no space left on its device",
+        ),
+        (errno.EEXIST, "", "OFFLOADER_DATA_DIR={d} is not a directory (a file is in the way)"),
+        (
+            errno.EACCES,
+            "objects",
+            "object store directory {d}/objects (in OFFLOADER_DATA_DIR={d}) is not "
+            "accessible: permission denied",
+        ),
     ],
 )
 def test_os_errors_name_the_configured_directory(
@@ -89,8 +99,14 @@ def test_os_errors_name_the_configured_directory(
     s = settings(tmp_path)
     path = s.data_dir / where if where else s.data_dir
     line = describe_error(OSError(code, "os text", str(path)), s)
-    assert line.startswith(f"OFFLOADER_DATA_DIR={s.data_dir}"), line
-    assert expected in line
+    assert line == expected.format(d=s.data_dir)
+
+
+def test_an_explicit_object_store_dir_is_named_by_its_variable(tmp_path: Path) -> None:
+    s = settings(tmp_path, object_store_url=(tmp_path / "objs").as_uri())
+    line = describe_error(OSError(errno.EROFS, "x", str(tmp_path / "objs")), s)
+    expected = f"object store directory {tmp_path / 'objs'} (from OFFLOADER_OBJECT_STORE_URL)"
+    assert line == expected + " is on a read-only file system"
 
 
 def test_an_explicit_ledger_dir_is_blamed_by_its_own_variable(tmp_path: Path) -> None:
