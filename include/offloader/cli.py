@@ -6,26 +6,34 @@ import argparse
 import base64
 import hashlib
 import json
+import logging
 import random
 import sys
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, is_dataclass
-from typing import Any
+from typing import Any, NoReturn
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from offloader.exceptions import OffloaderError
+from offloader.errors import describe_error
+from offloader.format import ENTRY_FRAME, HEADER_LEN
 from offloader.gc.deletion_queue import process_deletions
+from offloader.hottier import MAX_ENTRY_BYTES
 from offloader.hottier.writer import ManagedLedgerWriter
 from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.ledger_offloader import LedgerOffloader
-from offloader.policy import OffloadPolicy, describe_validation_error
+from offloader.policy import OffloadPolicy
 from offloader.read.topic_reader import Source, TopicReader
 from offloader.runtime import Runtime, check_database, upgrade_database
 from offloader.settings import Settings
 
 Handler = Callable[[argparse.Namespace, Runtime], tuple[Any, str]]
+
+# produce generates test data in memory: one payload at a time, at most this many entries.
+PRODUCE_MAX_COUNT = 10_000_000
+PRODUCE_MAX_GENERATED = 1024 * 1024 * 1024  # one random payload held in memory
 
 
 def _jsonable(value: Any) -> Any:
@@ -70,9 +78,27 @@ def cmd_topic_policy(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     return policy, "\n".join(f"{k} = {v}" for k, v in policy.items())
 
 
+def produce_size_limit(policy: OffloadPolicy) -> tuple[int, str]:
+    """The largest entry produce may write to a topic, and the rule that sets it."""
+    limits = [
+        (MAX_ENTRY_BYTES, "the hot tier's record length field"),
+        (
+            policy.max_block_size - HEADER_LEN - ENTRY_FRAME,
+            f"one block of the topic's max_block_size of {policy.max_block_size}",
+        ),
+        (PRODUCE_MAX_GENERATED, "what produce generates in memory"),
+    ]
+    return min(limits)
+
+
 def cmd_produce(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
-    if args.count < 0 or args.size < 0:
-        raise ValueError("--count and --size must be >= 0")
+    if not 0 <= args.count <= PRODUCE_MAX_COUNT:
+        raise ValueError(f"--count {args.count}: must be between 0 and {PRODUCE_MAX_COUNT}")
+    if args.size < 0:
+        raise ValueError(f"--size {args.size}: must be >= 0")
+    limit, rule = produce_size_limit(rt.metadata.get_topic(args.topic).policy)
+    if args.size > limit:
+        raise ValueError(f"--size {args.size}: at most {limit} bytes (an entry must fit {rule})")
     rng = random.Random(args.seed)
     with ManagedLedgerWriter(rt.metadata, rt.hot, args.topic) as writer:
         for _ in range(args.count):
@@ -173,20 +199,46 @@ def _redact_url(url: str) -> str:
 
 
 # --- parser --------------------------------------------------------------------------------
+INT64_MAX = 2**63 - 1  # ledger and entry ids are 64-bit in the format and the metadata
+
+
+def ledger_or_entry_id(text: str) -> int:
+    """An id as the format stores it: a signed 64-bit integer."""
+    value = int(text)
+    if not -INT64_MAX - 1 <= value <= INT64_MAX:
+        raise ValueError(text)
+    return value
+
+
+ledger_or_entry_id.__name__ = "64-bit id"  # argparse names the type in its message
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Usage errors as one line with exit status 2, like every other failure."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="offloader", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = OneLineParser(prog="offloader", description=__doc__)
+    debug_help = "on failure, print the traceback as well as the one-line error"
+    parser.add_argument("--debug", action="store_true", help=debug_help)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
     def command(
         name: str, handler: Handler, help_: str, parent: Any = sub
     ) -> argparse.ArgumentParser:
         p = parent.add_parser(name, help=help_)
         p.add_argument("--json", action="store_true", help="machine-readable output")
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
         p.set_defaults(handler=handler)
         return p
 
     topic = sub.add_parser("topic", help="create, list, and set policies of topics")
-    topic_sub = topic.add_subparsers(dest="topic_command", required=True)
+    topic_sub = topic.add_subparsers(
+        dest="topic_command", required=True, parser_class=OneLineParser
+    )
     p = command("create", cmd_topic_create, "create a topic", topic_sub)
     p.add_argument("name")
     p.add_argument(
@@ -214,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("topic")
     p.add_argument(
         "--up-to",
-        type=int,
+        type=ledger_or_entry_id,
         default=None,
         metavar="LEDGER",
         help="offload every sealed ledger with id <= LEDGER, whatever the policy",
@@ -222,9 +274,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("read", cmd_read, "read entries of one ledger")
     p.add_argument("topic")
-    p.add_argument("--ledger", type=int, required=True)
-    p.add_argument("--first", type=int, default=0)
-    p.add_argument("--last", type=int, default=None)
+    p.add_argument("--ledger", type=ledger_or_entry_id, required=True)
+    p.add_argument("--first", type=ledger_or_entry_id, default=0)
+    p.add_argument("--last", type=ledger_or_entry_id, default=None)
     p.add_argument("--source", choices=[s.value for s in Source], default="auto")
     p.add_argument("--payload", action="store_true", help="include payloads (base64)")
 
@@ -246,18 +298,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; any failure is one line on stderr and exit status 2."""
     args = build_parser().parse_args(argv)
+    # The library logs what it recovers from; the operator sees the one line unless --debug.
+    logging.basicConfig(
+        level=logging.DEBUG if args.debug else logging.ERROR,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    settings: Settings | None = None
     try:
+        settings = Settings()
         if getattr(args, "without_runtime", False):
-            result, text = args.handler(args, Settings())
+            result, text = args.handler(args, settings)
         else:
-            with Runtime.open() as runtime:
+            with Runtime.open(settings) as runtime:
                 result, text = args.handler(args, runtime)
-    except ValidationError as exc:
-        print(f"error: {describe_validation_error(exc)}", file=sys.stderr)
-        return 2
-    except (OffloaderError, ValueError, LookupError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except Exception as exc:
+        if args.debug:
+            traceback.print_exc()
+        print(f"error: {describe_error(exc, settings)}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(_jsonable(result), indent=2, sort_keys=True))

@@ -11,6 +11,10 @@ import abc
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+# The largest entry any hot tier accepts: the file store's record length is an unsigned
+# 32-bit field.
+MAX_ENTRY_BYTES = 0xFFFFFFFF
+
 
 @dataclass(frozen=True)
 class LedgerInfo:

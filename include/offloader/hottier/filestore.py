@@ -24,6 +24,7 @@ gets :class:`~offloader.exceptions.LedgerInUseError`.
 from __future__ import annotations
 
 import array
+import contextlib
 import errno
 import fcntl
 import hashlib
@@ -46,7 +47,7 @@ from offloader.exceptions import (
     LedgerSealedError,
 )
 from offloader.fsutil import fsync_dir
-from offloader.hottier import HotLedgerStore, LedgerInfo, WritableLedger
+from offloader.hottier import MAX_ENTRY_BYTES, HotLedgerStore, LedgerInfo, WritableLedger
 
 __all__ = ["FileLedgerStore", "FileWritableLedger", "decode_topic", "encode_topic"]
 
@@ -56,7 +57,6 @@ _MARKER = struct.Struct(">4sHQQQI")  # magic, version, entries, size, log length
 _CRC = struct.Struct(">I")
 _MARKER_MAGIC = b"HLSM"
 _MARKER_VERSION = 1
-_MAX_PAYLOAD = 0xFFFFFFFF
 _MAX_LEDGER_ID = 2**63 - 1
 _WRITE_BUFFER = 256 * 1024
 _READ_BUFFER = 1024 * 1024
@@ -121,6 +121,17 @@ def _unlink(path: Path) -> None:
     except PermissionError:
         os.chmod(path, _FILE_MODE)
         os.unlink(path)
+
+
+@contextlib.contextmanager
+def _naming(path: Path) -> Iterator[None]:
+    """Buffered writes fail without a file name (ENOSPC, EIO); add the ledger's log path."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None or exc.errno is None:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
 
 
 def _write_file_durably(path: Path, data: bytes) -> None:
@@ -392,13 +403,14 @@ class FileWritableLedger(WritableLedger):
         file = self._open_file()
         if not isinstance(payload, bytes):
             payload = bytes(memoryview(payload))  # bytearray, memoryview; str is a TypeError
-        if len(payload) > _MAX_PAYLOAD:
-            raise ValueError(f"entry of {len(payload)} bytes exceeds {_MAX_PAYLOAD}")
+        if len(payload) > MAX_ENTRY_BYTES:
+            raise ValueError(f"entry of {len(payload)} bytes exceeds {MAX_ENTRY_BYTES}")
         entry_id = len(self._offsets)
         header = RECORD_HEADER.pack(len(payload), entry_id, crc32c.crc32c(payload))
         try:
-            file.write(header)
-            file.write(payload)
+            with _naming(self._paths.log):
+                file.write(header)
+                file.write(payload)
         except BaseException:
             self._broken = True  # the buffer may hold half a record
             raise
@@ -410,17 +422,24 @@ class FileWritableLedger(WritableLedger):
     def sync(self) -> None:
         """Make every entry appended so far durable (flush + fsync)."""
         file = self._open_file()
-        file.flush()
-        os.fsync(file.fileno())
+        try:
+            with _naming(self._paths.log):
+                file.flush()
+                os.fsync(file.fileno())
+        except BaseException:
+            self._broken = True  # what reached the disk is unknown; reopen cuts a torn tail
+            raise
 
     def seal(self) -> LedgerInfo:
         if self._sealed:
             return self.info()
         self.sync()
         data = _idx_bytes(self._offsets)
-        _write_idx(self._paths, data)
+        with _naming(self._paths.idx):
+            _write_idx(self._paths, data)
         marker = _Marker(len(self._offsets), self._size, self._length, crc32c.crc32c(data))
-        _publish_marker(self._paths, marker)
+        with _naming(self._paths.seal):
+            _publish_marker(self._paths, marker)
         self._sealed = True
         self._release()
         _make_read_only(self._paths)
@@ -446,9 +465,14 @@ class FileWritableLedger(WritableLedger):
             return
         try:
             if not self._broken:
-                file.flush()
+                with _naming(self._paths.log):
+                    file.flush()
         finally:
-            file.close()
+            if self._broken:  # closing flushes again; what is left of the buffer is torn
+                with contextlib.suppress(OSError):
+                    file.close()
+            else:
+                file.close()
 
 
 # --- store ----------------------------------------------------------------------------

@@ -38,8 +38,17 @@ class ManagedLedgerWriter:
     def __enter__(self) -> ManagedLedgerWriter:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if exc is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except Exception:
+            # Sealing after a failed append (a full disk) fails too; the original error is
+            # the one to report. The ledger stays open and the next writer's recovery seals
+            # it, cutting the torn tail.
+            log.warning("could not seal %s after %r", self._topic, exc, exc_info=True)
 
     def append(self, payload: bytes) -> tuple[int, int]:
         """Append one entry; returns (ledger id, entry id)."""

@@ -455,9 +455,11 @@ class MetadataStore:
 
     # --- hot copies (mark first, delete second) ------------------------------------------
     def mark_hot_deleting(self, ledger: Ledger, deletion_lag_ms: int = 0) -> Ledger:
-        """Mark the hot copy for deletion once ``deletion_lag_ms`` has passed since the
-        commit, on the database's clock (checked in the conditional update itself)."""
-        if not ledger.is_offloaded:
+        """Mark the hot copy for deletion: of an offloaded ledger once ``deletion_lag_ms``
+        has passed since the commit on the database's clock (checked in the conditional
+        update itself), or of a sealed empty ledger at once (nothing to offload)."""
+        empty = ledger.state is LedgerState.SEALED and ledger.entry_count == 0
+        if not (ledger.is_offloaded or empty):
             raise ValueError(
                 f"ledger {ledger.topic}/{ledger.ledger_id} is not offloaded; its hot copy "
                 "is the only one"
@@ -466,7 +468,7 @@ class MetadataStore:
             _cas_ledger_if(
                 conn,
                 ledger,
-                L.c.offloaded_ms + deletion_lag_ms <= db_now(),
+                sa.true() if empty else L.c.offloaded_ms + deletion_lag_ms <= db_now(),
                 f"was offloaded less than its deletion lag of {deletion_lag_ms} ms ago "
                 "(database clock); its hot copy stays",
                 hot_state=HotState.DELETING,

@@ -62,3 +62,22 @@ def delete_hot_copies(
             continue  # another run is deleting it; it will finish or the next run will
         done.append(HotDeletion(topic, ledger.ledger_id, ledger.size_bytes))
     return done
+
+
+def retire_empty_ledger(metadata: MetadataStore, hot: HotLedgerStore, ledger: Ledger) -> Ledger:
+    """Remove the hot file of a sealed empty ledger: there is nothing to offload or index.
+
+    Mark first, delete second, as for offloaded ledgers; a crash in between leaves the
+    ledger ``deleting`` and the next run finishes it. Idempotent.
+    """
+    if ledger.hot_state is HotState.DELETED:
+        return ledger
+    try:
+        if ledger.hot_state is HotState.PRESENT:
+            ledger = metadata.mark_hot_deleting(ledger)
+            failpoints.reach("after-mark-hot-deleting")
+        hot.delete(ledger.topic, ledger.ledger_id)
+        return metadata.mark_hot_deleted(ledger)
+    except CommitFailedError:
+        # another run is retiring it; it will finish, or the next run will
+        return metadata.get_ledger(ledger.topic, ledger.ledger_id)

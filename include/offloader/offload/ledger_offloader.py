@@ -24,6 +24,7 @@ from offloader.exceptions import (
 )
 from offloader.format import LedgerMetadata, decode_index, encode_blocks, encode_index
 from offloader.metadata import Attempt, Ledger, LedgerState
+from offloader.offload.hot_deletion import retire_empty_ledger
 from offloader.offload.keys import ledger_object_keys, object_user_metadata
 from offloader.offload.lease import LeaseKeeper
 from offloader.offload.planner import due_ledgers
@@ -40,6 +41,7 @@ class Outcome(StrEnum):
     ALREADY_OFFLOADED = "already-offloaded"
     IN_PROGRESS = "in-progress"  # another live attempt holds the lease
     LOST = "lost"  # another attempt committed first; ours is queued for deletion
+    RETIRED_EMPTY = "retired-empty"  # sealed with no entries: hot file removed, nothing uploaded
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,9 @@ class LedgerOffloader:
             return OffloadResult(topic, ledger_id, Outcome.ALREADY_OFFLOADED, ledger.offload_uuid)
         if ledger.state is not LedgerState.SEALED:
             raise ValueError(f"ledger {topic}/{ledger_id} is open; only sealed ledgers move")
+        if ledger.entry_count == 0:
+            retire_empty_ledger(self.metadata, self.runtime.hot, ledger)
+            return OffloadResult(topic, ledger_id, Outcome.RETIRED_EMPTY)
         if ledger.attempt_id is not None:
             # the database's clock says whether the lease is over (invariant 6); begin_attempt
             # checks it again in its conditional update, in case the owner renews meanwhile

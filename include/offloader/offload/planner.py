@@ -2,32 +2,36 @@
 
 from __future__ import annotations
 
-from offloader.metadata import Ledger, LedgerState, OffloadState
+from offloader.metadata import HotState, Ledger, LedgerState, OffloadState
 from offloader.policy import OffloadPolicy
 
 
 def due_ledgers(
     ledgers: list[Ledger], policy: OffloadPolicy, now_ms: int, up_to: int | None = None
 ) -> list[Ledger]:
-    """Sealed, non-empty, not yet offloaded ledgers that a rule makes due.
+    """Sealed, not yet offloaded ledgers that a rule makes due, and empty ones to retire.
 
     ``up_to`` (an explicit prefix, like Pulsar's manual offload) makes every such ledger
     with an id <= ``up_to`` due whatever the policy says. Otherwise the size rule keeps at
     most ``offload_threshold_bytes`` of the topic hot (the open ledger counts but cannot
     move) and the age rule takes ledgers sealed longer than ``offload_age_seconds`` ago.
+    A sealed empty ledger (a writer killed right after a rollover leaves one) has nothing
+    to offload or to wait for: it is always due, to be retired.
     """
+    ordered = sorted(ledgers, key=lambda x: x.ledger_id)
     candidates = [
         ledger
-        for ledger in sorted(ledgers, key=lambda x: x.ledger_id)
+        for ledger in ordered
         if ledger.state is LedgerState.SEALED
         and ledger.entry_count > 0
         and ledger.offload_state is not OffloadState.OFFLOADED
         and ledger.has_hot_copy
     ]
+    empty = [ledger for ledger in ordered if is_retirable_empty(ledger)]
     if up_to is not None:
-        return [ledger for ledger in candidates if ledger.ledger_id <= up_to]
+        return [ledger for ledger in candidates + empty if ledger.ledger_id <= up_to]
 
-    due: dict[int, Ledger] = {}
+    due: dict[int, Ledger] = {ledger.ledger_id: ledger for ledger in empty}
     if policy.offload_threshold_bytes is not None:
         hot_bytes = sum(
             ledger.size_bytes
@@ -45,3 +49,17 @@ def due_ledgers(
             if ledger.sealed_ms is not None and ledger.sealed_ms <= cutoff:
                 due[ledger.ledger_id] = ledger
     return [due[k] for k in sorted(due)]
+
+
+def is_retirable_empty(ledger: Ledger) -> bool:
+    """Sealed with no entries and a hot file still present (or half deleted by a crash).
+
+    An open empty ledger is the writer's current one and is never touched.
+    """
+    return (
+        ledger.state is LedgerState.SEALED
+        and ledger.entry_count == 0
+        and ledger.offload_state is OffloadState.NONE
+        and ledger.attempt_id is None
+        and ledger.hot_state is not HotState.DELETED
+    )

@@ -44,9 +44,16 @@ class TopicReader:
         last: int | None = None,
         source: Source = Source.AUTO,
     ) -> Iterator[tuple[int, bytes]]:
-        """Entries ``first..last`` of one ledger from the chosen copy, resuming on fallback."""
+        """Entries ``first..last`` of one ledger from the chosen copy, resuming on fallback.
+
+        An empty ledger yields nothing for the default range and refuses an explicit one.
+        """
         ledger = self.runtime.metadata.get_ledger(topic, ledger_id)
         last_id = self._last_entry_id(ledger)
+        if last_id < 0:
+            if first == 0 and last is None:
+                return
+            raise ValueError(f"ledger {ledger_id} of topic {topic!r} is empty")
         last = last_id if last is None else last
         if first < 0 or first > last or last > last_id:
             raise ValueError(

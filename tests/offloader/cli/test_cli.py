@@ -1,31 +1,19 @@
 """The console script, end to end in a real process on the embedded default."""
 
-import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from fixtures.cli import run_cli, run_cli_json
+
 
 def cli(data_dir: Path, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OFFLOADER_")}
-    env["OFFLOADER_DATA_DIR"] = str(data_dir)
-    done = subprocess.run(
-        [sys.executable, "-m", "offloader.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    if ok:
-        assert done.returncode == 0, done.stderr
-    return done
+    return run_cli(data_dir, *args, ok=ok)
 
 
 def cli_json(data_dir: Path, *args: str):  # type: ignore[no-untyped-def]
-    return json.loads(cli(data_dir, *args, "--json").stdout)
+    return run_cli_json(data_dir, *args)
 
 
 def test_the_whole_cycle_through_the_cli(tmp_path: Path) -> None:
@@ -93,13 +81,7 @@ def test_bad_input_is_named_and_changes_nothing(tmp_path: Path, args, message) -
 
 
 def test_bad_settings_are_named(tmp_path: Path) -> None:
-    env = {**os.environ, "OFFLOADER_OBJECT_STORE_URL": "ftp://nowhere"}
-    done = subprocess.run(
-        [sys.executable, "-m", "offloader.cli", "status"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    env = {"OFFLOADER_OBJECT_STORE_URL": "ftp://nowhere"}
+    done = run_cli(tmp_path / "data", "status", env=env, ok=False)
     assert done.returncode == 2
-    assert "object_store_url" in done.stderr and "file:///" in done.stderr
+    assert "OFFLOADER_OBJECT_STORE_URL" in done.stderr and "file:///" in done.stderr
