@@ -36,7 +36,7 @@ from offloader.hottier.writer import ManagedLedgerWriter
 from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.ledger_offloader import LedgerOffloader, Outcome
 from offloader.policy import OffloadPolicy
-from offloader.runtime import Runtime
+from offloader.runtime import Runtime, upgrade_database
 from offloader.settings import Settings
 
 ENTRY_SIZE = 4 << 10
@@ -172,6 +172,7 @@ def _postgres_url() -> Iterator[str | None]:
 
 
 def _bench_backend(settings: Settings, home: Path, ledgers: int) -> dict:
+    upgrade_database(settings)  # `offloader db upgrade`: opening never migrates
     with Runtime.open(settings) as rt:
         ids = {}
         for topic in ("lib", "cli", "dag"):

@@ -40,7 +40,7 @@ from offloader.objectstore.s3 import build_client
 from offloader.offload.ledger_offloader import LedgerOffloader, Outcome
 from offloader.policy import OffloadPolicy
 from offloader.read.tiered import DEFAULT_SEQUENTIAL_RANGE, IndexCache, TieredLedgerReader
-from offloader.runtime import Runtime
+from offloader.runtime import Runtime, upgrade_database
 
 MiB = 1 << 20
 ENTRY_SIZE = 4 << 10
@@ -290,6 +290,7 @@ def run(quick: bool = False, work_dir: Path | None = None) -> dict:
         base = Path(tmp)
         with SeaweedS3.start(base / "seaweedfs") as server:
             settings = server.make_settings("bench-offload", data_dir=base / "data")
+            upgrade_database(settings)  # `offloader db upgrade`: opening never migrates
             with Runtime.open(settings) as rt:
                 offload, sequential = _bench_offload_and_read(
                     rt, entries, repeats, settings.upload_concurrency

@@ -33,11 +33,11 @@ class Runtime:
         metadata = MetadataStore.open(settings.resolved_metadata_url)
         try:
             objects = open_object_store(settings.resolved_object_store_url, settings)
+            stores = StoreRegistry(metadata, settings, objects)
+            hot = FileLedgerStore(settings.resolved_ledger_dir)
         except BaseException:
             metadata.close()
             raise
-        stores = StoreRegistry(metadata, settings, objects)
-        hot = FileLedgerStore(settings.resolved_ledger_dir)
         return cls(settings=settings, metadata=metadata, objects=objects, stores=stores, hot=hot)
 
     def close(self) -> None:

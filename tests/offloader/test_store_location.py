@@ -38,15 +38,14 @@ def another_store(request: pytest.FixtureRequest, settings: Settings) -> Setting
     return settings.model_copy(update={"object_store_url": url})
 
 
-def remove_store(rt: Runtime) -> None:
+def remove_store(request: pytest.FixtureRequest, rt: Runtime) -> None:
     """Make the runtime's default store disappear: the directory, or the bucket."""
-    url = rt.settings.resolved_object_store_url
-    if url.startswith("file:"):
-        shutil.rmtree(default_location(rt.settings).location)
+    location = default_location(rt.settings)
+    if location.kind == "file":
+        shutil.rmtree(location.location)
         return
     rt.objects.delete_many([info.key for info in rt.objects.list()])
-    bucket = default_location(rt.settings).location
-    rt.objects._client.delete_bucket(Bucket=bucket)  # type: ignore[attr-defined]
+    request.getfixturevalue("s3_server").client().delete_bucket(Bucket=location.location)
 
 
 def tiered(rt: Runtime, ledger_id: int) -> list[tuple[int, bytes]]:
@@ -96,7 +95,7 @@ def test_a_recorded_store_that_is_gone_is_named(
         (ledger_id,) = produce_ledgers(a, "orders", [(10, 1000)])
         LedgerOffloader(a).offload_topic("orders", up_to=ledger_id)
         a.metadata.enqueue_deletions(["late"], "test", store_id=a.stores.default_id())
-        remove_store(a)
+        remove_store(request, a)
     gone = str(default_location(backend_settings))
     with Runtime.open(another_store(request, backend_settings)) as b:
         with pytest.raises(StoreUnavailableError) as caught:

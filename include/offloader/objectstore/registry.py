@@ -83,13 +83,12 @@ class StoreRegistry:
                 f"{what} names no object store (written before revision 0002 and not "
                 "upgraded): run `offloader db upgrade`"
             )
-        self.default_id()
         with self._lock:
             store = self._opened.get(store_id)
             if store is None:
                 location = self.metadata.get_store(store_id)
                 if location == self._default_location:
-                    store = self.default
+                    store = self.default  # the same store: never open it twice
                 else:
                     store = open_location(location, self.settings)
                 self._opened[store_id] = store

@@ -146,3 +146,22 @@ def test_rows_of_0001_are_recorded_as_written_to_the_store_configured_at_upgrade
         "offload_attempts": [store_id, store_id],
         "deletion_queue": [store_id],
     }
+
+
+def test_0002_downgrades_to_0001_and_upgrades_again(engine: sa.Engine) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    from offloader.metadata.migrate import MIGRATIONS
+
+    upgrade(engine, None)
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.downgrade(config, "0001")
+    assert current_revision(engine) == "0001"
+    assert "object_stores" not in sa.inspect(engine).get_table_names()
+    upgrade(engine, None)
+    with engine.connect() as conn:
+        assert compare_metadata(MigrationContext.configure(conn), schema.metadata) == []
