@@ -325,6 +325,13 @@ def _encode_blocks(
     while pending is not None:
         builder = _BlockBuilder(max_block_size, chunk_target, part_id, offset, pending[0])
         pending = builder.fill(itertools.chain((pending,), entries))
+        if pending is not None and builder.next_id == builder.first_id:
+            # progress guard: a fresh block must take at least one entry, or this loop
+            # would emit empty blocks forever (should the size check above ever break)
+            raise EntryTooLargeError(
+                f"entry {pending[0]} of {len(pending[1])} bytes does not fit an empty block "
+                f"of max_block_size {max_block_size}"
+            )
         block = builder.finish(last=pending is None)
         part_id, offset = part_id + 1, offset + block.ref.length
         del builder
@@ -425,27 +432,36 @@ def decode_index(data: bytes) -> LedgerIndex:
     """Parse an index object, ours (with extension) or Pulsar's v1 (without)."""
     data = _as_bytes(data)
     if len(data) < _INDEX_HEAD.size:
-        raise FormatError(f"truncated index: {len(data)} bytes, the v1 head alone is 32")
+        raise FormatError(
+            f"truncated index: {len(data)} bytes, the v1 head alone is 32", offset=len(data)
+        )
     magic, index_len, data_len, header_len, count, meta_len = _INDEX_HEAD.unpack_from(data, 0)
     if magic != INDEX_MAGIC:
-        raise FormatError(f"bad index magic 0x{magic:08X}, expected 0x{INDEX_MAGIC:08X}")
+        raise FormatError(f"bad index magic 0x{magic:08X}, expected 0x{INDEX_MAGIC:08X}", offset=0)
     if index_len != len(data):
         what = "truncated index" if len(data) < index_len else "index_len mismatch"
-        raise FormatError(f"{what}: index_len says {index_len} bytes, got {len(data)}")
+        raise FormatError(
+            f"{what}: index_len says {index_len} bytes, got {len(data)}",
+            offset=min(index_len, len(data)) if index_len >= 0 else 4,
+        )
     if header_len != HEADER_LEN:
-        raise FormatError(f"unsupported data_header_len {header_len}, expected {HEADER_LEN}")
+        raise FormatError(
+            f"unsupported data_header_len {header_len}, expected {HEADER_LEN}", offset=16
+        )
     entries_at = _INDEX_HEAD.size + meta_len
     ext_at = entries_at + count * _INDEX_ENTRY.size
     if count < 1 or meta_len < 0 or ext_at > len(data):
         raise FormatError(
             f"truncated index: {count} entries and {meta_len} metadata bytes "
-            f"need {ext_at} bytes, index has {len(data)}"
+            f"need {ext_at} bytes, index has {len(data)}",
+            offset=24,
         )
     firsts = [
         _INDEX_ENTRY.unpack_from(data, entries_at + i * _INDEX_ENTRY.size) for i in range(count)
     ]
     raw_meta = data[_INDEX_HEAD.size : entries_at]
     if ext_at == len(data):  # no extension: a pure Pulsar v1 index
+        _check_pulsar_entries(firsts, entries_at)
         meta = _decode_metadata(raw_meta, strict=False)
         return LedgerIndex(data_len, header_len, meta, _pulsar_blocks(firsts, data_len), None)
     blocks, chunks = _decode_extension(data, ext_at, firsts)  # checks index_crc first
@@ -482,6 +498,22 @@ def _decode_metadata(raw: bytes, *, strict: bool) -> LedgerMetadata | None:
     return LedgerMetadata(topic, ledger, count, last, length, created, sealed)
 
 
+def _check_pulsar_entries(firsts: list[tuple[int, int, int]], entries_at: int) -> None:
+    """What a v1 index alone can promise: blocks from offset 0, entry ids rising, each
+    block holding at least one entry (our extension checks far more, under its CRC)."""
+    if firsts[0][2] != 0 or firsts[0][0] < 0:
+        raise FormatError(
+            f"index entry 0: block {firsts[0][0]}@{firsts[0][2]}, expected an id >= 0 at 0",
+            offset=entries_at,
+        )
+    for i in range(1, len(firsts)):
+        if firsts[i][0] <= firsts[i - 1][0]:
+            raise FormatError(
+                f"index entry {i}: first_entry_id {firsts[i][0]} after {firsts[i - 1][0]}",
+                offset=entries_at + i * _INDEX_ENTRY.size,
+            )
+
+
 def _pulsar_blocks(firsts: list[tuple[int, int, int]], data_len: int) -> tuple[BlockRef, ...]:
     """Block refs from v1 index entries alone: a block ends where the next one starts."""
     ends = [offset for _, _, offset in firsts[1:]] + [data_len]
@@ -502,14 +534,20 @@ def _decode_extension(
     if magic != EXT_MAGIC:
         raise FormatError(
             f"bad index extension magic 0x{magic:08X}, expected 0x{EXT_MAGIC:08X} "
-            f"({len(data) - at} unexpected bytes after the v1 entries)"
+            f"({len(data) - at} unexpected bytes after the v1 entries)",
+            offset=at,
         )
     if version != EXT_VERSION:
-        raise FormatError(f"unknown index extension version {version}, expected {EXT_VERSION}")
+        raise FormatError(
+            f"unknown index extension version {version}, expected {EXT_VERSION}", offset=at + 4
+        )
     stored = _UINT32.unpack_from(data, len(data) - 4)[0]
     actual = crc32c.crc32c(data[:-4])
     if stored != actual:
-        raise FormatError(f"bad index crc: stored 0x{stored:08X}, computed 0x{actual:08X}")
+        raise FormatError(
+            f"bad index crc: stored 0x{stored:08X}, computed 0x{actual:08X}",
+            offset=len(data) - 4,
+        )
     if block_count != len(firsts):
         raise FormatError(f"extension lists {block_count} blocks, v1 index {len(firsts)}")
     blocks, pos = _decode_ext_blocks(data, at + _EXT_HEAD.size, firsts)
@@ -600,15 +638,27 @@ def _crc(data: bytes | memoryview) -> int:
     return crc32c.crc32c(data)
 
 
-def _parse_header(data: bytes | memoryview, where: str, at: int = 0) -> tuple[int, int]:
-    """(block_len, first_entry_id) of a v1 block header at ``data[at:]``."""
+def _parse_header(
+    data: bytes | memoryview, where: str, at: int = 0, origin: int = 0
+) -> tuple[int, int]:
+    """(block_len, first_entry_id) of a v1 block header at ``data[at:]``; ``data[0]`` is at
+    ``origin`` in the object, so errors carry absolute offsets."""
     if len(data) - at < HEADER_LEN:
-        raise FormatError(f"truncated block header {where}: {len(data) - at} bytes of {HEADER_LEN}")
+        raise FormatError(
+            f"truncated block header {where}: {max(0, len(data) - at)} bytes of {HEADER_LEN}",
+            offset=origin + max(at, len(data)),
+        )
     magic, header_len, block_len, first = _BLOCK_HEADER.unpack_from(data, at)
     if magic != BLOCK_MAGIC:
-        raise FormatError(f"bad block magic 0x{magic:08X} {where}, expected 0x{BLOCK_MAGIC:08X}")
+        raise FormatError(
+            f"bad block magic 0x{magic:08X} {where}, expected 0x{BLOCK_MAGIC:08X}",
+            offset=origin + at,
+        )
     if header_len != HEADER_LEN:
-        raise FormatError(f"bad block header_len {header_len} {where}, expected {HEADER_LEN}")
+        raise FormatError(
+            f"bad block header_len {header_len} {where}, expected {HEADER_LEN}",
+            offset=origin + at + 4,
+        )
     return block_len, first
 
 
@@ -617,26 +667,57 @@ def _same(value: bytes) -> bytes:
 
 
 def _parse_frames(
-    data: bytes | memoryview, pos: int, count: int, first_id: int, end: int, where: str
+    data: bytes | memoryview,
+    pos: int,
+    count: int,
+    first_id: int,
+    end: int,
+    where: str,
+    origin: int = 0,
 ) -> tuple[list[tuple[int, bytes]], int]:
-    """count frames from pos with ids running from first_id, all within data[:end]."""
+    """count frames from pos with ids running from first_id, all within data[:end].
+
+    ``data[0]`` is at ``origin`` in the object: errors name absolute offsets.
+    """
     out: list[tuple[int, bytes]] = []
     unpack = _FRAME.unpack_from
     copy = bytes if isinstance(data, memoryview) else _same  # slicing bytes already copies
     expected = first_id
     for _ in range(count):
         if pos + ENTRY_FRAME > end:
-            raise FormatError(f"truncated entry frame {where} at byte {pos} (entry {expected})")
+            raise FormatError(
+                f"truncated entry frame {where} at offset {origin + pos} (entry {expected})",
+                offset=origin + pos,
+            )
         size, entry_id = unpack(data, pos)
         start = pos + ENTRY_FRAME
-        pos = start + size
-        if size < 0 or pos > end:
-            raise FormatError(f"entry {entry_id} of {size} bytes overruns {where} at byte {start}")
+        if size < 0 or start + size > end:
+            raise FormatError(
+                f"entry {entry_id} of {size} bytes overruns {where} at offset {origin + start}",
+                offset=origin + pos,
+            )
         if entry_id != expected:
-            raise FormatError(f"entry id {entry_id} {where}, expected {expected}")
+            raise FormatError(
+                f"entry id {entry_id} {where}, expected {expected}", offset=origin + pos
+            )
+        pos = start + size
         out.append((entry_id, copy(data[start:pos])))
         expected += 1
     return out, pos
+
+
+def _count_frames(data: bytes | memoryview, pos: int, end: int) -> int:
+    """Frames before the block end or the padding (a negative length), as Pulsar scans.
+
+    A frame that overruns the end is counted, so parsing it reports the damage."""
+    count = 0
+    while pos + 4 <= end:
+        (size,) = _INT32.unpack_from(data, pos)
+        if size < 0:
+            break
+        pos += ENTRY_FRAME + size
+        count += 1
+    return count
 
 
 def verify_chunk(data: bytes | memoryview, chunk: ChunkRef, *, at: int | None = None) -> None:
@@ -646,14 +727,17 @@ def verify_chunk(data: bytes | memoryview, chunk: ChunkRef, *, at: int | None = 
     """
     start, end = at or 0, (at or 0) + chunk.length
     if len(data) < end or (at is None and len(data) != chunk.length):
+        got = max(0, len(data) - start)
         raise FormatError(
-            f"truncated chunk: {len(data) - start} bytes {_where(chunk)}, expected {chunk.length}"
+            f"truncated chunk: {got} bytes {_where(chunk)}, expected {chunk.length}",
+            offset=chunk.offset + min(got, chunk.length),
         )
     actual = _crc(data if at is None else memoryview(data)[start:end])
     if actual != chunk.crc32c:
         raise FormatError(
             f"CRC mismatch {_where(chunk)} (entries {chunk.first_entry_id}.."
-            f"{chunk.last_entry_id}): expected 0x{chunk.crc32c:08X}, got 0x{actual:08X}"
+            f"{chunk.last_entry_id}): expected 0x{chunk.crc32c:08X}, got 0x{actual:08X}",
+            offset=chunk.offset,
         )
 
 
@@ -669,20 +753,28 @@ def parse_chunk(
     where = _where(chunk)
     start = at or 0
     end = start + chunk.length
+    origin = chunk.offset - start
     starts = chunk.starts_block if block is None else chunk.offset == block.offset
     pos = start
     if starts:
-        block_len, first = _parse_header(data, where, start)
+        block_len, first = _parse_header(data, where, start, origin)
         if first != chunk.first_entry_id:
             raise FormatError(
-                f"block header first_entry_id {first} {where}, chunk says {chunk.first_entry_id}"
+                f"block header first_entry_id {first} {where}, chunk says {chunk.first_entry_id}",
+                offset=chunk.offset + 20,
             )
         if block is not None and block_len != block.length:
-            raise FormatError(f"block_len {block_len} {where}, index says {block.length}")
+            raise FormatError(
+                f"block_len {block_len} {where}, index says {block.length}",
+                offset=chunk.offset + 12,
+            )
         pos += HEADER_LEN
-    out, pos = _parse_frames(data, pos, chunk.entry_count, chunk.first_entry_id, end, where)
+    out, pos = _parse_frames(data, pos, chunk.entry_count, chunk.first_entry_id, end, where, origin)
     if pos != end:
-        raise FormatError(f"{end - pos} trailing bytes after {chunk.entry_count} entries {where}")
+        raise FormatError(
+            f"{end - pos} trailing bytes after {chunk.entry_count} entries {where}",
+            offset=origin + pos,
+        )
     return out
 
 
@@ -707,25 +799,51 @@ def _where(chunk: ChunkRef) -> str:
 
 
 def decode_block(
-    data: bytes, *, entry_count: int, expected_crc: int | None = None
+    data: bytes,
+    *,
+    entry_count: int | None,
+    expected_crc: int | None = None,
+    first_entry_id: int | None = None,
+    offset: int = 0,
 ) -> list[tuple[int, bytes]]:
-    """Parse a whole block, the Pulsar way: header, then entry_count frames, then padding."""
+    """Parse a whole block, the Pulsar way: header, then frames, then padding.
+
+    ``entry_count`` None scans frames up to the padding or the block end, as Pulsar does when
+    a foreign index does not say how many entries the last block holds. ``first_entry_id``
+    (from the index) is checked against the header; ``offset`` is the block's position in
+    the data object, so errors name absolute offsets. Without ``expected_crc`` (a pure
+    Pulsar index) payload bytes cannot be checked; headers, framing and padding still are.
+    """
     data = _as_bytes(data)
-    block_len, first = _parse_header(data, "in block")
+    block_len, first = _parse_header(data, "in block", 0, offset)
     if block_len != len(data):
         what = "truncated block" if len(data) < block_len else "block length mismatch"
-        raise FormatError(f"{what}: header says block_len {block_len}, got {len(data)} bytes")
+        raise FormatError(
+            f"{what}: header says block_len {block_len}, got {len(data)} bytes",
+            offset=offset + min(len(data), max(block_len, 0)),
+        )
     if expected_crc is not None:
         actual = _crc(data)
         if actual != expected_crc:
             raise FormatError(
                 f"CRC mismatch in block of entries from {first}: "
-                f"expected 0x{expected_crc:08X}, got 0x{actual:08X}"
+                f"expected 0x{expected_crc:08X}, got 0x{actual:08X}",
+                offset=offset,
             )
+    if first_entry_id is not None and first != first_entry_id:
+        raise FormatError(
+            f"block header first_entry_id {first}, index says {first_entry_id}",
+            offset=offset + 20,
+        )
     where = f"in block starting at entry {first}"
-    out, pos = _parse_frames(data, HEADER_LEN, entry_count, first, len(data), where)
+    if entry_count is None:
+        entry_count = _count_frames(data, HEADER_LEN, len(data))
+    out, pos = _parse_frames(data, HEADER_LEN, entry_count, first, len(data), where, offset)
     if data[pos:] != _padding(len(data) - pos):
-        raise FormatError(f"{len(data) - pos} bytes after the last entry {where} are not padding")
+        raise FormatError(
+            f"{len(data) - pos} bytes after the last entry {where} are not padding",
+            offset=offset + pos,
+        )
     return out
 
 

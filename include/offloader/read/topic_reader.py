@@ -118,6 +118,9 @@ class TopicReader:
             self.runtime.objects,
             ledger.data_key,
             ledger.index_key,
+            topic=ledger.topic,
+            ledger_id=ledger.ledger_id,
+            last_entry_id=ledger.entry_count - 1,
             prefetch=self.runtime.settings.read_prefetch,
         )
         return reader.read
