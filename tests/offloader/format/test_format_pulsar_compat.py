@@ -1,5 +1,6 @@
-"""Pulsar compatibility, checked against a minimal v1 reader and writer written here from
-/work/shared/FORMAT.md alone (no code from the codec): what a Pulsar reader would see."""
+"""Pulsar compatibility, checked against a minimal v1 reader and writer written from
+/work/shared/FORMAT.md alone (tests/fixtures/pulsar_v1.py, no code from the codec): what a
+Pulsar reader would see."""
 
 from __future__ import annotations
 
