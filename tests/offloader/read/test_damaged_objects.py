@@ -147,3 +147,20 @@ def test_cli_reports_damage_in_one_line(runtime: Runtime, kind: str, command: st
     lines = done.stderr.splitlines()
     assert len(lines) == 1, done.stderr
     assert re.fullmatch("error: " + damage.message(ledger) + ".*", lines[0]), lines[0]
+
+
+def test_index_that_disagrees_with_the_metadata_store_is_refused(runtime: Runtime) -> None:
+    ledger = offloaded_ledger(runtime, count=20, max_size=100)
+    assert ledger.data_key is not None and ledger.index_key is not None
+    reader = TieredLedgerReader(
+        runtime.objects,
+        ledger.data_key,
+        ledger.index_key,
+        topic=ledger.topic,
+        ledger_id=ledger.ledger_id,
+        last_entry_id=ledger.entry_count,  # one more than the index records
+        index_cache=IndexCache(),
+    )
+    address = f"topic {ledger.topic} ledger {ledger.ledger_id} object {ledger.index_key} offset 0"
+    with pytest.raises(DamagedObjectError, match=re.escape(address) + ": index says last entry 19"):
+        list(reader.read())
