@@ -41,7 +41,45 @@ class UnsupportedOperationError(ObjectStoreError):
 
 # --- formats --------------------------------------------------------------------------
 class FormatError(OffloaderError, ValueError):
-    """Bytes that do not follow the documented format: bad magic, bad CRC, truncation."""
+    """Bytes that do not follow the documented format: bad magic, bad CRC, truncation.
+
+    ``offset`` is where in the object the damage was found, when the codec knows it (the
+    codec sees bytes, not keys: readers add the rest of the address, see DamagedObjectError).
+    """
+
+    def __init__(self, message: str, *, offset: int | None = None) -> None:
+        super().__init__(message)
+        self.offset = offset
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return _rebuild, (type(self), self.args, self.__dict__)
+
+
+def _rebuild(cls: type, args: tuple, state: dict):  # type: ignore[no-untyped-def, type-arg]
+    """Unpickle an error whose __init__ takes keyword-only arguments."""
+    error = Exception.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
+
+class DamagedObjectError(FormatError):
+    """A stored object failed a format check. The message gives the whole address,
+    "topic T ledger L object KEY offset O: what", so an operator can find the bytes;
+    the codec's own error is kept as ``__cause__``."""
+
+    def __init__(
+        self, what: str, *, topic: str | None, ledger_id: int | None, key: str, offset: int
+    ) -> None:
+        topic_text = "?" if topic is None else topic
+        ledger_text = "?" if ledger_id is None else str(ledger_id)
+        super().__init__(
+            f"topic {topic_text} ledger {ledger_text} object {key} offset {offset}: {what}",
+            offset=offset,
+        )
+        self.topic = topic
+        self.ledger_id = ledger_id
+        self.key = key
 
 
 class EntryTooLargeError(FormatError):

@@ -1,10 +1,14 @@
-"""Byte formats of offloaded objects.
+"""Byte formats of offloaded objects (Pulsar PIP-17 v1 plus our index extension).
 
-Kept apart from I/O so the codecs can be tested and benchmarked on bytes alone; the
-offloader and reader modules stream what these functions produce and consume.
+``layout`` holds the constants and records, ``blocks`` the block writer, ``index`` the
+index codec, ``parsing`` the readers of data bytes. Kept apart from I/O so the codecs can
+be tested and benchmarked on bytes alone; the offloader and reader modules stream what
+these functions produce and consume.
 """
 
-from offloader.format.ledger_v1 import (
+from offloader.format.blocks import encode_blocks, metadata_for
+from offloader.format.index import decode_index, encode_index, encode_metadata
+from offloader.format.layout import (
     BLOCK_MAGIC,
     DEFAULT_CHUNK_TARGET,
     ENTRY_FRAME,
@@ -21,16 +25,8 @@ from offloader.format.ledger_v1 import (
     EncodedBlock,
     LedgerIndex,
     LedgerMetadata,
-    decode_block,
-    decode_chunk,
-    decode_index,
-    encode_blocks,
-    encode_index,
-    encode_metadata,
-    metadata_for,
-    parse_chunk,
-    verify_chunk,
 )
+from offloader.format.parsing import decode_block, decode_chunk, parse_chunk, verify_chunk
 
 __all__ = [
     "BLOCK_MAGIC",

@@ -4,6 +4,9 @@ With our chunk table (docs/FORMAT.md) a single entry costs one ranged GET of its
 (about one read buffer); sequential reads merge neighbouring chunks into larger GETs and
 keep ``prefetch`` of them in flight. A pure Pulsar index (no chunk table) is read block by
 block, as Pulsar does.
+
+Damage found in stored bytes is raised as DamagedObjectError with its whole address (topic,
+ledger, object key, offset): the format codec knows offsets, this reader knows the rest.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from offloader.exceptions import DamagedObjectError, FormatError
 from offloader.format import (
+    BlockRef,
     ChunkRef,
     LedgerIndex,
     decode_block,
@@ -75,7 +80,12 @@ class _Range:
 
 
 class TieredLedgerReader:
-    """Reads entries of one offloaded ledger. Thread-safe; cheap to create."""
+    """Reads entries of one offloaded ledger. Thread-safe; cheap to create.
+
+    ``topic`` and ``ledger_id`` address errors (the index's own metadata is used when they
+    are not given). ``last_entry_id`` comes from the metadata store: a foreign (Pulsar)
+    index does not record it, and where our index does, the two must agree.
+    """
 
     def __init__(
         self,
@@ -83,6 +93,9 @@ class TieredLedgerReader:
         data_key: str,
         index_key: str,
         *,
+        topic: str | None = None,
+        ledger_id: int | None = None,
+        last_entry_id: int | None = None,
         prefetch: int = 4,
         sequential_range: int = DEFAULT_SEQUENTIAL_RANGE,
         index_cache: IndexCache = INDEX_CACHE,
@@ -90,6 +103,10 @@ class TieredLedgerReader:
         self.store = store
         self.data_key = data_key
         self.index_key = index_key
+        self.topic = topic
+        self.ledger_id = ledger_id
+        self._known_last = last_entry_id
+        self._scanned_last: int | None = None
         self.prefetch = prefetch
         self.sequential_range = sequential_range
         self.stats = ReadStats()
@@ -99,16 +116,49 @@ class TieredLedgerReader:
     @property
     def index(self) -> LedgerIndex:
         if self._index is None:
-            self._index = self._index_cache.get(self.store, self.index_key)
+            try:
+                index = self._index_cache.get(self.store, self.index_key)
+            except FormatError as err:
+                raise self._damaged(err, self.index_key, 0) from err
+            self._check_last(index)
+            self._index = index
         return self._index
 
     @property
     def last_entry_id(self) -> int:
-        meta = self.index.metadata
-        if meta is not None:
-            return meta.last_entry_id
-        last = self.index.blocks[-1]
-        return last.first_entry_id + self.index.block_entry_count(last) - 1
+        """From the index; else from the metadata store; else by scanning the last block."""
+        index = self.index
+        if index.last_entry_id is not None:
+            return index.last_entry_id
+        if self._known_last is not None:
+            return self._known_last
+        if self._scanned_last is None:
+            last = index.blocks[-1]
+            entries = self._block_entries(last, None)
+            self._scanned_last = last.first_entry_id + len(entries) - 1
+        return self._scanned_last
+
+    def _check_last(self, index: LedgerIndex) -> None:
+        known, recorded = self._known_last, index.last_entry_id
+        if known is not None and recorded is not None and known != recorded:
+            raise self._damaged(
+                FormatError(f"index says last entry {recorded}, the metadata store {known}"),
+                self.index_key,
+                0,
+            )
+
+    def _damaged(self, err: FormatError, key: str, offset: int) -> DamagedObjectError:
+        """The codec's error with the address only the reader knows."""
+        meta = self._index.metadata if self._index is not None else None
+        topic = self.topic if self.topic is not None or meta is None else meta.topic
+        ledger_id = self.ledger_id if self.ledger_id is not None or meta is None else meta.ledger_id
+        return DamagedObjectError(
+            str(err),
+            topic=topic,
+            ledger_id=ledger_id,
+            key=key,
+            offset=err.offset if err.offset is not None else offset,
+        )
 
     def read_entry(self, entry_id: int) -> bytes:
         for _, payload in self.read(entry_id, entry_id):
@@ -156,14 +206,19 @@ class TieredLedgerReader:
         data = self.store.read_range(self.data_key, rng.offset, rng.length)
         self.stats.add(len(data))
         for chunk in rng.chunks:
-            verify_chunk(data, chunk, at=chunk.offset - rng.offset)
+            try:
+                verify_chunk(data, chunk, at=chunk.offset - rng.offset)
+            except FormatError as err:
+                raise self._damaged(err, self.data_key, chunk.offset) from err
         return data
 
-    @staticmethod
-    def _decode(rng: _Range, data: bytes) -> list[tuple[int, bytes]]:
+    def _decode(self, rng: _Range, data: bytes) -> list[tuple[int, bytes]]:
         entries: list[tuple[int, bytes]] = []
         for chunk in rng.chunks:
-            entries.extend(parse_chunk(data, chunk, at=chunk.offset - rng.offset))
+            try:
+                entries.extend(parse_chunk(data, chunk, at=chunk.offset - rng.offset))
+            except FormatError as err:
+                raise self._damaged(err, self.data_key, chunk.offset) from err
         return entries
 
     def _fetch_ahead(self, ranges: list[_Range]) -> Iterator[list[tuple[int, bytes]]]:
@@ -192,18 +247,41 @@ class TieredLedgerReader:
                     future.cancel()
 
     def _read_blocks(self, first: int, last: int) -> Iterator[tuple[int, bytes]]:
-        index = self.index
-        for block in index.blocks:
-            count = index.block_entry_count(block)
-            if block.first_entry_id + count - 1 < first or block.first_entry_id > last:
-                continue
-            data = self.store.read_range(self.data_key, block.offset, block.length)
-            self.stats.add(len(data))
-            for entry_id, payload in decode_block(
-                data, entry_count=count, expected_crc=block.crc32c
+        """Without a chunk table: whole blocks, each checked as far as Pulsar v1 allows."""
+        blocks = self.index.blocks
+        for i, block in enumerate(blocks):
+            is_last = i + 1 == len(blocks)
+            if block.first_entry_id > last or (
+                not is_last and blocks[i + 1].first_entry_id <= first
             ):
+                continue
+            count = None if is_last else blocks[i + 1].first_entry_id - block.first_entry_id
+            if is_last and (self.index.last_entry_id is not None or self._known_last is not None):
+                count = self.last_entry_id - block.first_entry_id + 1
+            for entry_id, payload in self._block_entries(block, count):
                 if first <= entry_id <= last:
                     yield entry_id, payload
+
+    def _block_entries(self, block: BlockRef, count: int | None) -> list[tuple[int, bytes]]:
+        """One GET of a whole block, decoded; ``count`` None scans to the padding."""
+        data = self.store.read_range(self.data_key, block.offset, block.length)
+        self.stats.add(len(data))
+        try:
+            if len(data) != block.length:
+                raise FormatError(
+                    f"truncated block: {len(data)} bytes of {block.length} at offset "
+                    f"{block.offset}, the data object is shorter than its index says",
+                    offset=block.offset + len(data),
+                )
+            return decode_block(
+                data,
+                entry_count=count,
+                expected_crc=block.crc32c,
+                first_entry_id=block.first_entry_id,
+                offset=block.offset,
+            )
+        except FormatError as err:
+            raise self._damaged(err, self.data_key, block.offset) from err
 
 
 def _range_of(chunks: list[ChunkRef]) -> _Range:

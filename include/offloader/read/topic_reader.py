@@ -130,9 +130,14 @@ class TopicReader:
         def read(first: int, last: int) -> Iterator[tuple[int, bytes]]:
             # the store the offload recorded (invariant 7), opened only when read from
             what = f"ledger {ledger.topic}/{ledger.ledger_id}"
-            store = self.runtime.stores.get(ledger.store_id, what)
             reader = TieredLedgerReader(
-                store, data_key, index_key, prefetch=self.runtime.settings.read_prefetch
+                self.runtime.stores.get(ledger.store_id, what),
+                data_key,
+                index_key,
+                topic=ledger.topic,
+                ledger_id=ledger.ledger_id,
+                last_entry_id=ledger.entry_count - 1,
+                prefetch=self.runtime.settings.read_prefetch,
             )
             return reader.read(first, last)
 

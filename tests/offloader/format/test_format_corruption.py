@@ -208,3 +208,46 @@ def test_random_single_byte_damage_never_passes_silently(seed: int) -> None:
         raw = flip(data, at)[block.offset : block.offset + block.length]
         with pytest.raises(FormatError):
             decode_block(raw, entry_count=index.block_entry_count(block), expected_crc=block.crc32c)
+
+
+def _pulsar_index(firsts_and_offsets: list[tuple[int, int]], data_len: int) -> bytes:
+    entries = b"".join(
+        struct.pack(">qiq", first, part, offset)
+        for part, (first, offset) in enumerate(firsts_and_offsets, start=1)
+    )
+    head = struct.pack(">Iiqqii", 0xDE47DE47, 32 + len(entries), data_len, 128, 0, 0)
+    head = head[:24] + struct.pack(">ii", len(firsts_and_offsets), 0)
+    return head + entries
+
+
+def test_pulsar_index_with_falling_entry_ids_is_refused() -> None:
+    assert decode_index(_pulsar_index([(0, 0), (5, 4096)], 8192)).chunks is None
+    with pytest.raises(FormatError, match="index entry 1: first_entry_id 5 after 5") as raised:
+        decode_index(_pulsar_index([(5, 0), (5, 4096)], 8192))
+    assert raised.value.offset == 32 + 20
+
+
+def test_pulsar_index_not_starting_at_offset_0_is_refused() -> None:
+    with pytest.raises(FormatError, match="index entry 0: block 0@128, expected an id >= 0 at 0"):
+        decode_index(_pulsar_index([(0, 128), (5, 4096)], 8192))
+
+
+def test_block_header_first_entry_id_is_checked_against_the_index() -> None:
+    data, _, index = build()
+    b = index.blocks[1]
+    raw = block_bytes(data, index, 1)
+    count = index.block_entry_count(b)
+    assert decode_block(raw, entry_count=count, first_entry_id=b.first_entry_id)
+    with pytest.raises(FormatError, match=f"first_entry_id {b.first_entry_id}, index says 3") as e:
+        decode_block(raw, entry_count=count, first_entry_id=3, offset=b.offset)
+    assert e.value.offset == b.offset + 20
+
+
+def test_block_errors_name_absolute_offsets() -> None:
+    data, _, index = build()
+    b = index.blocks[1]
+    raw = bytearray(block_bytes(data, index, 1))
+    struct.pack_into(">q", raw, HEADER_LEN + 4, 77)
+    with pytest.raises(FormatError, match="entry id 77") as raised:
+        decode_block(bytes(raw), entry_count=3, offset=b.offset)
+    assert raised.value.offset == b.offset + HEADER_LEN

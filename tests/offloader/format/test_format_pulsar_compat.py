@@ -1,5 +1,6 @@
-"""Pulsar compatibility, checked against a minimal v1 reader and writer written here from
-/work/shared/FORMAT.md alone (no code from the codec): what a Pulsar reader would see."""
+"""Pulsar compatibility, checked against a minimal v1 reader and writer written from
+/work/shared/FORMAT.md alone (tests/fixtures/pulsar_v1.py, no code from the codec): what a
+Pulsar reader would see."""
 
 from __future__ import annotations
 
@@ -8,6 +9,14 @@ import struct
 
 import pytest
 
+from fixtures.pulsar_v1 import (
+    Entries,
+    pulsar_read_index,
+    pulsar_read_ledger,
+    pulsar_write_blocks,
+    pulsar_write_index,
+    sample,
+)
 from offloader.format import (
     LedgerMetadata,
     decode_block,
@@ -17,83 +26,6 @@ from offloader.format import (
     encode_index,
     metadata_for,
 )
-
-Entries = list[tuple[int, bytes]]
-
-
-# --- the independent minimal v1 implementation ------------------------------------------
-def pulsar_read_index(index: bytes) -> tuple[int, int, list[tuple[int, int, int]]]:
-    """(data_object_len, data_header_len, [(first_entry_id, part_id, block_offset)]).
-
-    Reads exactly what a v1 reader reads: the fixed head, skips metadata, entry_count
-    entries; anything after them is not looked at.
-    """
-    magic, index_len, data_len, header_len, count, meta_len = struct.unpack_from(">iiqqii", index)
-    assert magic == struct.unpack(">i", bytes.fromhex("DE47DE47"))[0]
-    assert index_len == len(index)
-    at = 4 + 4 + 8 + 8 + 4 + 4 + meta_len
-    entries = [struct.unpack_from(">qiq", index, at + 20 * i) for i in range(count)]
-    return data_len, header_len, entries
-
-
-def pulsar_read_ledger(data: bytes, index: bytes) -> Entries:
-    """Every entry, block by block from block_offset + header_len, stopping at padding
-    (its first int32, 0xFEDCDEAD, is a negative length) or at the block end."""
-    data_len, header_len, entries = pulsar_read_index(index)
-    assert data_len == len(data)
-    ends = [offset for _, _, offset in entries[1:]] + [data_len]
-    out: Entries = []
-    for (first, _part, offset), end in zip(entries, ends, strict=True):
-        magic, h_len, b_len, h_first = struct.unpack_from(">iqqq", data, offset)
-        assert magic == struct.unpack(">i", bytes.fromhex("FBDBABCB"))[0]
-        assert (h_len, b_len, h_first) == (header_len, end - offset, first)
-        pos = offset + header_len
-        while pos + 4 <= end:
-            (length,) = struct.unpack_from(">i", data, pos)
-            if length < 0:
-                assert data[pos:end] == (bytes.fromhex("FEDCDEAD") * (end - pos))[: end - pos]
-                break
-            (entry_id,) = struct.unpack_from(">q", data, pos + 4)
-            out.append((entry_id, data[pos + 12 : pos + 12 + length]))
-            pos += 12 + length
-        else:
-            assert data[pos:end] == (bytes.fromhex("FEDCDEAD") * 4)[: end - pos]
-    return out
-
-
-def pulsar_write_blocks(entries: Entries, block_size: int) -> list[tuple[int, bytes]]:
-    """[(first_entry_id, block bytes)], the jcloud way: fill, pad, trim the last."""
-    blocks: list[tuple[int, bytes]] = []
-    i = 0
-    while i < len(entries):
-        first = entries[i][0]
-        body = b""
-        while i < len(entries) and 128 + len(body) + 12 + len(entries[i][1]) <= block_size:
-            entry_id, payload = entries[i]
-            body += struct.pack(">iq", len(payload), entry_id) + payload
-            i += 1
-        remaining = sum(12 + len(p) for _, p in entries[i:])
-        size = block_size if remaining else 128 + len(body)
-        header = struct.pack(">iqqq", -0x04245435, 128, size, first) + bytes(100)
-        pad = size - 128 - len(body)
-        blocks.append((first, header + body + (bytes.fromhex("FEDCDEAD") * (pad // 4 + 1))[:pad]))
-    return blocks
-
-
-def pulsar_write_index(blocks: list[tuple[int, bytes]], metadata: bytes) -> bytes:
-    entries = b""
-    offset = 0
-    for part, (first, raw) in enumerate(blocks, start=1):
-        entries += struct.pack(">qiq", first, part, offset)
-        offset += len(raw)
-    index_len = 32 + len(metadata) + len(entries)
-    head = struct.pack(">iiqqii", -0x21B821B9, index_len, offset, 128, len(blocks), len(metadata))
-    return head + metadata + entries
-
-
-def sample(seed: int, count: int = 300, max_size: int = 900) -> Entries:
-    rng = random.Random(seed)
-    return [(i, rng.randbytes(rng.randint(0, max_size))) for i in range(count)]
 
 
 # --- tests -------------------------------------------------------------------------------

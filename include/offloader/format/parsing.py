@@ -1,0 +1,231 @@
+"""Reading data bytes: chunks verified and parsed in place, whole blocks the Pulsar way.
+
+Errors carry ``FormatError.offset`` (absolute in the data object where known); readers add
+the object's key, topic and ledger.
+"""
+
+from __future__ import annotations
+
+from offloader.exceptions import FormatError
+from offloader.format.blocks import _padding
+from offloader.format.layout import (
+    _BLOCK_HEADER,
+    _FRAME,
+    _INT32,
+    BLOCK_MAGIC,
+    ENTRY_FRAME,
+    HEADER_LEN,
+    BlockRef,
+    ChunkRef,
+    _as_bytes,
+    _crc,
+)
+
+
+def _parse_header(
+    data: bytes | memoryview, where: str, at: int = 0, origin: int = 0
+) -> tuple[int, int]:
+    """(block_len, first_entry_id) of a v1 block header at ``data[at:]``; ``data[0]`` is at
+    ``origin`` in the object, so errors carry absolute offsets."""
+    if len(data) - at < HEADER_LEN:
+        raise FormatError(
+            f"truncated block header {where}: {max(0, len(data) - at)} bytes of {HEADER_LEN}",
+            offset=origin + max(at, len(data)),
+        )
+    magic, header_len, block_len, first = _BLOCK_HEADER.unpack_from(data, at)
+    if magic != BLOCK_MAGIC:
+        raise FormatError(
+            f"bad block magic 0x{magic:08X} {where}, expected 0x{BLOCK_MAGIC:08X}",
+            offset=origin + at,
+        )
+    if header_len != HEADER_LEN:
+        raise FormatError(
+            f"bad block header_len {header_len} {where}, expected {HEADER_LEN}",
+            offset=origin + at + 4,
+        )
+    return block_len, first
+
+
+def _same(value: bytes) -> bytes:
+    return value
+
+
+def _parse_frames(
+    data: bytes | memoryview,
+    pos: int,
+    count: int,
+    first_id: int,
+    end: int,
+    where: str,
+    origin: int = 0,
+) -> tuple[list[tuple[int, bytes]], int]:
+    """count frames from pos with ids running from first_id, all within data[:end].
+
+    ``data[0]`` is at ``origin`` in the object: errors name absolute offsets.
+    """
+    out: list[tuple[int, bytes]] = []
+    unpack = _FRAME.unpack_from
+    copy = bytes if isinstance(data, memoryview) else _same  # slicing bytes already copies
+    expected = first_id
+    for _ in range(count):
+        if pos + ENTRY_FRAME > end:
+            raise FormatError(
+                f"truncated entry frame {where} at offset {origin + pos} (entry {expected})",
+                offset=origin + pos,
+            )
+        size, entry_id = unpack(data, pos)
+        start = pos + ENTRY_FRAME
+        if size < 0 or start + size > end:
+            raise FormatError(
+                f"entry {entry_id} of {size} bytes overruns {where} at offset {origin + start}",
+                offset=origin + pos,
+            )
+        if entry_id != expected:
+            raise FormatError(
+                f"entry id {entry_id} {where}, expected {expected}", offset=origin + pos
+            )
+        pos = start + size
+        out.append((entry_id, copy(data[start:pos])))
+        expected += 1
+    return out, pos
+
+
+def _count_frames(data: bytes | memoryview, pos: int, end: int) -> int:
+    """Frames before the block end or the padding (a negative length), as Pulsar scans.
+
+    A frame that overruns the end is counted, so parsing it reports the damage."""
+    count = 0
+    while pos + 4 <= end:
+        (size,) = _INT32.unpack_from(data, pos)
+        if size < 0:
+            break
+        pos += ENTRY_FRAME + size
+        count += 1
+    return count
+
+
+def verify_chunk(data: bytes | memoryview, chunk: ChunkRef, *, at: int | None = None) -> None:
+    """Check the length and CRC of one chunk: ``data`` itself, or ``data[at:at+length]``.
+
+    The CRC runs without the GIL, so readers verify in their fetching threads.
+    """
+    start, end = at or 0, (at or 0) + chunk.length
+    if len(data) < end or (at is None and len(data) != chunk.length):
+        got = max(0, len(data) - start)
+        raise FormatError(
+            f"truncated chunk: {got} bytes {_where(chunk)}, expected {chunk.length}",
+            offset=chunk.offset + min(got, chunk.length),
+        )
+    actual = _crc(data if at is None else memoryview(data)[start:end])
+    if actual != chunk.crc32c:
+        raise FormatError(
+            f"CRC mismatch {_where(chunk)} (entries {chunk.first_entry_id}.."
+            f"{chunk.last_entry_id}): expected 0x{chunk.crc32c:08X}, got 0x{actual:08X}",
+            offset=chunk.offset,
+        )
+
+
+def parse_chunk(
+    data: bytes | memoryview,
+    chunk: ChunkRef,
+    *,
+    block: BlockRef | None = None,
+    at: int | None = None,
+) -> list[tuple[int, bytes]]:
+    """The entries of a chunk that :func:`verify_chunk` passed (the header and frames are
+    still checked: a CRC proves the bytes arrived, not that the writer framed them right)."""
+    where = _where(chunk)
+    start = at or 0
+    end = start + chunk.length
+    origin = chunk.offset - start
+    starts = chunk.starts_block if block is None else chunk.offset == block.offset
+    pos = start
+    if starts:
+        block_len, first = _parse_header(data, where, start, origin)
+        if first != chunk.first_entry_id:
+            raise FormatError(
+                f"block header first_entry_id {first} {where}, chunk says {chunk.first_entry_id}",
+                offset=chunk.offset + 20,
+            )
+        if block is not None and block_len != block.length:
+            raise FormatError(
+                f"block_len {block_len} {where}, index says {block.length}",
+                offset=chunk.offset + 12,
+            )
+        pos += HEADER_LEN
+    out, pos = _parse_frames(data, pos, chunk.entry_count, chunk.first_entry_id, end, where, origin)
+    if pos != end:
+        raise FormatError(
+            f"{end - pos} trailing bytes after {chunk.entry_count} entries {where}",
+            offset=origin + pos,
+        )
+    return out
+
+
+def decode_chunk(
+    data: bytes | memoryview,
+    chunk: ChunkRef,
+    *,
+    block: BlockRef | None = None,
+    at: int | None = None,
+) -> list[tuple[int, bytes]]:
+    """Verify and parse the bytes of one chunk (a ranged GET of chunk.offset..chunk.end).
+
+    With ``at``, the chunk is ``data[at:at + chunk.length]`` of a larger GET and is read in
+    place: only the payloads are copied out.
+    """
+    verify_chunk(data, chunk, at=at)
+    return parse_chunk(data, chunk, block=block, at=at)
+
+
+def _where(chunk: ChunkRef) -> str:
+    return f"in chunk at offset {chunk.offset} of the data object"
+
+
+def decode_block(
+    data: bytes,
+    *,
+    entry_count: int | None,
+    expected_crc: int | None = None,
+    first_entry_id: int | None = None,
+    offset: int = 0,
+) -> list[tuple[int, bytes]]:
+    """Parse a whole block, the Pulsar way: header, then frames, then padding.
+
+    ``entry_count`` None scans frames up to the padding or the block end, as Pulsar does when
+    a foreign index does not say how many entries the last block holds. ``first_entry_id``
+    (from the index) is checked against the header; ``offset`` is the block's position in
+    the data object, so errors name absolute offsets. Without ``expected_crc`` (a pure
+    Pulsar index) payload bytes cannot be checked; headers, framing and padding still are.
+    """
+    data = _as_bytes(data)
+    block_len, first = _parse_header(data, "in block", 0, offset)
+    if block_len != len(data):
+        what = "truncated block" if len(data) < block_len else "block length mismatch"
+        raise FormatError(
+            f"{what}: header says block_len {block_len}, got {len(data)} bytes",
+            offset=offset + min(len(data), max(block_len, 0)),
+        )
+    if expected_crc is not None:
+        actual = _crc(data)
+        if actual != expected_crc:
+            raise FormatError(
+                f"CRC mismatch in block of entries from {first}: "
+                f"expected 0x{expected_crc:08X}, got 0x{actual:08X}",
+                offset=offset,
+            )
+    if first_entry_id is not None and first != first_entry_id:
+        raise FormatError(
+            f"block header first_entry_id {first}, index says {first_entry_id}",
+            offset=offset + 20,
+        )
+    where = f"in block starting at entry {first}"
+    if entry_count is None:
+        entry_count = _count_frames(data, HEADER_LEN, len(data))
+    out, pos = _parse_frames(data, HEADER_LEN, entry_count, first, len(data), where, offset)
+    if data[pos:] != _padding(len(data) - pos):
+        raise FormatError(
+            f"{len(data) - pos} bytes after the last entry {where} are not padding",
+            offset=offset + pos,
+        )
+    return out

@@ -1,0 +1,295 @@
+"""Property tests of the v1 format: whatever the entries, block size and chunk target,
+encoding round-trips; whatever the damage (truncation, a flipped byte, garbage), decoding
+raises FormatError, never another exception, never a hang, never wrong data.
+
+Profiles ("ci" derandomized, "dev" larger) live in this directory's conftest.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import struct
+from dataclasses import dataclass
+from functools import cached_property
+
+import crc32c
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from fixtures.pulsar_v1 import pulsar_read_ledger
+from offloader.exceptions import EntryTooLargeError, FormatError
+from offloader.format import (
+    ENTRY_FRAME,
+    HEADER_LEN,
+    MIN_BLOCK_SIZE,
+    PADDING,
+    EncodedBlock,
+    LedgerIndex,
+    decode_block,
+    decode_chunk,
+    decode_index,
+    encode_blocks,
+    encode_index,
+    metadata_for,
+)
+
+KiB = 1024
+Entries = list[tuple[int, bytes]]
+
+
+@dataclass
+class Ledger:
+    """Entries encoded with one block size and chunk target."""
+
+    entries: Entries
+    max_block_size: int
+    chunk_target: int
+
+    @cached_property
+    def blocks(self) -> list[EncodedBlock]:
+        return list(
+            encode_blocks(
+                self.entries, max_block_size=self.max_block_size, chunk_target=self.chunk_target
+            )
+        )
+
+    @cached_property
+    def data(self) -> bytes:
+        return b"".join(bytes(b.data) for b in self.blocks)
+
+    def index(self, *, extension: bool = True) -> bytes:
+        refs = [b.ref for b in self.blocks]
+        chunks = [c for b in self.blocks for c in b.chunks]
+        meta = metadata_for(refs, chunks, topic="t/ü", ledger_id=9, created_ms=1, sealed_ms=2)
+        return encode_index(meta, refs, chunks if extension else None)
+
+    @cached_property
+    def payload_bytes(self) -> set[int]:
+        """Offsets of payload bytes in the data object: the only bytes Pulsar v1 cannot check."""
+        out: set[int] = set()
+        it = iter(self.entries)
+        for block in self.blocks:
+            pos = block.ref.offset + HEADER_LEN
+            framed_end = block.ref.offset + max(c.end - block.ref.offset for c in block.chunks)
+            while pos < framed_end:
+                _, payload = next(it)
+                out.update(range(pos + ENTRY_FRAME, pos + ENTRY_FRAME + len(payload)))
+                pos += ENTRY_FRAME + len(payload)
+        return out
+
+
+@st.composite
+def ledgers(draw: st.DrawFn) -> Ledger:
+    """Any block size from the codec's minimum up (and the policy's minimum, 64 KiB), entry
+    sizes from 0 to what a block holds, payloads that may mimic padding, any chunk target."""
+    block = draw(st.one_of(st.integers(MIN_BLOCK_SIZE, 4 * KiB), st.just(64 * KiB)))
+    max_payload = block - HEADER_LEN - ENTRY_FRAME
+    size = st.one_of(
+        st.integers(0, min(max_payload, 2 * KiB)),
+        st.sampled_from([0, max_payload, max_payload - 1]),
+    )
+    sizes = draw(st.lists(size, min_size=1, max_size=40))
+    first_id = draw(st.one_of(st.just(0), st.integers(0, 1 << 40)))
+    rng = random.Random(draw(st.integers(0, 1 << 32)))
+    padding_like = draw(st.booleans())
+    entries = [
+        (first_id + i, (PADDING * (n // 4 + 1))[:n] if padding_like else rng.randbytes(n))
+        for i, n in enumerate(sizes)
+    ]
+    chunk_target = draw(st.integers(1, 2 * block))
+    return Ledger(entries, block, chunk_target)
+
+
+def read_all(index: LedgerIndex, data: bytes) -> Entries:
+    """Every entry the way the tiered reader reads: chunks when there is a table, else
+    whole blocks checked against the index (the last one scanned when its count is unknown)."""
+    if index.chunks is not None:
+        return [e for c in index.chunks for e in decode_chunk(data[c.offset : c.end], c)]
+    out: Entries = []
+    for i, b in enumerate(index.blocks):
+        if i + 1 < len(index.blocks):
+            count: int | None = index.blocks[i + 1].first_entry_id - b.first_entry_id
+        else:
+            last = index.last_entry_id
+            count = None if last is None else last - b.first_entry_id + 1
+        out += decode_block(
+            data[b.offset : b.offset + b.length],
+            entry_count=count,
+            expected_crc=b.crc32c,
+            first_entry_id=b.first_entry_id,
+            offset=b.offset,
+        )
+    return out
+
+
+# --- round trips -------------------------------------------------------------------------
+@given(ledgers())
+def test_any_ledger_round_trips(ledger: Ledger) -> None:
+    blocks, entries = ledger.blocks, ledger.entries
+    assert all(len(b.data) == ledger.max_block_size for b in blocks[:-1])
+    assert len(blocks[-1].data) <= ledger.max_block_size
+    index = decode_index(ledger.index())
+    assert index.blocks == tuple(b.ref for b in blocks)
+    assert index.chunks == tuple(c for b in blocks for c in b.chunks)
+    assert index.metadata is not None
+    assert index.metadata.entry_count == len(entries)
+    assert index.metadata.length == sum(len(p) for _, p in entries)
+    assert index.metadata.topic == "t/ü"
+    assert read_all(index, ledger.data) == entries
+    for c in index.chunks:
+        assert c.length <= ledger.chunk_target or c.entry_count == 1
+    for entry_id, payload in entries[:: max(1, len(entries) // 5)]:
+        chunk = index.chunk_for(entry_id)
+        assert dict(decode_chunk(ledger.data[chunk.offset : chunk.end], chunk))[entry_id] == payload
+    # the same blocks under a pure Pulsar index, read by us and by the reference reader
+    pulsar = decode_index(ledger.index(extension=False))
+    assert pulsar.chunks is None
+    assert read_all(pulsar, ledger.data) == entries
+    assert pulsar_read_ledger(ledger.data, ledger.index()) == entries
+
+
+# --- damage ------------------------------------------------------------------------------
+def flipped(data: bytes, at: int, mask: int) -> bytes:
+    out = bytearray(data)
+    out[at] ^= mask
+    return bytes(out)
+
+
+positions = st.floats(0, 1, exclude_max=True)
+masks = st.integers(1, 255)
+
+
+def _at(data: bytes, where: float) -> int:
+    return int(where * len(data))
+
+
+@given(ledgers(), positions)
+def test_truncated_index_is_refused(ledger: Ledger, where: float) -> None:
+    for raw in (ledger.index(), ledger.index(extension=False)):
+        with pytest.raises(FormatError):
+            decode_index(raw[: _at(raw, where)])
+
+
+# An index of one block and two chunks whose entry_count 1 -> 6 makes the v1 entries
+# reach exactly to the end: it parses as a pure Pulsar index (no CRC checked), whose
+# extra "entries" are our extension's bytes; the Pulsar-side checks must refuse them.
+COUNT_FLIP_LOOKS_PULSAR = Ledger([(0, b"a" * 1000), (1, b"b" * 1000)], 4096, 1200)
+
+
+@given(ledgers(), positions, masks)
+@example(COUNT_FLIP_LOOKS_PULSAR, 27.5 / 208, 1 ^ 6)
+def test_damaged_index_never_yields_wrong_data(ledger: Ledger, where: float, mask: int) -> None:
+    """Our index: its CRC (or a structural check) refuses any flip. A pure Pulsar index has
+    no CRC, so a flip may decode; then reading with it fails or gives the right entries."""
+    raw = ledger.index()
+    with pytest.raises(FormatError):
+        decode_index(flipped(raw, _at(raw, where), mask))
+    raw = ledger.index(extension=False)
+    try:
+        index = decode_index(flipped(raw, _at(raw, where), mask))
+    except FormatError:
+        return
+    try:
+        entries = read_all(index, ledger.data)
+    except (FormatError, LookupError):
+        return
+    assert entries == ledger.entries
+
+
+@given(ledgers(), positions, masks)
+def test_resealed_damaged_index_never_yields_wrong_data(
+    ledger: Ledger, where: float, mask: int
+) -> None:
+    """Damage behind a valid CRC (a writer bug, not a bit flip) meets the structural
+    checks: refused at decode, or the chunks' own CRCs refuse it, or the entries are right."""
+    raw = ledger.index()
+    body = flipped(raw[:-4], _at(raw[:-4], where), mask)
+    try:
+        index = decode_index(body + struct.pack(">I", crc32c.crc32c(body)))
+    except FormatError:
+        return
+    try:
+        entries = read_all(index, ledger.data)
+    except (FormatError, LookupError):
+        return
+    assert entries == ledger.entries
+
+
+@given(ledgers(), st.binary(max_size=200), positions)
+def test_garbage_index_is_refused(ledger: Ledger, garbage: bytes, where: float) -> None:
+    raw = ledger.index()
+    for candidate in (garbage, raw[: _at(raw, where)] + garbage):
+        if candidate == raw:
+            continue
+        with pytest.raises(FormatError):
+            decode_index(candidate)
+
+
+@given(ledgers(), positions, st.one_of(masks, st.none()))
+def test_damaged_chunks_are_refused(ledger: Ledger, where: float, mask: int | None) -> None:
+    """A flipped byte or a short read anywhere in any chunk: a FormatError, always."""
+    index = decode_index(ledger.index())
+    assert index.chunks is not None
+    for chunk in index.chunks:
+        raw = ledger.data[chunk.offset : chunk.end]
+        at = _at(raw, where)
+        damaged = raw[:at] if mask is None else flipped(raw, at, mask)
+        with pytest.raises(FormatError):
+            decode_chunk(damaged, chunk)
+        window = b"xx" + damaged + b"yy"  # the same, read in place from a larger GET
+        if mask is not None:
+            with pytest.raises(FormatError):
+                decode_chunk(window, chunk, at=2)
+
+
+@given(ledgers(), positions, st.one_of(masks, st.none()))
+def test_damaged_blocks_are_refused(ledger: Ledger, where: float, mask: int | None) -> None:
+    """With the block CRC every flip and truncation is refused. Without it (Pulsar v1) a
+    flip is refused unless it hit a payload byte or the reserved header bytes, and then
+    exactly that byte differs: the structure never lies."""
+    data = ledger.data
+    at = _at(data, where)
+    damaged = data[:at] if mask is None else flipped(data, at, mask)
+    index = decode_index(ledger.index())
+    with pytest.raises(FormatError):
+        read_all(_without_chunks(index), damaged)
+    pulsar = decode_index(ledger.index(extension=False))
+    try:
+        entries = read_all(pulsar, damaged)
+    except FormatError:
+        return
+    assert mask is not None, "a truncated object was read"
+    block = next(b for b in pulsar.blocks if b.offset <= at < b.offset + b.length)
+    reserved = block.offset + 28 <= at < block.offset + HEADER_LEN
+    assert at in ledger.payload_bytes or reserved, f"damage at {at} went unnoticed"
+    changed = [(e, p) for e, p in zip(ledger.entries, entries, strict=True) if e != p]
+    assert len(changed) == (0 if reserved else 1)
+
+
+def _without_chunks(index: LedgerIndex) -> LedgerIndex:
+    """Our index read block by block (block CRCs, no chunk table)."""
+    return LedgerIndex(index.data_object_len, index.header_len, index.metadata, index.blocks, None)
+
+
+@given(st.binary(max_size=600), st.one_of(st.none(), st.integers(0, 50)))
+def test_garbage_blocks_are_refused(garbage: bytes, count: int | None) -> None:
+    with pytest.raises(FormatError):
+        decode_block(garbage, entry_count=count)
+
+
+# --- the encoder's limits ----------------------------------------------------------------
+@given(
+    block=st.integers(MIN_BLOCK_SIZE, 4 * KiB),
+    before=st.integers(0, 5),
+    excess=st.integers(1, 100),
+)
+@example(block=MIN_BLOCK_SIZE, before=0, excess=1)
+def test_an_entry_too_large_raises_promptly(block: int, before: int, excess: int) -> None:
+    """Never an endless run of empty blocks: at most the blocks before the big entry."""
+    small = [(i, b"x") for i in range(before)]
+    big = (before, bytes(block - HEADER_LEN - ENTRY_FRAME + excess))
+    blocks = encode_blocks([*small, big, (before + 1, b"y")], max_block_size=block)
+    with pytest.raises(EntryTooLargeError, match=f"entry {before} of"):
+        list(itertools.islice(blocks, before + 2))
