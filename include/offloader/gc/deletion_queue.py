@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from offloader import failpoints
 from offloader.metadata import Deletion, MetadataStore, now_ms
 from offloader.objectstore import ObjectStore
 from offloader.settings import Settings
@@ -44,6 +45,7 @@ def process_deletions(
             errors = result.failed
         except Exception as exc:
             errors = {row.object_key: f"{type(exc).__name__}: {exc}" for row in rows}
+        failpoints.reach("after-store-delete")
         done = [row.id for row in rows if row.object_key not in errors]
         metadata.complete_deletions(done)
         deleted += len(done)
