@@ -16,7 +16,14 @@ from typing import Any
 
 import pytest
 
-from fixtures.backends import make_topic, produce_ledgers, run_cli, unaccounted_objects
+from fixtures.backends import (
+    BACKENDS,
+    END_TO_END,
+    make_topic,
+    produce_ledgers,
+    run_cli,
+    unaccounted_objects,
+)
 from offloader.gc.deletion_queue import process_deletions
 from offloader.metadata import Attempt, AttemptState, HotState, OffloadState
 from offloader.read.topic_reader import Source, TopicReader
@@ -26,6 +33,12 @@ from offloader.runtime import Runtime
 # an incomplete attempt that the next run must supersede
 BEFORE_INDEX = ("after-begin-attempt", "after-first-part", "before-complete", "after-data-upload")
 OFFLOAD_POINTS = (*BEFORE_INDEX, "after-index-upload", "after-commit", "after-mark-hot-deleting")
+# every point on both main pairings; SeaweedFS + SQLite at the two points where the S3 path
+# differs most (mid-multipart, complete objects to recover), to keep the suite time in check
+POINT_CASES = [(b, p) for b in BACKENDS for p in OFFLOAD_POINTS] + [
+    ("s3-sqlite", "after-first-part"),
+    ("s3-sqlite", "after-index-upload"),
+]
 
 
 def offload_json(rt: Runtime, up_to: int) -> dict[str, Any]:
@@ -108,7 +121,7 @@ def check_crashed_attempt(rt: Runtime, ids: list[int], point: str) -> Attempt:
     return attempt
 
 
-@pytest.mark.parametrize("point", OFFLOAD_POINTS)
+@pytest.mark.parametrize(("backend_settings", "point"), POINT_CASES, indirect=["backend_settings"])
 def test_sigkill_at_each_point_leaves_a_state_the_next_run_resolves(
     runtime: Runtime, point: str
 ) -> None:
@@ -153,6 +166,7 @@ def test_sigkill_at_each_point_leaves_a_state_the_next_run_resolves(
     converge(rt, ids, checksum)
 
 
+@END_TO_END
 def test_sigkill_at_a_random_moment(runtime: Runtime) -> None:
     rt = runtime
     ids, checksum = setup_topic(rt)
@@ -177,6 +191,7 @@ def test_sigkill_at_a_random_moment(runtime: Runtime) -> None:
     converge(rt, ids, checksum)
 
 
+@END_TO_END
 def test_zombie_woken_after_takeover_cannot_commit(runtime: Runtime) -> None:
     """A frozen offloader (SIGSTOP mid-upload) stalls past its lease; a second one takes
     over and commits; the zombie, woken with SIGCONT, loses and queues its own objects."""

@@ -1,6 +1,7 @@
 """Offload -> checksum equal -> hot copy deleted after the lag -> checksum still equal.
 
-Runs on the embedded default (files + SQLite) and on SeaweedFS + PostgreSQL.
+Runs on the embedded default (files + SQLite), on SeaweedFS + PostgreSQL, and on SeaweedFS +
+SQLite (so the S3 path is covered where PostgreSQL is absent).
 """
 
 import random
@@ -8,7 +9,7 @@ import time
 
 import pytest
 
-from fixtures.backends import make_topic, produce_ledgers, unaccounted_objects
+from fixtures.backends import END_TO_END, make_topic, produce_ledgers, unaccounted_objects
 from fixtures.faults import FlakyDeletes, HotDeleteFails, ServerErrors, with_objects
 from offloader.exceptions import HotLedgerMissingError, ObjectStoreError
 from offloader.gc.deletion_queue import backoff_ms, process_deletions
@@ -19,6 +20,7 @@ from offloader.read.tiered import TieredLedgerReader
 from offloader.read.topic_reader import Source, TopicReader
 from offloader.runtime import Runtime
 
+pytestmark = END_TO_END
 MiB = 1024 * 1024
 
 
