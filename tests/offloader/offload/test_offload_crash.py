@@ -24,8 +24,10 @@ from fixtures.backends import (
     run_cli,
     unaccounted_objects,
 )
+from fixtures.faults import ServerErrorProxy
 from offloader.gc.deletion_queue import process_deletions
 from offloader.metadata import Attempt, AttemptState, HotState, OffloadState
+from offloader.offload.ledger_offloader import LedgerOffloader, Outcome
 from offloader.read.topic_reader import Source, TopicReader
 from offloader.runtime import Runtime
 
@@ -249,6 +251,33 @@ def test_zombie_woken_after_takeover_cannot_commit(runtime: Runtime) -> None:
     converge(rt, ids, checksum)
 
 
+def _is_part_upload(method: str, path: str) -> bool:
+    return method == "PUT" and "partNumber=" in path
+
+
 def _is_stopped(pid: int) -> bool:
     with open(f"/proc/{pid}/stat") as f:
         return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+@pytest.mark.parametrize("backend_settings", ["s3-postgres", "s3-sqlite"], indirect=True)
+def test_transient_500s_on_the_wire_are_retried(runtime: Runtime) -> None:
+    """Real HTTP 500s from a proxy in front of SeaweedFS, for two part uploads: the client
+    retries them, the offload commits once, and no part or upload is left behind."""
+    rt = runtime
+    ids, checksum = setup_topic(rt)
+    assert rt.settings.s3_endpoint_url is not None
+    with ServerErrorProxy(rt.settings.s3_endpoint_url, _is_part_upload, count=2) as proxy:
+        settings = rt.settings.model_copy(update={"s3_endpoint_url": proxy.endpoint_url})
+        with Runtime.open(settings) as through_proxy:
+            results = LedgerOffloader(through_proxy).offload_topic("orders", up_to=ids[-1])
+    assert len(proxy.faulted) == 2
+    assert [r.outcome for r in results] == [Outcome.OFFLOADED] * 2
+    for ledger_id in ids:
+        (committed,) = committed_attempts(rt, ledger_id)
+        assert committed.attempt_id == rt.metadata.get_ledger("orders", ledger_id).offload_uuid
+    assert len(rt.metadata.list_attempts("orders")) == 2  # no failed attempt on the way
+    assert TopicReader(rt).checksum("orders", Source.TIERED).digest == checksum
+    assert rt.metadata.pending_deletions() == []
+    assert list(rt.objects.list_multipart_uploads()) == []
+    assert unaccounted_objects(rt) == set()
