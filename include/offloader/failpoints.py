@@ -21,6 +21,7 @@ POINTS = (
     "after-index-upload",
     "after-commit",
     "after-mark-hot-deleting",
+    "after-store-delete",  # gc: the store deleted a batch, the queue not yet updated
 )
 
 

@@ -114,7 +114,7 @@ def test_offload_run_end_to_end_then_a_second_run_changes_nothing(
     assert summary_of(again)["planned_ledgers"] == 0
     assert runtime.metadata.list_ledgers("orders") == ledgers
     assert {i.key for i in runtime.objects.list()} == objects
-    assert ids
+    assert [x.ledger_id for x in ledgers] == ids  # the five produced, nothing else
     # credentials never reach logs, XComs or rendered fields
     secret = runtime.settings.s3_secret_access_key
     if secret is not None:

@@ -13,6 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Protocol
 
+from offloader import failpoints
 from offloader.exceptions import StoreUnavailableError
 from offloader.metadata import Deletion, MetadataStore
 from offloader.objectstore import ObjectStore
@@ -74,6 +75,7 @@ def _delete_batch(
         errors = store.delete_many([row.object_key for row in rows]).failed
     except Exception as exc:
         errors = {row.object_key: f"{type(exc).__name__}: {exc}" for row in rows}
+    failpoints.reach("after-store-delete")
     done = [row.id for row in rows if row.object_key not in errors]
     metadata.complete_deletions(done)
     return len(done), errors

@@ -2,49 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+import signal
 
 import pytest
 
-from offloader.exceptions import ObjectStoreError
+from fixtures.backends import run_cli
+from fixtures.faults import FlakyDeletes, OnlyStore
 from offloader.gc.deletion_queue import backoff_ms, process_deletions
-from offloader.objectstore import DeleteResult, ObjectStore
 from offloader.runtime import Runtime
 from offloader.settings import Settings
-
-
-class FlakyDeletes:
-    """Wraps a real store; its deletes fail as S3 does under load (the real server cannot
-    be made to refuse deletes on demand). Everything else goes to the real store."""
-
-    def __init__(
-        self, store: ObjectStore, *, raise_times: int = 0, refuse: Iterable[str] = ()
-    ) -> None:
-        self._store = store
-        self._raise_times = raise_times
-        self._refuse = set(refuse)
-
-    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
-        return getattr(self._store, name)
-
-    def delete_many(self, keys: Iterable[str]) -> DeleteResult:
-        if self._raise_times:
-            self._raise_times -= 1
-            raise ObjectStoreError("503 SlowDown")
-        keys = list(keys)
-        result = self._store.delete_many([k for k in keys if k not in self._refuse])
-        failed = {**result.failed, **{k: "AccessDenied" for k in keys if k in self._refuse}}
-        return DeleteResult(result.deleted, failed)
-
-
-class OnlyStore:
-    """Hands out one (flaky) store for every recorded store id."""
-
-    def __init__(self, store: FlakyDeletes) -> None:
-        self._store = store
-
-    def get(self, store_id: int | None, what: str) -> ObjectStore:
-        return self._store  # type: ignore[return-value]
 
 
 def enqueue(rt: Runtime, keys: list[str], reason: str) -> None:
@@ -110,3 +77,31 @@ def test_unfinished_uploads_of_queued_keys_are_aborted(runtime: Runtime) -> None
 def test_backoff_is_exponential_and_capped(tries: int, expected: int) -> None:
     settings = Settings(delete_retry_base_seconds=5.0, delete_retry_max_seconds=3600.0)
     assert backoff_ms(tries, settings) == expected
+
+
+def test_sigkill_between_store_delete_and_queue_update_loses_nothing(runtime: Runtime) -> None:
+    """Killed after the store deleted a batch but before the queue recorded it: the keys are
+    still queued; the rerun deletes again, and keys already gone are no error."""
+    rt = runtime
+    for key in ("a", "b"):
+        rt.objects.put(key, b"x")
+    rt.objects.put("keep", b"x")
+    enqueue(rt, ["a", "b", "never-written"], "test")
+    queued = {d.id: d.object_key for d in rt.metadata.pending_deletions()}
+
+    killed = run_cli(rt, "gc", failpoints="after-store-delete")
+    out, _ = killed.communicate(timeout=120)
+    assert killed.returncode == -signal.SIGKILL, "after-store-delete was never reached"
+    assert out == b""
+    # the store did its part, the queue still holds every key, none marked tried
+    assert [i.key for i in rt.objects.list()] == ["keep"]
+    pending = rt.metadata.pending_deletions()
+    assert {d.id: d.object_key for d in pending} == queued
+    assert all(d.tries == 0 and d.last_error is None for d in pending)
+
+    rerun = run_cli(rt, "gc", "--json")
+    out, err = rerun.communicate(timeout=120)
+    assert rerun.returncode == 0, err.decode()
+    assert json.loads(out) == {"deleted": 3, "failed": 0, "remaining": 0}
+    assert rt.metadata.pending_deletions() == []
+    assert [i.key for i in rt.objects.list()] == ["keep"]

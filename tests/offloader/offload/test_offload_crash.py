@@ -1,56 +1,96 @@
 """Crash safety: a real offloader process killed with SIGKILL across the offload sequence.
 
-After every crash, running again converges: every ledger offloaded once, every entry
-readable with the same checksum, and no object in the store that the metadata neither
+Right after every kill the metadata and the store are checked (the attempt recorded, its
+objects as far as it got, the ledger marked), then the next run's report (a complete crashed
+attempt is RECOVERED with its own objects; an incomplete one is superseded and its keys are
+queued), then convergence: every ledger offloaded by exactly one committed attempt, every
+entry readable with the same checksum, and no object in the store that the metadata neither
 references nor queues for deletion (and after GC, none queued either).
 """
 
-import os
+import json
+import random
 import signal
-import subprocess
-import sys
 import time
+from typing import Any
 
 import pytest
 
-from fixtures.backends import make_topic, produce_ledgers, settings_env, unaccounted_objects
-from offloader.failpoints import POINTS
+from fixtures.backends import (
+    BACKENDS,
+    END_TO_END,
+    make_topic,
+    produce_ledgers,
+    run_cli,
+    unaccounted_objects,
+)
+from fixtures.faults import ServerErrorProxy
 from offloader.gc.deletion_queue import process_deletions
-from offloader.metadata import AttemptState, HotState
+from offloader.metadata import Attempt, AttemptState, HotState, OffloadState
+from offloader.offload.ledger_offloader import LedgerOffloader, Outcome
 from offloader.read.topic_reader import Source, TopicReader
 from offloader.runtime import Runtime
 
+# the points of the offload sequence, in order; the ones before the index is written leave
+# an incomplete attempt that the next run must supersede
+BEFORE_INDEX = ("after-begin-attempt", "after-first-part", "before-complete", "after-data-upload")
+OFFLOAD_POINTS = (*BEFORE_INDEX, "after-index-upload", "after-commit", "after-mark-hot-deleting")
+# every point on both main pairings; SeaweedFS + SQLite at the two points where the S3 path
+# differs most (mid-multipart, complete objects to recover), to keep the suite time in check
+POINT_CASES = [(b, p) for b in BACKENDS for p in OFFLOAD_POINTS] + [
+    ("s3-sqlite", "after-first-part"),
+    ("s3-sqlite", "after-index-upload"),
+]
 
-def run_cli(rt: Runtime, *args: str, failpoints: str = "") -> subprocess.Popen[bytes]:
-    env = {**os.environ, **settings_env(rt.settings), "OFFLOADER_FAILPOINTS": failpoints}
-    return subprocess.Popen(
-        [sys.executable, "-m", "offloader.cli", *args],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+
+def offload_json(rt: Runtime, up_to: int) -> dict[str, Any]:
+    """One clean ``offloader offload --json`` run; its report."""
+    proc = run_cli(rt, "offload", "orders", "--up-to", str(up_to), "--json")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err.decode()
+    return json.loads(out)
+
+
+def outcomes(report: dict[str, Any]) -> dict[int, str]:
+    return {r["ledger_id"]: r["outcome"] for r in report["results"]}
 
 
 def setup_topic(rt: Runtime) -> tuple[list[int], str]:
-    # 3 blocks of 5 MiB on S3 (multipart), then a single-block ledger
+    # 3 blocks of 5 MiB (multipart), then a single-block ledger
     make_topic(rt, deletion_lag_seconds=0)
     ids = produce_ledgers(rt, "orders", [(24, 1024 * 1024), (50, 2000)])
     return ids, TopicReader(rt).checksum("orders", Source.HOT).digest
 
 
-def converge(rt: Runtime, ids: list[int], checksum: str) -> None:
+def committed_attempts(rt: Runtime, ledger_id: int) -> list[Attempt]:
+    return [
+        a
+        for a in rt.metadata.list_attempts("orders", AttemptState.COMMITTED)
+        if a.ledger_id == ledger_id
+    ]
+
+
+def queued_keys(rt: Runtime, attempt_id: str) -> set[str]:
+    return {d.object_key for d in rt.metadata.pending_deletions() if d.attempt_id == attempt_id}
+
+
+def wait_for_lease_end(rt: Runtime) -> None:
     time.sleep(rt.settings.attempt_lease_seconds + 0.2)  # a dead attempt's lease runs out
-    done = run_cli(rt, "offload", "orders", "--up-to", str(ids[-1]))
-    _, err = done.communicate(timeout=120)
-    assert done.returncode == 0, err.decode()
+
+
+def converge(rt: Runtime, ids: list[int], checksum: str) -> None:
+    wait_for_lease_end(rt)
+    offload_json(rt, ids[-1])
     for ledger_id in ids:
         ledger = rt.metadata.get_ledger("orders", ledger_id)
         assert ledger.is_offloaded and ledger.hot_state is HotState.DELETED
+        (committed,) = committed_attempts(rt, ledger_id)  # exactly one
+        assert committed.attempt_id == ledger.offload_uuid
     assert TopicReader(rt).checksum("orders").digest == checksum
     assert TopicReader(rt).checksum("orders", Source.TIERED).digest == checksum
     assert unaccounted_objects(rt) == set()
     gc = process_deletions(rt.metadata, rt.stores, rt.settings)
-    assert gc.remaining == 0
+    assert (gc.failed, gc.remaining) == (0, 0)
     committed = {rt.metadata.get_ledger("orders", i).data_key for i in ids} | {
         rt.metadata.get_ledger("orders", i).index_key for i in ids
     }
@@ -58,35 +98,115 @@ def converge(rt: Runtime, ids: list[int], checksum: str) -> None:
     assert list(rt.objects.list_multipart_uploads()) == []
 
 
-@pytest.mark.parametrize("point", POINTS)
-def test_sigkill_at_each_point_then_rerun_converges(runtime: Runtime, point: str) -> None:
-    ids, checksum = setup_topic(runtime)
-    crashed = run_cli(runtime, "offload", "orders", "--up-to", str(ids[-1]), failpoints=point)
-    crashed.communicate(timeout=120)
+def crash_at(rt: Runtime, ids: list[int], point: str) -> None:
+    crashed = run_cli(rt, "offload", "orders", "--up-to", str(ids[-1]), failpoints=point)
+    out, _ = crashed.communicate(timeout=120)
     assert crashed.returncode == -signal.SIGKILL, f"{point} was never reached"
-    converge(runtime, ids, checksum)
+    assert out == b""  # killed before it could report anything
 
 
+def check_crashed_attempt(rt: Runtime, ids: list[int], point: str) -> Attempt:
+    """Killed inside the first ledger's attempt: recorded, in flight, objects as far as it got."""
+    (attempt,) = rt.metadata.list_attempts("orders")
+    assert (attempt.ledger_id, attempt.state) == (ids[0], AttemptState.STARTED)
+    first = rt.metadata.get_ledger("orders", ids[0])
+    assert first.offload_state is OffloadState.OFFLOADING and not first.is_offloaded
+    assert first.attempt_id == attempt.attempt_id
+    assert rt.metadata.get_ledger("orders", ids[1]).attempt_id is None
+    data_done = point in ("after-data-upload", "after-index-upload")
+    assert rt.objects.exists(attempt.data_key) is data_done
+    assert rt.objects.exists(attempt.index_key) is (point == "after-index-upload")
+    uploading = [u.key for u in rt.objects.list_multipart_uploads()]
+    in_parts = point in ("after-first-part", "before-complete")
+    assert uploading == ([attempt.data_key] if in_parts else [])
+    assert rt.metadata.pending_deletions() == []
+    return attempt
+
+
+@pytest.mark.parametrize(("backend_settings", "point"), POINT_CASES, indirect=["backend_settings"])
+def test_sigkill_at_each_point_leaves_a_state_the_next_run_resolves(
+    runtime: Runtime, point: str
+) -> None:
+    rt = runtime
+    ids, checksum = setup_topic(rt)
+    crash_at(rt, ids, point)
+    if point in (*BEFORE_INDEX, "after-index-upload"):
+        crashed = check_crashed_attempt(rt, ids, point)
+        wait_for_lease_end(rt)
+        report = offload_json(rt, ids[-1])
+        first = rt.metadata.get_ledger("orders", ids[0])
+        if point == "after-index-upload":  # complete objects: committed as they are
+            assert outcomes(report) == {ids[0]: "recovered", ids[1]: "offloaded"}
+            assert first.offload_uuid == crashed.attempt_id
+            assert (first.data_key, first.index_key) == (crashed.data_key, crashed.index_key)
+            assert rt.metadata.get_attempt(crashed.attempt_id).state is AttemptState.COMMITTED
+            assert [a.ledger_id for a in rt.metadata.list_attempts("orders")] == ids
+        else:  # incomplete objects: superseded, its keys queued for deletion
+            assert outcomes(report) == {ids[0]: "offloaded", ids[1]: "offloaded"}
+            assert first.offload_uuid != crashed.attempt_id
+            assert rt.metadata.get_attempt(crashed.attempt_id).state is AttemptState.SUPERSEDED
+            assert queued_keys(rt, crashed.attempt_id) == {crashed.data_key, crashed.index_key}
+    elif point == "after-commit":  # the first ledger is done; its hot copy is untouched
+        (attempt,) = rt.metadata.list_attempts("orders")
+        assert (attempt.ledger_id, attempt.state) == (ids[0], AttemptState.COMMITTED)
+        first = rt.metadata.get_ledger("orders", ids[0])
+        assert first.is_offloaded and first.offload_uuid == attempt.attempt_id
+        assert first.hot_state is HotState.PRESENT and rt.hot.exists("orders", ids[0])
+        assert rt.metadata.get_ledger("orders", ids[1]).attempt_id is None
+        report = offload_json(rt, ids[-1])
+        assert outcomes(report) == {ids[1]: "offloaded"}
+        assert [h["ledger_id"] for h in report["hot_deleted"]] == ids
+    else:  # after-mark-hot-deleting: marked, the hot copy still there
+        assert point == "after-mark-hot-deleting"
+        ledgers = rt.metadata.list_ledgers("orders")
+        assert all(x.is_offloaded for x in ledgers)
+        assert [x.hot_state for x in ledgers] == [HotState.DELETING, HotState.PRESENT]
+        assert rt.hot.exists("orders", ids[0])
+        report = offload_json(rt, ids[-1])
+        assert outcomes(report) == {}
+        assert [h["ledger_id"] for h in report["hot_deleted"]] == ids
+    converge(rt, ids, checksum)
+
+
+@END_TO_END
 def test_sigkill_at_a_random_moment(runtime: Runtime) -> None:
-    ids, checksum = setup_topic(runtime)
-    victim = run_cli(runtime, "offload", "orders", "--up-to", str(ids[-1]))
-    # wait until the first attempt is recorded, then kill somewhere in the upload
+    rt = runtime
+    ids, checksum = setup_topic(rt)
+    delay = random.Random().uniform(0.0, 0.03)
+    victim = run_cli(rt, "offload", "orders", "--up-to", str(ids[-1]))
+    # wait until the first attempt is recorded, then kill somewhere after it
     deadline = time.monotonic() + 60
-    while not runtime.metadata.list_attempts("orders") and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.05)
+    while not rt.metadata.list_attempts("orders") and time.monotonic() < deadline:
+        time.sleep(0.005)
+    time.sleep(delay)
     victim.send_signal(signal.SIGKILL)
-    victim.communicate(timeout=60)
-    converge(runtime, ids, checksum)
+    out, _ = victim.communicate(timeout=60)
+    # the kill landed inside the run: nothing reported, and the run's last step (deleting
+    # the hot copies) had not finished
+    assert victim.returncode == -signal.SIGKILL, f"the run ended by itself ({delay=:.3f})"
+    assert out == b""
+    ledgers = rt.metadata.list_ledgers("orders")
+    assert not all(x.hot_state is HotState.DELETED for x in ledgers), f"too late ({delay=:.3f})"
+    for ledger in ledgers:  # an attempt in flight is recorded and started
+        if ledger.attempt_id is not None:
+            assert rt.metadata.get_attempt(ledger.attempt_id).state is AttemptState.STARTED
+    converge(rt, ids, checksum)
 
 
+@END_TO_END
 def test_zombie_woken_after_takeover_cannot_commit(runtime: Runtime) -> None:
-    """A frozen offloader (SIGSTOP mid-upload) loses its lease; a second one takes over and
-    commits; the zombie, woken with SIGCONT, loses the commit and queues its own objects."""
+    """A frozen offloader (SIGSTOP mid-upload) stalls past its lease; a second one takes
+    over and commits; the zombie, woken with SIGCONT, loses and queues its own objects."""
     rt = runtime
     ids, checksum = setup_topic(rt)
     zombie = run_cli(
-        rt, "offload", "orders", "--up-to", str(ids[0]), failpoints="after-first-part:stop"
+        rt,
+        "offload",
+        "orders",
+        "--up-to",
+        str(ids[0]),
+        "--json",
+        failpoints="after-first-part:stop",
     )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -97,20 +217,31 @@ def test_zombie_woken_after_takeover_cannot_commit(runtime: Runtime) -> None:
     else:
         pytest.fail("the zombie never reached its stop point")
     (zombie_attempt,) = attempts
-    time.sleep(rt.settings.attempt_lease_seconds + 0.2)
-    winner = run_cli(rt, "offload", "orders", "--up-to", str(ids[0]))
-    winner.communicate(timeout=120)
-    assert winner.returncode == 0
+    assert [u.key for u in rt.objects.list_multipart_uploads()] == [zombie_attempt.data_key]
+    wait_for_lease_end(rt)
+    assert rt.metadata.get_ledger("orders", ids[0]).attempt_lease_ms < time.time() * 1000
+
+    # the takeover: the stalled attempt is superseded mid-upload, its keys queued
+    report = offload_json(rt, ids[0])
+    assert outcomes(report) == {ids[0]: "offloaded"}
     ledger = rt.metadata.get_ledger("orders", ids[0])
     assert ledger.is_offloaded and ledger.offload_uuid != zombie_attempt.attempt_id
-    process_deletions(rt.metadata, rt.stores, rt.settings)  # runs before the zombie wakes
+    assert rt.metadata.get_attempt(zombie_attempt.attempt_id).state is AttemptState.SUPERSEDED
+    assert queued_keys(rt, zombie_attempt.attempt_id) == {
+        zombie_attempt.data_key,
+        zombie_attempt.index_key,
+    }
+    gc = process_deletions(rt.metadata, rt.stores, rt.settings)  # runs before the zombie wakes
+    assert (gc.failed, gc.remaining) == (0, 0)
+    assert list(rt.objects.list_multipart_uploads()) == []  # the zombie's upload is aborted
 
     zombie.send_signal(signal.SIGCONT)
     out, err = zombie.communicate(timeout=120)
     assert zombie.returncode == 0, err.decode()
-    assert b"lost" in out
+    assert outcomes(json.loads(out)) == {ids[0]: "lost"}
     assert rt.metadata.get_ledger("orders", ids[0]).offload_uuid == ledger.offload_uuid
     assert rt.metadata.get_attempt(zombie_attempt.attempt_id).state is AttemptState.SUPERSEDED
+    assert [a.attempt_id for a in committed_attempts(rt, ids[0])] == [ledger.offload_uuid]
     assert unaccounted_objects(rt) == set()
     process_deletions(rt.metadata, rt.stores, rt.settings)
     assert not any(
@@ -120,6 +251,33 @@ def test_zombie_woken_after_takeover_cannot_commit(runtime: Runtime) -> None:
     converge(rt, ids, checksum)
 
 
+def _is_part_upload(method: str, path: str) -> bool:
+    return method == "PUT" and "partNumber=" in path
+
+
 def _is_stopped(pid: int) -> bool:
     with open(f"/proc/{pid}/stat") as f:
         return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+@pytest.mark.parametrize("backend_settings", ["s3-postgres", "s3-sqlite"], indirect=True)
+def test_transient_500s_on_the_wire_are_retried(runtime: Runtime) -> None:
+    """Real HTTP 500s from a proxy in front of SeaweedFS, for two part uploads: the client
+    retries them, the offload commits once, and no part or upload is left behind."""
+    rt = runtime
+    ids, checksum = setup_topic(rt)
+    assert rt.settings.s3_endpoint_url is not None
+    with ServerErrorProxy(rt.settings.s3_endpoint_url, _is_part_upload, count=2) as proxy:
+        settings = rt.settings.model_copy(update={"s3_endpoint_url": proxy.endpoint_url})
+        with Runtime.open(settings) as through_proxy:
+            results = LedgerOffloader(through_proxy).offload_topic("orders", up_to=ids[-1])
+    assert len(proxy.faulted) == 2
+    assert [r.outcome for r in results] == [Outcome.OFFLOADED] * 2
+    for ledger_id in ids:
+        (committed,) = committed_attempts(rt, ledger_id)
+        assert committed.attempt_id == rt.metadata.get_ledger("orders", ledger_id).offload_uuid
+    assert len(rt.metadata.list_attempts("orders")) == 2  # no failed attempt on the way
+    assert TopicReader(rt).checksum("orders", Source.TIERED).digest == checksum
+    assert rt.metadata.pending_deletions() == []
+    assert list(rt.objects.list_multipart_uploads()) == []
+    assert unaccounted_objects(rt) == set()

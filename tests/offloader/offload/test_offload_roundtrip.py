@@ -1,6 +1,7 @@
 """Offload -> checksum equal -> hot copy deleted after the lag -> checksum still equal.
 
-Runs on the embedded default (files + SQLite) and on SeaweedFS + PostgreSQL.
+Runs on the embedded default (files + SQLite), on SeaweedFS + PostgreSQL, and on SeaweedFS +
+SQLite (so the S3 path is covered where PostgreSQL is absent).
 """
 
 import random
@@ -8,16 +9,18 @@ import time
 
 import pytest
 
-from fixtures.backends import make_topic, produce_ledgers, unaccounted_objects
-from offloader.exceptions import HotLedgerMissingError
-from offloader.gc.deletion_queue import process_deletions
-from offloader.metadata import HotState
+from fixtures.backends import END_TO_END, make_topic, produce_ledgers, unaccounted_objects
+from fixtures.faults import FlakyDeletes, HotDeleteFails, OnlyStore, ServerErrors, with_objects
+from offloader.exceptions import HotLedgerMissingError, ObjectStoreError
+from offloader.gc.deletion_queue import backoff_ms, process_deletions
+from offloader.metadata import Attempt, AttemptState, HotState, OffloadState, now_ms
 from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.ledger_offloader import LedgerOffloader, Outcome
 from offloader.read.tiered import TieredLedgerReader
 from offloader.read.topic_reader import Source, TopicReader
 from offloader.runtime import Runtime
 
+pytestmark = END_TO_END
 MiB = 1024 * 1024
 
 
@@ -99,9 +102,100 @@ def test_bad_read_ranges_are_named(runtime: Runtime) -> None:
         list(TopicReader(runtime).read("orders", ledger_id, 3, 9))
 
 
-def test_failed_deletes_are_kept_and_retried(runtime: Runtime) -> None:
+def test_hot_copy_is_marked_deleting_before_it_goes(runtime: Runtime) -> None:
+    """Invariant 3: the metadata says ``deleting`` before the file goes, so a failure (or a
+    crash) mid-way leaves a ledger the next run finishes, never a silently missing copy."""
     rt = runtime
-    store_id = rt.stores.default_id()
-    rt.metadata.enqueue_deletions(["never-existed", "also-gone"], "test", store_id=store_id)
-    result = process_deletions(rt.metadata, rt.stores, rt.settings)
-    assert (result.deleted, result.remaining) == (2, 0)
+    make_topic(rt, deletion_lag_seconds=0)
+    ids = produce_ledgers(rt, "orders", [(20, 1000), (20, 1000)])
+    before = TopicReader(rt).checksum("orders", Source.HOT)
+    LedgerOffloader(rt).offload_topic("orders", up_to=ids[-1])
+    seen = []
+    failing = HotDeleteFails(
+        rt.hot, lambda topic, i: seen.append(rt.metadata.get_ledger(topic, i).hot_state)
+    )
+    with pytest.raises(OSError, match="injected"):
+        delete_hot_copies(rt.metadata, failing, "orders")  # type: ignore[arg-type]
+    assert seen == [HotState.DELETING]  # marked when the delete was tried
+    first, second = (rt.metadata.get_ledger("orders", i) for i in ids)
+    assert first.hot_state is HotState.DELETING and rt.hot.exists("orders", ids[0])
+    assert second.hot_state is HotState.PRESENT and rt.hot.exists("orders", ids[1])
+    assert TopicReader(rt).checksum("orders") == before
+
+    # the rerun finishes the marked ledger and the rest
+    deleted = delete_hot_copies(rt.metadata, rt.hot, "orders")
+    assert [d.ledger_id for d in deleted] == ids
+    for i in ids:
+        assert rt.metadata.get_ledger("orders", i).hot_state is HotState.DELETED
+        assert not rt.hot.exists("orders", i)
+    assert TopicReader(rt).checksum("orders") == before
+
+
+def offload_against_500s(rt: Runtime, operation: str, after: int) -> tuple[int, Attempt]:
+    """Offload a multipart ledger while the store answers ``operation`` with a 500; the
+    ledger and its failed attempt."""
+    make_topic(rt)
+    (ledger_id,) = produce_ledgers(rt, "orders", [(24, 1024 * 1024)])
+    faulty = ServerErrors(rt.objects, [operation], after=after)
+    with pytest.raises(ObjectStoreError, match="InternalError"):
+        LedgerOffloader(with_objects(rt, faulty)).offload_ledger("orders", ledger_id)
+    assert faulty.calls >= 1
+    (attempt,) = rt.metadata.list_attempts("orders")
+    return ledger_id, attempt
+
+
+@pytest.mark.parametrize(
+    ("operation", "after"),
+    [("upload_part", 1), ("complete_multipart", 0), ("put", 0)],
+    ids=["second-part", "complete", "index-put"],
+)
+def test_a_500_from_the_store_fails_the_attempt_cleanly(
+    runtime: Runtime, operation: str, after: int
+) -> None:
+    rt = runtime
+    ledger_id, attempt = offload_against_500s(rt, operation, after)
+    # the attempt is failed, the ledger free again, the attempt's keys queued
+    assert attempt.state is AttemptState.FAILED and "InternalError" in (attempt.detail or "")
+    ledger = rt.metadata.get_ledger("orders", ledger_id)
+    assert ledger.offload_state is OffloadState.NONE and ledger.attempt_id is None
+    queued = {d.object_key for d in rt.metadata.pending_deletions()}
+    assert queued == {attempt.data_key, attempt.index_key}
+    assert list(rt.objects.list_multipart_uploads()) == []  # the upload was aborted
+    assert rt.objects.exists(attempt.data_key) is (operation == "put")
+    assert unaccounted_objects(rt) == set()
+
+    before = TopicReader(rt).checksum("orders", Source.HOT)
+    assert LedgerOffloader(rt).offload_ledger("orders", ledger_id).outcome is Outcome.OFFLOADED
+    (committed,) = rt.metadata.list_attempts("orders", AttemptState.COMMITTED)
+    assert committed.attempt_id == rt.metadata.get_ledger("orders", ledger_id).offload_uuid
+    assert TopicReader(rt).checksum("orders", Source.TIERED) == before
+    assert process_deletions(rt.metadata, rt.stores, rt.settings).remaining == 0
+    assert {i.key for i in rt.objects.list()} == {committed.data_key, committed.index_key}
+
+
+def test_failed_deletes_are_kept_and_retried(runtime: Runtime) -> None:
+    """A failed attempt's objects stay queued while the store refuses to delete them, with
+    the tries, the error and the next try recorded; once the store recovers, they go."""
+    rt = runtime
+    _, attempt = offload_against_500s(rt, "put", 0)  # its data object exists
+    settings = rt.settings.model_copy(update={"delete_retry_base_seconds": 0.3})
+    refusing = FlakyDeletes(rt.objects, refuse={attempt.data_key})
+    for tries in (1, 2):
+        started = now_ms()
+        result = process_deletions(rt.metadata, OnlyStore(refusing), settings)
+        assert (result.failed, result.remaining) == (1, 1)
+        (left,) = rt.metadata.pending_deletions()
+        assert (left.object_key, left.tries, left.last_error) == (
+            attempt.data_key,
+            tries,
+            "AccessDenied",
+        )
+        delay = backoff_ms(tries - 1, settings)
+        assert started + delay <= left.next_try_ms <= now_ms() + delay
+        assert rt.metadata.due_deletions(10) == []  # backing off
+        assert rt.objects.exists(attempt.data_key)
+        time.sleep(delay / 1000 + 0.01)
+    result = process_deletions(rt.metadata, rt.stores, settings)
+    assert (result.deleted, result.failed, result.remaining) == (1, 0, 0)
+    assert not rt.objects.exists(attempt.data_key)
+    assert list(rt.objects.list()) == []
