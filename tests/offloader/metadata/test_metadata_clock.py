@@ -84,3 +84,18 @@ def test_deletion_queue_is_due_by_database_time(
     assert [d.object_key for d in store.due_deletions(10)] == ["k2"]
     (retried,) = [d for d in store.pending_deletions() if d.object_key == "k1"]
     assert abs(retried.next_try_ms - (database_time_ms(store.engine) + LEASE_MS)) <= TOLERANCE_MS
+
+
+def test_a_renewal_between_look_and_takeover_keeps_the_attempt(store: MetadataStore) -> None:
+    """The lease check and the takeover are one conditional update: a ledger read while the
+    lease looked over does not win once the owner has renewed."""
+    ledger, live = begin(store, sealed_ledger(store), "live", lease_ms=50)
+    time.sleep(0.2)
+    seen = store.get_ledger("t", ledger.ledger_id)  # the lease looks over
+    assert seen.attempt_lease_ms <= time.time() * 1000  # no skew here: one clock
+    assert store.renew_lease(live, LEASE_MS)  # the owner renews meanwhile
+    with pytest.raises(CommitFailedError, match="in flight until its lease ends"):
+        begin(store, seen, "usurper")
+    assert store.get_ledger("t", ledger.ledger_id).attempt_id == "live"
+    assert store.get_attempt("live").state is AttemptState.STARTED
+    assert store.pending_deletions() == []
