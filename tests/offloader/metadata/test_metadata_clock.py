@@ -7,11 +7,15 @@ Every test skews this process's clock by an hour, ahead or behind; the database'
 import time
 
 import pytest
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql
+from sqlalchemy.exc import CompileError
 
 from fixtures.clock import HOUR, database_time_ms, skew_worker_clock
 from fixtures.metadata import begin, sealed_ledger
 from offloader.exceptions import CommitFailedError
 from offloader.metadata import AttemptState, HotState, MetadataStore
+from offloader.metadata.clock import db_now
 
 LEASE_MS = 60_000
 TOLERANCE_MS = 5_000  # a loaded test machine; an hour of skew is far outside it
@@ -99,3 +103,8 @@ def test_a_renewal_between_look_and_takeover_keeps_the_attempt(store: MetadataSt
     assert store.get_ledger("t", ledger.ledger_id).attempt_id == "live"
     assert store.get_attempt("live").state is AttemptState.STARTED
     assert store.pending_deletions() == []
+
+
+def test_a_database_without_a_clock_expression_is_named() -> None:
+    with pytest.raises(CompileError, match="no clock expression for the 'mysql' database"):
+        sa.select(db_now()).compile(dialect=mysql.dialect())
