@@ -7,11 +7,15 @@ Every test skews this process's clock by an hour, ahead or behind; the database'
 import time
 
 import pytest
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql
+from sqlalchemy.exc import CompileError
 
 from fixtures.clock import HOUR, database_time_ms, skew_worker_clock
 from fixtures.metadata import begin, sealed_ledger
 from offloader.exceptions import CommitFailedError
 from offloader.metadata import AttemptState, HotState, MetadataStore
+from offloader.metadata.clock import db_now
 from offloader.objectstore.location import StoreLocation
 
 LEASE_MS = 60_000
@@ -86,3 +90,23 @@ def test_deletion_queue_is_due_by_database_time(
     assert [d.object_key for d in store.due_deletions(10)] == ["k2"]
     (retried,) = [d for d in store.pending_deletions() if d.object_key == "k1"]
     assert abs(retried.next_try_ms - (database_time_ms(store.engine) + LEASE_MS)) <= TOLERANCE_MS
+
+
+def test_a_renewal_between_look_and_takeover_keeps_the_attempt(store: MetadataStore) -> None:
+    """The lease check and the takeover are one conditional update: a ledger read while the
+    lease looked over does not win once the owner has renewed."""
+    ledger, live = begin(store, sealed_ledger(store), "live", lease_ms=50)
+    time.sleep(0.2)
+    seen = store.get_ledger("t", ledger.ledger_id)  # the lease looks over
+    assert seen.attempt_lease_ms <= time.time() * 1000  # no skew here: one clock
+    assert store.renew_lease(live, LEASE_MS)  # the owner renews meanwhile
+    with pytest.raises(CommitFailedError, match="in flight until its lease ends"):
+        begin(store, seen, "usurper")
+    assert store.get_ledger("t", ledger.ledger_id).attempt_id == "live"
+    assert store.get_attempt("live").state is AttemptState.STARTED
+    assert store.pending_deletions() == []
+
+
+def test_a_database_without_a_clock_expression_is_named() -> None:
+    with pytest.raises(CompileError, match="no clock expression for the 'mysql' database"):
+        sa.select(db_now()).compile(dialect=mysql.dialect())

@@ -85,20 +85,38 @@ def test_worker_ahead_keeps_hot_copies_until_the_lag_has_passed(
     assert all(rt.hot.exists("orders", i) for i in ids)
 
 
-def test_worker_behind_deletes_hot_copies_plans_and_drains_by_database_time(
+def test_worker_behind_plans_by_database_time(
     runtime: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rt = runtime
     make_topic(rt, offload_age_seconds=0)
     ids = produce_ledgers(rt, "orders", [(10, 1000), (10, 1000)])
-    rt.objects.put("leftover", b"x")
-    rt.metadata.enqueue_deletions(["leftover"], "test", store_id=rt.stores.default_id())
-    skew_worker_clock(monkeypatch, -HOUR)  # by this clock nothing is due for an hour
+    skew_worker_clock(monkeypatch, -HOUR)  # by this clock the ledgers are sealed in an hour
     offloader = LedgerOffloader(rt)
     assert [x.ledger_id for x in offloader.plan("orders")] == ids  # sealed 0 s ago is due
     assert [b.ledger_ids for b in plan_batches(rt.metadata, "orders", None, 10)] == [ids]
     assert [r.outcome for r in offloader.offload_topic("orders")] == [Outcome.OFFLOADED] * 2
-    deleted = delete_hot_copies(rt.metadata, rt.hot, "orders")  # a lag of 0 has passed
+
+
+def test_worker_behind_deletes_hot_copies_whose_lag_has_passed(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt = runtime
+    make_topic(rt, deletion_lag_seconds=0)
+    ids = produce_ledgers(rt, "orders", [(10, 1000), (10, 1000)])
+    LedgerOffloader(rt).offload_topic("orders", up_to=ids[-1])
+    skew_worker_clock(monkeypatch, -HOUR)  # by this clock the commits lie in the future
+    deleted = delete_hot_copies(rt.metadata, rt.hot, "orders")
     assert sorted(d.ledger_id for d in deleted) == ids
+    assert not any(rt.hot.exists("orders", i) for i in ids)
+
+
+def test_worker_behind_drains_due_deletions(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt = runtime
+    rt.objects.put("leftover", b"x")
+    rt.metadata.enqueue_deletions(["leftover"], "test", store_id=rt.stores.default_id())
+    skew_worker_clock(monkeypatch, -HOUR)  # by this clock the deletion is due in an hour
     assert process_deletions(rt.metadata, rt.stores, rt.settings).deleted == 1
-    assert [i.key for i in rt.objects.list() if i.key == "leftover"] == []
+    assert [i.key for i in rt.objects.list()] == []
