@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
+from offloader import failpoints
 from offloader.exceptions import AlreadyExistsError, CommitFailedError, NotFoundError
 from offloader.metadata import schema
 from offloader.metadata.migrate import upgrade_to_head
@@ -85,6 +87,17 @@ def _cas_ledger(conn: Connection, ledger: Ledger, **values: object) -> None:
     where = _ledger_key(ledger.topic, ledger.ledger_id)
     what = f"ledger {ledger.topic}/{ledger.ledger_id}"
     _cas(conn, L, where, ledger.version, what, **values)
+
+
+@dataclass(frozen=True)
+class AttemptIntent:
+    """What :meth:`MetadataStore.begin_attempts` records for one ledger: a fresh attempt id
+    and its object keys, against the ledger as last read (its version is the CAS guard)."""
+
+    ledger: Ledger
+    attempt_id: str
+    data_key: str
+    index_key: str
 
 
 class MetadataStore:
@@ -368,6 +381,143 @@ class MetadataStore:
             query = query.where(A.c.state == state)
         with self.engine.connect() as conn:
             return [Attempt.model_validate(dict(r)) for r in conn.execute(query).mappings()]
+
+    # --- batched offload attempts (many ledgers of one topic, one transaction a step) ---
+    def get_ledgers(self, topic: str, ledger_ids: Iterable[int]) -> dict[int, Ledger]:
+        """Several ledgers of ``topic`` in one query; NotFoundError names any that is missing."""
+        wanted = set(ledger_ids)
+        with self.engine.connect() as conn:
+            self._topic(conn, topic)
+            rows = conn.execute(
+                sa.select(L).where(L.c.topic == topic, L.c.ledger_id.in_(sorted(wanted)))
+            ).mappings()
+            found = {r["ledger_id"]: Ledger.model_validate(dict(r)) for r in rows}
+        missing = sorted(wanted - found.keys())
+        if missing:
+            raise NotFoundError(f"ledgers {missing} of topic {topic!r} do not exist")
+        return found
+
+    def begin_attempts(
+        self, intents: Sequence[AttemptIntent], owner: str, lease_ms: int
+    ) -> dict[int, Attempt]:
+        """Record the intents of many ledgers in one transaction, before any byte moves.
+
+        Each ledger is still a compare-and-set on its own row (version as read): a ledger
+        that moved since, or whose attempt in flight still holds its lease, is skipped and
+        absent from the result while the others start. A stale attempt is superseded and
+        its objects queued, as in :meth:`begin_attempt`. Rows are locked in ledger order so
+        two batches over the same ledgers cannot deadlock.
+        """
+        now = now_ms()
+        started: dict[int, Attempt] = {}
+        with self.transaction() as conn:
+            for intent in sorted(intents, key=lambda i: (i.ledger.topic, i.ledger.ledger_id)):
+                ledger = intent.ledger
+                if ledger.attempt_id is not None and (ledger.attempt_lease_ms or 0) > now:
+                    continue
+                epoch = ledger.offload_epoch + 1
+                result = conn.execute(
+                    L.update()
+                    .where(
+                        _ledger_key(ledger.topic, ledger.ledger_id),
+                        L.c.version == ledger.version,
+                    )
+                    .values(
+                        version=L.c.version + 1,
+                        offload_state=OffloadState.OFFLOADING,
+                        offload_epoch=epoch,
+                        attempt_id=intent.attempt_id,
+                        attempt_lease_ms=now + lease_ms,
+                    )
+                )
+                if result.rowcount != 1:
+                    continue
+                failpoints.reach("mid-batch-begin")
+                if ledger.attempt_id is not None:
+                    self._retire_attempt(
+                        conn,
+                        ledger.attempt_id,
+                        AttemptState.SUPERSEDED,
+                        "lease expired; superseded by " + intent.attempt_id,
+                    )
+                started[ledger.ledger_id] = Attempt(
+                    attempt_id=intent.attempt_id,
+                    topic=ledger.topic,
+                    ledger_id=ledger.ledger_id,
+                    epoch=epoch,
+                    data_key=intent.data_key,
+                    index_key=intent.index_key,
+                    state=AttemptState.STARTED,
+                    owner=owner[:255],
+                    created_ms=now,
+                    finished_ms=None,
+                    detail=None,
+                )
+            if started:
+                conn.execute(
+                    A.insert(),
+                    [a.model_dump(exclude={"finished_ms", "detail"}) for a in started.values()],
+                )
+        return started
+
+    def renew_leases(self, attempts: Iterable[Attempt], lease_ms: int) -> set[str]:
+        """Extend many attempts' leases in one transaction; the ids of those that lost."""
+        lost = set()
+        with self.transaction() as conn:
+            for attempt in sorted(attempts, key=lambda a: (a.topic, a.ledger_id)):
+                result = conn.execute(
+                    L.update()
+                    .where(_owned_by(attempt))
+                    .values(attempt_lease_ms=now_ms() + lease_ms)
+                )
+                if result.rowcount != 1:
+                    lost.add(attempt.attempt_id)
+        return lost
+
+    def commit_offloads(self, finished: Sequence[tuple[Attempt, int]]) -> set[str]:
+        """Commit many finished attempts in one transaction; the ids of those committed.
+
+        Each UPDATE is still conditional on the attempt id and epoch (invariants 2 and 6):
+        an attempt that no longer owns its ledger is retired alone, its objects queued for
+        deletion in this same transaction, and the others commit.
+        """
+        committed: set[str] = set()
+        with self.transaction() as conn:
+            for attempt, data_len in sorted(finished, key=lambda f: (f[0].topic, f[0].ledger_id)):
+                result = conn.execute(
+                    L.update()
+                    .where(_owned_by(attempt), L.c.offload_state == OffloadState.OFFLOADING)
+                    .values(
+                        version=L.c.version + 1,
+                        offload_state=OffloadState.OFFLOADED,
+                        attempt_id=None,
+                        attempt_lease_ms=None,
+                        offload_uuid=attempt.attempt_id,
+                        data_key=attempt.data_key,
+                        index_key=attempt.index_key,
+                        data_len=data_len,
+                        offloaded_ms=now_ms(),
+                    )
+                )
+                failpoints.reach("mid-batch-commit")
+                if result.rowcount == 1:
+                    committed.add(attempt.attempt_id)
+                    continue
+                self._retire_attempt(
+                    conn,
+                    attempt.attempt_id,
+                    AttemptState.FAILED,
+                    f"lost: attempt {attempt.attempt_id} (epoch {attempt.epoch}) no longer "
+                    f"owns ledger {attempt.topic}/{attempt.ledger_id}",
+                    requeue_superseded=True,
+                )
+            if committed:
+                conn.execute(
+                    A.update()
+                    .where(A.c.attempt_id.in_(sorted(committed)))
+                    .values(state=AttemptState.COMMITTED, finished_ms=now_ms())
+                )
+        return committed
 
     def _retire_attempt(
         self,

@@ -74,8 +74,10 @@ class LedgerOffloader:
         return due_ledgers(self.metadata.list_ledgers(topic), self.policy(topic), now_ms(), up_to)
 
     def offload_topic(self, topic: str, up_to: int | None = None) -> list[OffloadResult]:
-        """Offload every due ledger of ``topic``, oldest first."""
-        return [self.offload_ledger(topic, ledger.ledger_id) for ledger in self.plan(topic, up_to)]
+        """Offload every due ledger of ``topic``, oldest first, through the batched path."""
+        from offloader.offload.batch import BatchOffloader  # batch builds on this module
+
+        return BatchOffloader(self).offload(topic, [x.ledger_id for x in self.plan(topic, up_to)])
 
     def offload_ledger(self, topic: str, ledger_id: int) -> OffloadResult:
         """Idempotent: run it any number of times, concurrently or after a crash."""
