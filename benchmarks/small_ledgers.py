@@ -9,7 +9,7 @@ Three paths over identical data (two topics produced alike, one SeaweedFS, one d
   bytes read back from the store beforehand, untimed) with ``upload_concurrency`` ledgers
   in flight (ThreadPoolExecutor).
 
-The ledgers are split into 4 rounds, each running the three paths one after the other
+The ledgers are split into 10 rounds, each running the three paths one after the other
 (before, raw, after), and each path's times are summed, so drift on a shared machine hits
 all three alike.
 
@@ -40,6 +40,7 @@ from offloader.policy import OffloadPolicy
 from offloader.runtime import Runtime
 
 TARGET_RATIO = 0.5  # ours (batched) / raw, in ledgers per second
+ROUNDS = 10  # interleaved rounds of before, raw and after
 
 
 class Tally:
@@ -175,7 +176,7 @@ def run(quick: bool = False, work_dir: Path | None = None) -> dict:
                     "bench-small", data_dir=base / "data", metadata_url=url
                 )
                 with Runtime.open(settings) as rt:
-                    return _bench(rt, ledgers, rounds=4)
+                    return _bench(rt, ledgers, rounds=ROUNDS)
 
 
 if __name__ == "__main__":

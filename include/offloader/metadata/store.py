@@ -400,51 +400,62 @@ class MetadataStore:
     def begin_attempts(
         self, intents: Sequence[AttemptIntent], owner: str, lease_ms: int
     ) -> dict[int, Attempt]:
-        """Record the intents of many ledgers in one transaction, before any byte moves.
+        """Record the intents of many ledgers of one topic in one transaction, before any
+        byte moves.
 
-        Each ledger is still a compare-and-set on its own row (version as read): a ledger
-        that moved since, or whose attempt in flight still holds its lease, is skipped and
-        absent from the result while the others start. A stale attempt is superseded and
-        its objects queued, as in :meth:`begin_attempt`. Rows are locked in ledger order so
-        two batches over the same ledgers cannot deadlock.
+        Each ledger is still a compare-and-set on its own row: one UPDATE whose condition
+        pairs every ledger with the version it was read at, so a ledger that moved since
+        (or whose attempt in flight still holds its lease) is skipped and absent from the
+        result while the others start. A stale attempt is superseded and its objects
+        queued, as in :meth:`begin_attempt`.
         """
+        if not intents:
+            return {}
         now = now_ms()
-        started: dict[int, Attempt] = {}
+        topic = _one_topic(i.ledger.topic for i in intents)
+        free = {
+            i.ledger.ledger_id: i
+            for i in intents
+            if i.ledger.attempt_id is None or (i.ledger.attempt_lease_ms or 0) <= now
+        }
+        if not free:
+            return {}
+        by_ledger = L.c.ledger_id
         with self.transaction() as conn:
-            for intent in sorted(intents, key=lambda i: (i.ledger.topic, i.ledger.ledger_id)):
-                ledger = intent.ledger
-                if ledger.attempt_id is not None and (ledger.attempt_lease_ms or 0) > now:
-                    continue
-                epoch = ledger.offload_epoch + 1
-                result = conn.execute(
-                    L.update()
-                    .where(
-                        _ledger_key(ledger.topic, ledger.ledger_id),
-                        L.c.version == ledger.version,
-                    )
-                    .values(
-                        version=L.c.version + 1,
-                        offload_state=OffloadState.OFFLOADING,
-                        offload_epoch=epoch,
-                        attempt_id=intent.attempt_id,
-                        attempt_lease_ms=now + lease_ms,
-                    )
+            updated = conn.execute(
+                L.update()
+                .where(
+                    L.c.topic == topic,
+                    sa.tuple_(L.c.ledger_id, L.c.version).in_(
+                        [(n, i.ledger.version) for n, i in free.items()]
+                    ),
                 )
-                if result.rowcount != 1:
-                    continue
-                failpoints.reach("mid-batch-begin")
-                if ledger.attempt_id is not None:
+                .values(
+                    version=L.c.version + 1,
+                    offload_state=OffloadState.OFFLOADING,
+                    offload_epoch=L.c.offload_epoch + 1,
+                    attempt_id=sa.case({n: i.attempt_id for n, i in free.items()}, value=by_ledger),
+                    attempt_lease_ms=now + lease_ms,
+                )
+                .returning(L.c.ledger_id)
+            )
+            started_ids = sorted(updated.scalars())
+            failpoints.reach("mid-batch-begin")
+            started = {}
+            for ledger_id in started_ids:
+                intent = free[ledger_id]
+                if intent.ledger.attempt_id is not None:
                     self._retire_attempt(
                         conn,
-                        ledger.attempt_id,
+                        intent.ledger.attempt_id,
                         AttemptState.SUPERSEDED,
                         "lease expired; superseded by " + intent.attempt_id,
                     )
-                started[ledger.ledger_id] = Attempt(
+                started[ledger_id] = Attempt(
                     attempt_id=intent.attempt_id,
-                    topic=ledger.topic,
-                    ledger_id=ledger.ledger_id,
-                    epoch=epoch,
+                    topic=topic,
+                    ledger_id=ledger_id,
+                    epoch=intent.ledger.offload_epoch + 1,  # the version pinned the old epoch
                     data_key=intent.data_key,
                     index_key=intent.index_key,
                     state=AttemptState.STARTED,
@@ -461,47 +472,61 @@ class MetadataStore:
         return started
 
     def renew_leases(self, attempts: Iterable[Attempt], lease_ms: int) -> set[str]:
-        """Extend many attempts' leases in one transaction; the ids of those that lost."""
-        lost = set()
+        """Extend many attempts' leases in one statement; the ids of those that lost."""
+        attempts = list(attempts)
+        if not attempts:
+            return set()
         with self.transaction() as conn:
-            for attempt in sorted(attempts, key=lambda a: (a.topic, a.ledger_id)):
-                result = conn.execute(
-                    L.update()
-                    .where(_owned_by(attempt))
-                    .values(attempt_lease_ms=now_ms() + lease_ms)
-                )
-                if result.rowcount != 1:
-                    lost.add(attempt.attempt_id)
-        return lost
+            renewed = conn.execute(
+                L.update()
+                .where(_owned_by_any(attempts))
+                .values(attempt_lease_ms=now_ms() + lease_ms)
+                .returning(L.c.attempt_id)
+            )
+            alive = set(renewed.scalars())
+        return {a.attempt_id for a in attempts} - alive
 
     def commit_offloads(self, finished: Sequence[tuple[Attempt, int]]) -> set[str]:
-        """Commit many finished attempts in one transaction; the ids of those committed.
+        """Commit many finished attempts of one topic in one transaction; the ids of those
+        committed.
 
-        Each UPDATE is still conditional on the attempt id and epoch (invariants 2 and 6):
-        an attempt that no longer owns its ledger is retired alone, its objects queued for
-        deletion in this same transaction, and the others commit.
+        One UPDATE whose condition pairs every ledger with its attempt id and epoch
+        (invariants 2 and 6): an attempt that no longer owns its ledger is retired alone,
+        its objects queued for deletion in this same transaction, and the others commit.
         """
-        committed: set[str] = set()
+        if not finished:
+            return set()
+        attempts = {a.ledger_id: a for a, _ in finished}
+        lengths = {a.ledger_id: n for a, n in finished}
+        by_ledger = L.c.ledger_id
+        now = now_ms()
         with self.transaction() as conn:
-            for attempt, data_len in sorted(finished, key=lambda f: (f[0].topic, f[0].ledger_id)):
-                result = conn.execute(
-                    L.update()
-                    .where(_owned_by(attempt), L.c.offload_state == OffloadState.OFFLOADING)
-                    .values(
-                        version=L.c.version + 1,
-                        offload_state=OffloadState.OFFLOADED,
-                        attempt_id=None,
-                        attempt_lease_ms=None,
-                        offload_uuid=attempt.attempt_id,
-                        data_key=attempt.data_key,
-                        index_key=attempt.index_key,
-                        data_len=data_len,
-                        offloaded_ms=now_ms(),
-                    )
+            updated = conn.execute(
+                L.update()
+                .where(
+                    _owned_by_any(attempts.values()), L.c.offload_state == OffloadState.OFFLOADING
                 )
-                failpoints.reach("mid-batch-commit")
-                if result.rowcount == 1:
-                    committed.add(attempt.attempt_id)
+                .values(
+                    version=L.c.version + 1,
+                    offload_state=OffloadState.OFFLOADED,
+                    attempt_id=None,
+                    attempt_lease_ms=None,
+                    offload_uuid=sa.case(
+                        {n: a.attempt_id for n, a in attempts.items()}, value=by_ledger
+                    ),
+                    data_key=sa.case({n: a.data_key for n, a in attempts.items()}, value=by_ledger),
+                    index_key=sa.case(
+                        {n: a.index_key for n, a in attempts.items()}, value=by_ledger
+                    ),
+                    data_len=sa.case(lengths, value=by_ledger),
+                    offloaded_ms=now,
+                )
+                .returning(L.c.ledger_id)
+            )
+            committed = {attempts[n].attempt_id for n in updated.scalars()}
+            failpoints.reach("mid-batch-commit")
+            for attempt in attempts.values():
+                if attempt.attempt_id in committed:
                     continue
                 self._retire_attempt(
                     conn,
@@ -515,7 +540,7 @@ class MetadataStore:
                 conn.execute(
                     A.update()
                     .where(A.c.attempt_id.in_(sorted(committed)))
-                    .values(state=AttemptState.COMMITTED, finished_ms=now_ms())
+                    .values(state=AttemptState.COMMITTED, finished_ms=now)
                 )
         return committed
 
@@ -691,6 +716,24 @@ def _owned_by(attempt: Attempt) -> sa.ColumnElement[bool]:
         L.c.attempt_id == attempt.attempt_id,
         L.c.offload_epoch == attempt.epoch,
     )
+
+
+def _owned_by_any(attempts: Iterable[Attempt]) -> sa.ColumnElement[bool]:
+    """:func:`_owned_by` for many attempts of one topic, as one condition."""
+    attempts = list(attempts)
+    return sa.and_(
+        L.c.topic == _one_topic(a.topic for a in attempts),
+        sa.tuple_(L.c.ledger_id, L.c.attempt_id, L.c.offload_epoch).in_(
+            [(a.ledger_id, a.attempt_id, a.epoch) for a in attempts]
+        ),
+    )
+
+
+def _one_topic(topics: Iterable[str]) -> str:
+    names = set(topics)
+    if len(names) != 1:
+        raise ValueError(f"a batch belongs to exactly one topic, got {sorted(names)}")
+    return names.pop()
 
 
 def _topic_from_row(row: sa.RowMapping) -> Topic:
