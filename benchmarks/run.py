@@ -365,7 +365,10 @@ def _small_prose(small: dict) -> str:
             "transaction per window); raw = boto3 `put_object` of the very same two objects "
             f"per ledger (read back beforehand, untimed), {small['concurrency']} ledgers in "
             f"flight. The ledgers are split into {small['rounds']} rounds, each running "
-            "before, raw and after in turn; times are summed per path. Requests are counted "
+            "before, raw and after in turn (so the batched path runs as "
+            f"{small['rounds']} `offload_batch` calls of "
+            f"{-(-small['ledgers'] // small['rounds'])} ledgers; a DAG task takes up to 500); "
+            "times are summed per path. Requests are counted "
             "by a wrapper of the object store, transactions by a SQLAlchemy `begin` listener "
             "(reads included). Ratio = raw time / our time (1 = as fast as raw).",
             "",
