@@ -30,14 +30,15 @@ from offloader.offload.ledger_offloader import LedgerOffloader, OffloadResult, O
 log = logging.getLogger(__name__)
 
 DEFAULT_WINDOW = 64  # ledgers per begin/commit transaction
+MAX_WINDOW = 1000  # keeps one statement's bound parameters well inside SQLite's limit
 
 
 class BatchOffloader:
     """Offloads a list of ledgers of one topic, ``window`` ledgers at a time."""
 
     def __init__(self, offloader: LedgerOffloader, window: int = DEFAULT_WINDOW) -> None:
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise ValueError(f"window must be an integer >= 1, got {window!r}")
+        if isinstance(window, bool) or not isinstance(window, int) or not 1 <= window <= MAX_WINDOW:
+            raise ValueError(f"window must be an integer from 1 to {MAX_WINDOW}, got {window!r}")
         self.offloader = offloader
         self.metadata = offloader.metadata
         self.settings = offloader.runtime.settings

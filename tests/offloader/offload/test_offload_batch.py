@@ -197,6 +197,9 @@ def test_a_bad_batch_is_refused_before_anything_changes(
     small_topic(runtime)
     with pytest.raises(error, match=message):
         offload_batch(runtime, "orders", ledger_ids)
+    for window in (0, 1001, True):
+        with pytest.raises(ValueError, match="window must be an integer from 1 to 1000"):
+            offload_batch(runtime, "orders", [1, 2], window=window)
     assert runtime.metadata.list_attempts("orders") == []
     assert list(runtime.objects.list()) == []
 
