@@ -13,6 +13,7 @@ A small ledger costs two PUTs and a fraction of three transactions instead of th
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Iterable
@@ -43,6 +44,7 @@ class BatchOffloader:
         self.metadata = offloader.metadata
         self.settings = offloader.runtime.settings
         self.window = window
+        self._first_upload = threading.Event()
 
     def offload(self, topic: str, ledger_ids: Iterable[int]) -> list[OffloadResult]:
         """One result per ledger, in the order given. Idempotent, like ``offload_ledger``.
@@ -189,7 +191,9 @@ class BatchOffloader:
                 check()
             except Exception as exc:
                 return exc
-            failpoints.reach("after-first-ledger-upload")
+            if not self._first_upload.is_set():  # once a batch, as its name says
+                self._first_upload.set()
+                failpoints.reach("after-first-ledger-upload")
             return length
 
         small = [i for i in attempts if self._single_block(ledgers[i])]

@@ -25,7 +25,7 @@ from offloader.gc.deletion_queue import process_deletions
 from offloader.metadata import AttemptState, OffloadState
 from offloader.metadata.store import AttemptIntent
 from offloader.offload.keys import ledger_object_keys
-from offloader.offload.ledger_offloader import Outcome
+from offloader.offload.ledger_offloader import LedgerOffloader, Outcome
 from offloader.offload.runs import offload_batch
 from offloader.read.topic_reader import Source, TopicReader
 from offloader.runtime import Runtime
@@ -75,15 +75,28 @@ with Runtime.open() as rt:
 """
 
 
-def run_batch(rt: Runtime, ids: list[int], failpoints: str = "") -> subprocess.CompletedProcess:
+def start_batch(
+    rt: Runtime, ids: list[int], failpoints: str = "", **env_overrides: str
+) -> subprocess.Popen[bytes]:
     """``offload_batch`` in a child process, as an Airflow task would run it."""
-    env = {**os.environ, **settings_env(rt.settings), "OFFLOADER_FAILPOINTS": failpoints}
-    return subprocess.run(
+    env = {
+        **os.environ,
+        **settings_env(rt.settings),
+        "OFFLOADER_FAILPOINTS": failpoints,
+        **env_overrides,
+    }
+    return subprocess.Popen(
         [sys.executable, "-c", BATCH_SCRIPT, ",".join(map(str, ids)), str(WINDOW)],
         env=env,
-        capture_output=True,
-        timeout=120,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
+
+
+def run_batch(rt: Runtime, ids: list[int], failpoints: str = "") -> subprocess.CompletedProcess:
+    child = start_batch(rt, ids, failpoints)
+    out, err = child.communicate(timeout=120)
+    return subprocess.CompletedProcess(child.args, child.returncode, out, err)
 
 
 # point -> (attempts STARTED, attempts COMMITTED) right after the SIGKILL
@@ -117,6 +130,50 @@ def test_sigkill_mid_batch_then_rerun_converges(runtime: Runtime, point: str) ->
     rerun = run_batch(rt, ids)
     assert rerun.returncode == 0, rerun.stderr.decode()
     assert_converged(rt, ids, checksum)
+
+
+def test_a_frozen_batch_loses_only_the_ledger_taken_over(runtime: Runtime) -> None:
+    """A batch frozen mid-upload (SIGSTOP) outlives its leases; another worker takes over
+    one ledger of its window and commits. Woken, the batch commits the others and reports
+    that one ledger LOST, its objects queued."""
+    rt = runtime
+    ids, checksum = small_topic(rt)
+    # one upload at a time: frozen after ledger 1, ledger 2 has no objects yet
+    zombie = start_batch(
+        rt,
+        ids,
+        failpoints="after-first-ledger-upload:stop",
+        OFFLOADER_UPLOAD_CONCURRENCY="1",
+    )
+    deadline = time.monotonic() + 60
+    while not _is_stopped(zombie.pid):
+        assert time.monotonic() < deadline, "the batch never reached its stop point"
+        time.sleep(0.02)
+    taken = rt.metadata.get_ledger("orders", ids[1]).attempt_id
+    assert taken is not None
+    time.sleep(rt.settings.attempt_lease_seconds + 0.2)
+    winner = LedgerOffloader(rt).offload_ledger("orders", ids[1])
+    assert winner.outcome is Outcome.OFFLOADED
+
+    zombie.send_signal(signal.SIGCONT)
+    out, err = zombie.communicate(timeout=120)  # a frozen child is never left behind
+    assert zombie.returncode == 0, err.decode()
+    outcomes = dict(line.split() for line in out.decode().splitlines())
+    assert outcomes == {
+        str(i): str(Outcome.LOST if i == ids[1] else Outcome.OFFLOADED) for i in ids
+    }
+    assert rt.metadata.get_ledger("orders", ids[1]).offload_uuid == winner.attempt_id
+    lost = rt.metadata.get_attempt(taken)
+    assert lost.state is AttemptState.SUPERSEDED
+    assert {lost.data_key, lost.index_key} <= {
+        d.object_key for d in rt.metadata.pending_deletions()
+    }
+    assert_converged(rt, ids, checksum)
+
+
+def _is_stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
 
 
 def test_two_batches_over_the_same_ledgers_commit_each_once(runtime: Runtime) -> None:
