@@ -48,7 +48,7 @@ class OffloadResult:
     outcome: Outcome
     attempt_id: str | None = None
     bytes: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0  # batched: the whole window's time, its ledgers moved together
 
 
 def owner_id() -> str:
