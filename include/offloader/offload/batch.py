@@ -107,6 +107,8 @@ class BatchOffloader:
             return OffloadResult(
                 ledger.topic, ledger.ledger_id, Outcome.ALREADY_OFFLOADED, ledger.offload_uuid
             )
+        if ledger.entry_count == 0:  # the single-ledger path owns the empty-ledger rule
+            return self.offloader.offload_ledger(ledger.topic, ledger.ledger_id)
         if ledger.attempt_id is None:
             return None
         if (ledger.attempt_lease_ms or 0) > now_ms():
