@@ -22,6 +22,12 @@ POINTS = (
     "after-commit",
     "after-mark-hot-deleting",
     "after-store-delete",  # gc: the store deleted a batch, the queue not yet updated
+    # the batched path (offload/batch.py): inside the one transaction that records a
+    # window's attempts / commits its finished ones, after the first ledger's UPDATE; and
+    # once the first ledger of a window is uploaded while the others are still in flight
+    "mid-batch-begin",
+    "after-first-ledger-upload",
+    "mid-batch-commit",
 )
 
 

@@ -11,8 +11,9 @@ not on a check before the insert: a racing duplicate becomes ``AlreadyExistsErro
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -20,6 +21,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
+from offloader import failpoints
 from offloader.exceptions import AlreadyExistsError, CommitFailedError, NotFoundError
 from offloader.metadata import schema
 from offloader.metadata.clock import db_now, db_now_ms
@@ -109,6 +111,17 @@ def _cas_ledger_if(
         if current == ledger.version:
             raise CommitFailedError(f"{what} {refusal}") from None
         raise
+
+
+@dataclass(frozen=True)
+class AttemptIntent:
+    """What :meth:`MetadataStore.begin_attempts` records for one ledger: a fresh attempt id
+    and its object keys, against the ledger as last read (its version is the CAS guard)."""
+
+    ledger: Ledger
+    attempt_id: str
+    data_key: str
+    index_key: str
 
 
 class MetadataStore:
@@ -417,6 +430,165 @@ class MetadataStore:
         with self.engine.connect() as conn:
             return [Attempt.model_validate(dict(r)) for r in conn.execute(query).mappings()]
 
+    # --- batched offload attempts (many ledgers of one topic, one transaction a step) ---
+    def get_ledgers(self, topic: str, ledger_ids: Iterable[int]) -> dict[int, Ledger]:
+        """Several ledgers of ``topic`` in one query; NotFoundError names any that is missing."""
+        wanted = set(ledger_ids)
+        with self.engine.connect() as conn:
+            self._topic(conn, topic)
+            rows = conn.execute(
+                sa.select(L).where(L.c.topic == topic, L.c.ledger_id.in_(sorted(wanted)))
+            ).mappings()
+            found = {r["ledger_id"]: Ledger.model_validate(dict(r)) for r in rows}
+        missing = sorted(wanted - found.keys())
+        if missing:
+            raise NotFoundError(f"ledgers {missing} of topic {topic!r} do not exist")
+        return found
+
+    def begin_attempts(
+        self, intents: Sequence[AttemptIntent], owner: str, lease_ms: int, *, store_id: int
+    ) -> dict[int, Attempt]:
+        """Record the intents of many ledgers of one topic in one transaction, before any
+        byte moves.
+
+        Each ledger is still a compare-and-set on its own row: one UPDATE whose condition
+        pairs every ledger with the version it was read at, so a ledger that moved since
+        (or whose attempt in flight still holds its lease) is skipped and absent from the
+        result while the others start. A stale attempt is superseded and its objects
+        queued, as in :meth:`begin_attempt`. Whether a lease ran out is decided by the
+        database's clock inside the UPDATE (invariant 6).
+        """
+        if not intents:
+            return {}
+        topic = _one_topic(i.ledger.topic for i in intents)
+        free = {i.ledger.ledger_id: i for i in intents}
+        by_ledger = L.c.ledger_id
+        with self.transaction() as conn:
+            now = db_now_ms(conn)  # the attempts' creation time; leases are decided in SQL
+            updated = conn.execute(
+                L.update()
+                .where(
+                    L.c.topic == topic,
+                    sa.tuple_(L.c.ledger_id, L.c.version).in_(
+                        [(n, i.ledger.version) for n, i in free.items()]
+                    ),
+                    sa.or_(L.c.attempt_id.is_(None), _lease_over()),
+                )
+                .values(
+                    version=L.c.version + 1,
+                    offload_state=OffloadState.OFFLOADING,
+                    offload_epoch=L.c.offload_epoch + 1,
+                    attempt_id=sa.case({n: i.attempt_id for n, i in free.items()}, value=by_ledger),
+                    attempt_lease_ms=db_now() + lease_ms,
+                )
+                .returning(L.c.ledger_id)
+            )
+            started_ids = sorted(updated.scalars())
+            failpoints.reach("mid-batch-begin")
+            started = {}
+            for ledger_id in started_ids:
+                intent = free[ledger_id]
+                if intent.ledger.attempt_id is not None:
+                    self._retire_attempt(
+                        conn,
+                        intent.ledger.attempt_id,
+                        AttemptState.SUPERSEDED,
+                        "lease expired; superseded by " + intent.attempt_id,
+                    )
+                started[ledger_id] = Attempt(
+                    attempt_id=intent.attempt_id,
+                    topic=topic,
+                    ledger_id=ledger_id,
+                    epoch=intent.ledger.offload_epoch + 1,  # the version pinned the old epoch
+                    data_key=intent.data_key,
+                    index_key=intent.index_key,
+                    state=AttemptState.STARTED,
+                    owner=owner[:255],
+                    created_ms=now,
+                    finished_ms=None,
+                    detail=None,
+                    store_id=store_id,
+                )
+            if started:
+                conn.execute(
+                    A.insert(),
+                    [a.model_dump(exclude={"finished_ms", "detail"}) for a in started.values()],
+                )
+        return started
+
+    def renew_leases(self, attempts: Iterable[Attempt], lease_ms: int) -> set[str]:
+        """Extend many attempts' leases in one statement; the ids of those that lost."""
+        attempts = list(attempts)
+        if not attempts:
+            return set()
+        with self.transaction() as conn:
+            renewed = conn.execute(
+                L.update()
+                .where(_owned_by_any(attempts))
+                .values(attempt_lease_ms=db_now() + lease_ms)
+                .returning(L.c.attempt_id)
+            )
+            alive = set(renewed.scalars())
+        return {a.attempt_id for a in attempts} - alive
+
+    def commit_offloads(self, finished: Sequence[tuple[Attempt, int]]) -> set[str]:
+        """Commit many finished attempts of one topic in one transaction; the ids of those
+        committed.
+
+        One UPDATE whose condition pairs every ledger with its attempt id and epoch
+        (invariants 2 and 6): an attempt that no longer owns its ledger is retired alone,
+        its objects queued for deletion in this same transaction, and the others commit.
+        """
+        if not finished:
+            return set()
+        attempts = {a.ledger_id: a for a, _ in finished}
+        lengths = {a.ledger_id: n for a, n in finished}
+        by_ledger = L.c.ledger_id
+        with self.transaction() as conn:
+            updated = conn.execute(
+                L.update()
+                .where(
+                    _owned_by_any(attempts.values()), L.c.offload_state == OffloadState.OFFLOADING
+                )
+                .values(
+                    version=L.c.version + 1,
+                    offload_state=OffloadState.OFFLOADED,
+                    attempt_id=None,
+                    attempt_lease_ms=None,
+                    offload_uuid=sa.case(
+                        {n: a.attempt_id for n, a in attempts.items()}, value=by_ledger
+                    ),
+                    data_key=sa.case({n: a.data_key for n, a in attempts.items()}, value=by_ledger),
+                    index_key=sa.case(
+                        {n: a.index_key for n, a in attempts.items()}, value=by_ledger
+                    ),
+                    data_len=sa.case(lengths, value=by_ledger),
+                    offloaded_ms=db_now(),
+                    store_id=sa.case({n: a.store_id for n, a in attempts.items()}, value=by_ledger),
+                )
+                .returning(L.c.ledger_id)
+            )
+            committed = {attempts[n].attempt_id for n in updated.scalars()}
+            failpoints.reach("mid-batch-commit")
+            for attempt in attempts.values():
+                if attempt.attempt_id in committed:
+                    continue
+                self._retire_attempt(
+                    conn,
+                    attempt.attempt_id,
+                    AttemptState.FAILED,
+                    f"lost: attempt {attempt.attempt_id} (epoch {attempt.epoch}) no longer "
+                    f"owns ledger {attempt.topic}/{attempt.ledger_id}",
+                    requeue_superseded=True,
+                )
+            if committed:
+                conn.execute(
+                    A.update()
+                    .where(A.c.attempt_id.in_(sorted(committed)))
+                    .values(state=AttemptState.COMMITTED, finished_ms=db_now())
+                )
+        return committed
+
     def _retire_attempt(
         self,
         conn: Connection,
@@ -614,6 +786,24 @@ def _owned_by(attempt: Attempt) -> sa.ColumnElement[bool]:
         L.c.attempt_id == attempt.attempt_id,
         L.c.offload_epoch == attempt.epoch,
     )
+
+
+def _owned_by_any(attempts: Iterable[Attempt]) -> sa.ColumnElement[bool]:
+    """:func:`_owned_by` for many attempts of one topic, as one condition."""
+    attempts = list(attempts)
+    return sa.and_(
+        L.c.topic == _one_topic(a.topic for a in attempts),
+        sa.tuple_(L.c.ledger_id, L.c.attempt_id, L.c.offload_epoch).in_(
+            [(a.ledger_id, a.attempt_id, a.epoch) for a in attempts]
+        ),
+    )
+
+
+def _one_topic(topics: Iterable[str]) -> str:
+    names = set(topics)
+    if len(names) != 1:
+        raise ValueError(f"a batch belongs to exactly one topic, got {sorted(names)}")
+    return names.pop()
 
 
 def _topic_from_row(row: sa.RowMapping) -> Topic:

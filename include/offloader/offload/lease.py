@@ -1,27 +1,34 @@
-"""Keeping an offload attempt's lease alive while it uploads (invariant 6: epoch fencing)."""
+"""Keeping offload attempts' leases alive while they upload (invariant 6: epoch fencing)."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 
 from offloader.exceptions import CommitFailedError
 from offloader.metadata import Attempt, MetadataStore
 
 
 class LeaseKeeper:
-    """Renews the attempt's lease every third of its length from a daemon thread.
+    """Renews the leases of one attempt, or of a batch's attempts in one transaction, every
+    third of their length from a daemon thread.
 
-    Once a renewal finds that another attempt owns the ledger, :meth:`check` raises, so the
-    uploader stops early instead of finishing work that can never commit.
+    Once a renewal finds that another attempt owns a ledger, :meth:`check` for that attempt
+    raises, so its uploader stops early instead of finishing work that can never commit;
+    the other attempts of the batch carry on.
     """
 
-    def __init__(self, metadata: MetadataStore, attempt: Attempt, lease_seconds: float) -> None:
+    def __init__(
+        self, metadata: MetadataStore, attempts: Attempt | Iterable[Attempt], lease_seconds: float
+    ) -> None:
         self._metadata = metadata
-        self._attempt = attempt
+        batch = [attempts] if isinstance(attempts, Attempt) else list(attempts)
+        self._attempts = {a.attempt_id: a for a in batch}
+        self._single = batch[0] if isinstance(attempts, Attempt) else None
         self._lease_ms = int(lease_seconds * 1000)
         self._interval = max(lease_seconds / 3, 0.05)
         self._stop = threading.Event()
-        self._lost = False
+        self._lost: set[str] = set()
         self._thread = threading.Thread(target=self._run, name="offload-lease", daemon=True)
 
     def __enter__(self) -> LeaseKeeper:
@@ -32,18 +39,29 @@ class LeaseKeeper:
         self._stop.set()
         self._thread.join()
 
-    def check(self) -> None:
-        if self._lost:
+    def check(self, attempt_id: str | None = None) -> None:
+        """Raise CommitFailedError if the attempt (the only one when None) lost its ledger."""
+        attempt = self._attempts[attempt_id] if attempt_id else self._single
+        if attempt is None:
+            raise TypeError("a batch's lease keeper checks one attempt: pass its attempt_id")
+        if attempt.attempt_id in self._lost:
             raise CommitFailedError(
-                f"attempt {self._attempt.attempt_id} lost ledger "
-                f"{self._attempt.topic}/{self._attempt.ledger_id} to another attempt"
+                f"attempt {attempt.attempt_id} lost ledger "
+                f"{attempt.topic}/{attempt.ledger_id} to another attempt"
             )
+
+    def _renew(self) -> set[str]:
+        if self._single is not None:  # one attempt: the store's single-ledger renewal
+            ok = self._metadata.renew_lease(self._single, self._lease_ms)
+            return set() if ok else {self._single.attempt_id}
+        live = [a for a in self._attempts.values() if a.attempt_id not in self._lost]
+        return self._metadata.renew_leases(live, self._lease_ms)
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
             try:
-                if not self._metadata.renew_lease(self._attempt, self._lease_ms):
-                    self._lost = True
-                    return
+                self._lost |= self._renew()
             except Exception:
                 continue
+            if len(self._lost) == len(self._attempts):
+                return

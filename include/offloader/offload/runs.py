@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 from offloader.metadata import MetadataStore
+from offloader.offload.batch import DEFAULT_WINDOW, BatchOffloader
 from offloader.offload.ledger_offloader import LedgerOffloader, OffloadResult, Outcome
 from offloader.offload.planner import due_ledgers
 from offloader.runtime import Runtime
@@ -71,9 +72,11 @@ def plan_batches(
     return batches
 
 
-def offload_batch(runtime: Runtime, topic: str, ledger_ids: Iterable[int]) -> list[OffloadResult]:
-    offloader = LedgerOffloader(runtime)
-    return [offloader.offload_ledger(topic, ledger_id) for ledger_id in ledger_ids]
+def offload_batch(
+    runtime: Runtime, topic: str, ledger_ids: Iterable[int], window: int = DEFAULT_WINDOW
+) -> list[OffloadResult]:
+    """One task's batch: ``window`` ledgers in flight at a time, metadata work batched."""
+    return BatchOffloader(LedgerOffloader(runtime), window).offload(topic, ledger_ids)
 
 
 def summarize(results: Iterable[OffloadResult | dict], seconds: float | None = None) -> dict:

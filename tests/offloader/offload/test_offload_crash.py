@@ -33,8 +33,15 @@ from offloader.runtime import Runtime
 
 # the points of the offload sequence, in order; the ones before the index is written leave
 # an incomplete attempt that the next run must supersede
-BEFORE_INDEX = ("after-begin-attempt", "after-first-part", "before-complete", "after-data-upload")
-OFFLOAD_POINTS = (*BEFORE_INDEX, "after-index-upload", "after-commit", "after-mark-hot-deleting")
+OFFLOAD_POINTS = (
+    "after-begin-attempt",
+    "after-first-part",
+    "before-complete",
+    "after-data-upload",
+    "after-index-upload",
+    "after-commit",
+    "after-mark-hot-deleting",
+)
 # every point on both main pairings; SeaweedFS + SQLite at the two points where the S3 path
 # differs most (mid-multipart, complete objects to recover), to keep the suite time in check
 POINT_CASES = [(b, p) for b in BACKENDS for p in OFFLOAD_POINTS] + [
@@ -105,22 +112,58 @@ def crash_at(rt: Runtime, ids: list[int], point: str) -> None:
     assert out == b""  # killed before it could report anything
 
 
-def check_crashed_attempt(rt: Runtime, ids: list[int], point: str) -> Attempt:
-    """Killed inside the first ledger's attempt: recorded, in flight, objects as far as it got."""
-    (attempt,) = rt.metadata.list_attempts("orders")
-    assert (attempt.ledger_id, attempt.state) == (ids[0], AttemptState.STARTED)
-    first = rt.metadata.get_ledger("orders", ids[0])
-    assert first.offload_state is OffloadState.OFFLOADING and not first.is_offloaded
-    assert first.attempt_id == attempt.attempt_id
-    assert rt.metadata.get_ledger("orders", ids[1]).attempt_id is None
-    data_done = point in ("after-data-upload", "after-index-upload")
-    assert rt.objects.exists(attempt.data_key) is data_done
-    assert rt.objects.exists(attempt.index_key) is (point == "after-index-upload")
-    uploading = [u.key for u in rt.objects.list_multipart_uploads()]
-    in_parts = point in ("after-first-part", "before-complete")
-    assert uploading == ([attempt.data_key] if in_parts else [])
+# The CLI offloads both ledgers as one batch: both attempts are recorded in one transaction,
+# the small single-block ledger uploads first, then the large one part by part. Per point:
+# what each ledger's started attempt had written when killed (data object, index object, an
+# open multipart upload), and what the next run must report for it.
+IN_FLIGHT = {
+    "after-begin-attempt": {"large": (False, False, False), "small": (False, False, False)},
+    "after-data-upload": {"large": (False, False, False), "small": (True, False, False)},
+    "after-index-upload": {"large": (False, False, False), "small": (True, True, False)},
+    "after-first-part": {"large": (False, False, True), "small": (True, True, False)},
+    "before-complete": {"large": (False, False, True), "small": (True, True, False)},
+}
+
+
+def check_crashed_attempts(rt: Runtime, ids: list[int], point: str) -> dict[int, Attempt]:
+    """Killed inside the batch: both attempts recorded, in flight, objects as far as each got."""
+    attempts = {a.ledger_id: a for a in rt.metadata.list_attempts("orders")}
+    assert sorted(attempts) == ids
+    for name, ledger_id in zip(("large", "small"), ids, strict=True):
+        attempt = attempts[ledger_id]
+        assert attempt.state is AttemptState.STARTED
+        ledger = rt.metadata.get_ledger("orders", ledger_id)
+        assert ledger.offload_state is OffloadState.OFFLOADING and not ledger.is_offloaded
+        assert ledger.attempt_id == attempt.attempt_id
+        data, index, uploading = IN_FLIGHT[point][name]
+        assert rt.objects.exists(attempt.data_key) is data, (name, "data")
+        assert rt.objects.exists(attempt.index_key) is index, (name, "index")
+        open_uploads = {u.key for u in rt.objects.list_multipart_uploads()}
+        assert (attempt.data_key in open_uploads) is uploading, (name, "multipart")
     assert rt.metadata.pending_deletions() == []
-    return attempt
+    return attempts
+
+
+def check_resolved(
+    rt: Runtime, report: dict[str, Any], crashed: dict[int, Attempt], point: str
+) -> None:
+    """An attempt whose index was written (its objects complete) is committed as it is
+    (recovered); any other is superseded, its keys queued, and a new attempt offloads."""
+    expected = {}
+    for name, ledger_id in zip(("large", "small"), sorted(crashed), strict=True):
+        attempt = crashed[ledger_id]
+        ledger = rt.metadata.get_ledger("orders", ledger_id)
+        _, index_written, _ = IN_FLIGHT[point][name]
+        expected[ledger_id] = "recovered" if index_written else "offloaded"
+        if index_written:
+            assert ledger.offload_uuid == attempt.attempt_id
+            assert (ledger.data_key, ledger.index_key) == (attempt.data_key, attempt.index_key)
+            assert rt.metadata.get_attempt(attempt.attempt_id).state is AttemptState.COMMITTED
+        else:
+            assert ledger.is_offloaded and ledger.offload_uuid != attempt.attempt_id
+            assert rt.metadata.get_attempt(attempt.attempt_id).state is AttemptState.SUPERSEDED
+            assert queued_keys(rt, attempt.attempt_id) == {attempt.data_key, attempt.index_key}
+    assert outcomes(report) == expected
 
 
 @pytest.mark.parametrize(("backend_settings", "point"), POINT_CASES, indirect=["backend_settings"])
@@ -130,31 +173,22 @@ def test_sigkill_at_each_point_leaves_a_state_the_next_run_resolves(
     rt = runtime
     ids, checksum = setup_topic(rt)
     crash_at(rt, ids, point)
-    if point in (*BEFORE_INDEX, "after-index-upload"):
-        crashed = check_crashed_attempt(rt, ids, point)
+    if point in IN_FLIGHT:
+        crashed = check_crashed_attempts(rt, ids, point)
         wait_for_lease_end(rt)
+        check_resolved(rt, offload_json(rt, ids[-1]), crashed, point)
+    elif point == "after-commit":  # the batch committed; the hot copies are untouched
+        attempts = rt.metadata.list_attempts("orders")
+        assert sorted(a.ledger_id for a in attempts) == ids
+        assert all(a.state is AttemptState.COMMITTED for a in attempts)
+        for attempt in attempts:
+            ledger = rt.metadata.get_ledger("orders", attempt.ledger_id)
+            assert ledger.is_offloaded and ledger.offload_uuid == attempt.attempt_id
+            assert ledger.hot_state is HotState.PRESENT and rt.hot.exists(
+                "orders", ledger.ledger_id
+            )
         report = offload_json(rt, ids[-1])
-        first = rt.metadata.get_ledger("orders", ids[0])
-        if point == "after-index-upload":  # complete objects: committed as they are
-            assert outcomes(report) == {ids[0]: "recovered", ids[1]: "offloaded"}
-            assert first.offload_uuid == crashed.attempt_id
-            assert (first.data_key, first.index_key) == (crashed.data_key, crashed.index_key)
-            assert rt.metadata.get_attempt(crashed.attempt_id).state is AttemptState.COMMITTED
-            assert [a.ledger_id for a in rt.metadata.list_attempts("orders")] == ids
-        else:  # incomplete objects: superseded, its keys queued for deletion
-            assert outcomes(report) == {ids[0]: "offloaded", ids[1]: "offloaded"}
-            assert first.offload_uuid != crashed.attempt_id
-            assert rt.metadata.get_attempt(crashed.attempt_id).state is AttemptState.SUPERSEDED
-            assert queued_keys(rt, crashed.attempt_id) == {crashed.data_key, crashed.index_key}
-    elif point == "after-commit":  # the first ledger is done; its hot copy is untouched
-        (attempt,) = rt.metadata.list_attempts("orders")
-        assert (attempt.ledger_id, attempt.state) == (ids[0], AttemptState.COMMITTED)
-        first = rt.metadata.get_ledger("orders", ids[0])
-        assert first.is_offloaded and first.offload_uuid == attempt.attempt_id
-        assert first.hot_state is HotState.PRESENT and rt.hot.exists("orders", ids[0])
-        assert rt.metadata.get_ledger("orders", ids[1]).attempt_id is None
-        report = offload_json(rt, ids[-1])
-        assert outcomes(report) == {ids[1]: "offloaded"}
+        assert outcomes(report) == {}
         assert [h["ledger_id"] for h in report["hot_deleted"]] == ids
     else:  # after-mark-hot-deleting: marked, the hot copy still there
         assert point == "after-mark-hot-deleting"
