@@ -37,7 +37,9 @@ def stage_dir(profile: str, fresh: bool) -> Path:
     stage = ROOT / "var" / "mutation" / profile
     if fresh and stage.exists():
         shutil.rmtree(stage)
-    (stage / "mutants" / "src").mkdir(parents=True, exist_ok=True)
+    # exist before Python starts: a PYTHONPATH entry missing then is never looked at again
+    for folder in ("src", "tests"):
+        (stage / "mutants" / folder).mkdir(parents=True, exist_ok=True)
     for name, target in LINKS.items():
         link = stage / name
         if not link.is_symlink():
@@ -48,7 +50,8 @@ def stage_dir(profile: str, fresh: bool) -> Path:
 def stage_env(stage: Path) -> dict[str, str]:
     """The environment mutmut and its test processes run in: only the mutated copy."""
     env = {k: v for k, v in os.environ.items() if k != "MUTANT_UNDER_TEST"}
-    env["PYTHONPATH"] = str(stage / "mutants" / "src")
+    # src: the mutated library; tests: the fast_selection plugin that [tool.mutmut] loads
+    env["PYTHONPATH"] = os.pathsep.join(str(stage / "mutants" / d) for d in ("src", "tests"))
     return env
 
 
