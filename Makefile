@@ -7,7 +7,7 @@ PYSPARK_VERSION := $(shell sed -n 's/^pyspark==//p' requirements.txt)
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install test lint demo airflow bench constraints clean mutate mutate-smoke mutate-docs
+.PHONY: install test lint demo airflow bench constraints clean mutate mutate-smoke mutate-survivors mutate-docs
 
 install: $(VENV)/.installed
 
@@ -49,6 +49,10 @@ bench: install
 MUTATE_CHILDREN ?= 2
 mutate: install
 	$(BIN)/python scripts/mutation_run.py --max-children $(MUTATE_CHILDREN) $(MUTANTS)
+
+# After adding tests: rerun only the mutants that survived (MUTANTS= narrows it by glob).
+mutate-survivors: install
+	$(BIN)/python scripts/mutation_run.py --retest-survivors --max-children $(MUTATE_CHILDREN) $(MUTANTS)
 
 # The short run CI does before `make test`: proves the setup kills known mutants.
 mutate-smoke: install

@@ -21,6 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
+from fnmatch import fnmatch
 from pathlib import Path
 
 from mutation_report import load_results, print_table  # scripts/ is on sys.path when run
@@ -29,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # staging name -> repo path
 LINKS = {name: name for name in ("tests", "benchmarks", "pyproject.toml")} | {"src": "include"}
 SMOKE_GLOB = "offloader.offload.keys.*"
+RETEST = {"survived", "no tests", "suspicious", "timeout", "segfault"}
 BAD_STATUSES = {"suspicious", "no tests", "not checked", "segfault"}
 
 
@@ -122,6 +124,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--smoke", action="store_true", help="the short CI run")
     parser.add_argument("--fresh", action="store_true", help="forget earlier results")
     parser.add_argument("--max-children", type=int, default=2)
+    parser.add_argument(
+        "--retest-survivors",
+        action="store_true",
+        help="rerun only the mutants whose last verdict was not a kill (after adding tests)",
+    )
     parser.add_argument("mutants", nargs="*", help="mutant names or globs (default: all)")
     args = parser.parse_args(argv)
     if args.max_children < 1:
@@ -130,7 +137,19 @@ def main(argv: list[str] | None = None) -> None:
         smoke(stage_dir("smoke", fresh=True), args.max_children)
         return
     stage = stage_dir("full", fresh=args.fresh)
-    run_mutmut(stage, args.max_children, args.mutants)
+    names = args.mutants
+    if args.retest_survivors:
+        # a glob would rerun every mutant it names: pass the open verdicts by exact name
+        names = [
+            name
+            for module in load_results(stage).values()
+            for name, status in module.items()
+            if status in RETEST and (not args.mutants or any(fnmatch(name, g) for g in names))
+        ]
+        if not names:
+            print("mutation: no survivors to retest")
+            return
+    run_mutmut(stage, args.max_children, names)
     check_imports_mutated_copy(stage)
     print_table(load_results(stage))
 
