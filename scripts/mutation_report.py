@@ -5,8 +5,9 @@ the reasons in ``docs/mutation_survivors.toml`` (one entry per surviving mutant:
 equivalent, or which test is still to write). ``--write-docs`` replaces the generated part
 of docs/TESTING.md, so the numbers there come from a run, never from typing.
 
-Score = (killed + timeout) / (mutants - equivalent). A mutant that hangs the tests
-(timeout) was detected; an equivalent mutant cannot be killed by any test.
+Score = (killed + timeout) / (mutants - equivalent - other). A mutant that hangs the tests
+(timeout) was detected; an equivalent mutant cannot be killed by any test; "other" is
+mostly "not checked" (a run restricted to some modules), and marks the score partial.
 """
 
 from __future__ import annotations
@@ -109,7 +110,10 @@ def total_row(table: list[Row]) -> Row:
 
 
 def _score(row: Row) -> str:
-    return "-" if row.score is None else f"{row.score:.1%}"
+    """The score, marked partial while some mutants of the row are still unchecked."""
+    if row.score is None:
+        return "-"
+    return f"{row.score:.1%}" + (" (partial)" if row.counts["other"] else "")
 
 
 def print_table(results: Results, notes: dict[str, dict[str, str]] | None = None) -> None:
