@@ -221,12 +221,27 @@ def test_retired_attempts_record_why_and_queue_their_keys(store: MetadataStore) 
         ("new-i", "attempt failed", "new"),
     ]
     store.fail_attempt(stale, "zombie")  # a superseded attempt queues its keys again
-    again = [(d.object_key, d.reason) for d in store.pending_deletions()][4:]
+    again = [(d.object_key, d.reason, d.attempt_id) for d in store.pending_deletions()][4:]
     assert again == [
-        ("old-d", "late objects of a superseded attempt"),
-        ("old-i", "late objects of a superseded attempt"),
+        ("old-d", "late objects of a superseded attempt", "old"),
+        ("old-i", "late objects of a superseded attempt", "old"),
     ]
     assert store.get_attempt("old").state is AttemptState.SUPERSEDED
+
+
+def test_retiring_an_attempt_leaves_other_attempts_alone(store: MetadataStore) -> None:
+    _, mine = begin(store, sealed_ledger(store, "t"), "mine")
+    _, other = begin(store, sealed_ledger(store, "u"), "other")
+    store.fail_attempt(mine, "boom")
+    assert store.get_attempt("mine").state is AttemptState.FAILED
+    untouched = store.get_attempt("other")
+    assert (untouched.state, untouched.finished_ms, untouched.detail) == (
+        AttemptState.STARTED,
+        None,
+        None,
+    )
+    assert {d.attempt_id for d in store.pending_deletions()} == {"mine"}
+    assert store.get_ledger("u", other.ledger_id).attempt_id == "other"
 
 
 def test_attempts_are_listed_oldest_first_by_topic_and_state(store: MetadataStore) -> None:
@@ -274,6 +289,8 @@ def test_due_deletions_come_soonest_first_up_to_the_limit(store: MetadataStore) 
     a, b, _, _ = store.pending_deletions()
     store.retry_deletion_later(a, "later", next_try_ms=10**13 + 2)
     store.retry_deletion_later(b, "sooner", next_try_ms=10**13 + 1)
+    # pending is in queue order, whatever order the database finds the rows in
+    assert [x.object_key for x in store.pending_deletions()] == ["a", "b", "c", "d"]
     assert [x.object_key for x in store.due_deletions(10)] == ["c", "d"]
     assert [x.object_key for x in store.due_deletions(1)] == ["c"]
     at = 10**13 + 2
