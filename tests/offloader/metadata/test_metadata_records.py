@@ -118,6 +118,16 @@ def test_a_ledger_is_allocated_open_and_empty_then_sealed(store: MetadataStore) 
     assert store.allocate_ledger("t", epoch).ledger_id == 2
 
 
+def test_ledgers_are_listed_by_id_whatever_was_updated_last(store: MetadataStore) -> None:
+    store.create_topic("t", OffloadPolicy())
+    epoch = store.claim_writer("t").writer_epoch
+    first = store.allocate_ledger("t", epoch)
+    second = store.allocate_ledger("t", epoch)
+    store.seal_ledger(second, 1, 1, epoch)
+    store.seal_ledger(first, 1, 1, epoch)  # ledger 1's row is now the newest on disk
+    assert [x.ledger_id for x in store.list_ledgers("t")] == [1, 2]
+
+
 def test_a_fenced_writer_is_told_which_epoch_fenced_it(store: MetadataStore) -> None:
     store.create_topic("t", OffloadPolicy())
     old = store.claim_writer("t").writer_epoch
