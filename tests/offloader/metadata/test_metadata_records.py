@@ -7,10 +7,12 @@ DAGs and `offloader status` show to people.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
 
+from fixtures.backends import run_in_threads
 from fixtures.metadata_store import begin, sealed_ledger
 from offloader.exceptions import AlreadyExistsError, CommitFailedError, NotFoundError
 from offloader.metadata import (
@@ -265,6 +267,30 @@ def test_attempts_are_listed_oldest_first_by_topic_and_state(store: MetadataStor
     committed = store.list_attempts(state=AttemptState.COMMITTED)
     assert [a.attempt_id for a in committed] == ["a1"]
     assert store.list_attempts(topic="u", state=AttemptState.COMMITTED) == []
+
+
+def test_times_are_milliseconds_since_the_epoch() -> None:
+    assert abs(now_ms() - time.time() * 1000) < 1000
+
+
+def test_concurrent_claims_all_succeed_with_distinct_epochs(store: MetadataStore) -> None:
+    store.create_topic("t", OffloadPolicy())
+    epochs: list[int] = []
+    errors = run_in_threads(lambda: epochs.append(store.claim_writer("t").writer_epoch), 8)
+    assert errors == []
+    assert sorted(epochs) == list(range(1, 9))
+
+
+def test_a_stale_ledger_version_is_named(store: MetadataStore) -> None:
+    ledger = sealed_ledger(store)
+    _, attempt = begin(store, ledger, "a1")
+    offloaded = store.commit_offload(attempt, 1)
+    store.mark_hot_deleting(offloaded)
+    with pytest.raises(CommitFailedError) as raised:
+        store.mark_hot_deleting(offloaded)
+    assert str(raised.value) == (
+        f"ledger t/{ledger.ledger_id} changed since version {offloaded.version}: someone else moved"
+    )
 
 
 def test_hot_copies_are_marked_with_their_deletion_time(store: MetadataStore) -> None:
