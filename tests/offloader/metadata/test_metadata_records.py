@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+import sqlalchemy as sa
 
 from fixtures.backends import run_in_threads
 from fixtures.metadata_store import begin, sealed_ledger
@@ -22,6 +23,7 @@ from offloader.metadata import (
     MetadataStore,
     OffloadState,
     now_ms,
+    schema,
 )
 from offloader.policy import OffloadPolicy
 
@@ -334,13 +336,27 @@ def test_due_deletions_come_soonest_first_up_to_the_limit(store: MetadataStore) 
     assert [x.object_key for x in store.due_deletions(10, at_ms=at - 1)] == ["c", "d", "b"]
 
 
+def queue_rows(store: MetadataStore) -> dict[str, dict]:
+    """Every row of the deletion queue, done ones included (the API shows pending ones)."""
+    with store.engine.connect() as conn:
+        rows = conn.execute(sa.select(schema.deletion_queue)).mappings()
+        return {r["object_key"]: dict(r) for r in rows}
+
+
 def test_completed_deletions_keep_their_first_completion(store: MetadataStore) -> None:
     store.enqueue_deletions(["a", "b"], "test")
     a, b = store.pending_deletions()
     store.complete_deletions([])
+    before = now_ms()
     store.complete_deletions([a.id])
+    first = queue_rows(store)["a"]
+    assert first["state"] == "done"
+    assert first["done_ms"] is not None and before <= first["done_ms"] <= now_ms()
+    time.sleep(0.01)
+    store.complete_deletions([a.id])  # done already: nothing changes
     store.retry_deletion_later(a, "x" * 3000, next_try_ms=0)  # done: no longer retried
     store.retry_deletion_later(b, "x" * 3000, next_try_ms=0)
+    assert queue_rows(store)["a"] == first
     (left,) = store.pending_deletions()
     assert (left.object_key, left.tries, left.last_error) == ("b", 1, "x" * 2000)
     counts = store.counts()
