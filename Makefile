@@ -7,7 +7,7 @@ PYSPARK_VERSION := $(shell sed -n 's/^pyspark==//p' requirements.txt)
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install test lint demo airflow bench constraints clean
+.PHONY: install test lint demo airflow bench constraints clean mutate mutate-smoke mutate-survivors mutate-docs
 
 install: $(VENV)/.installed
 
@@ -43,6 +43,25 @@ airflow: install
 
 bench: install
 	$(BIN)/python -m benchmarks.run
+
+# Mutation testing (docs/TESTING.md): slow, not in CI; results kept in var/mutation/full, so a
+# rerun only tests what changed. MUTANTS="offloader.offload.planner.*" narrows it,
+# MUTATE_CHILDREN sets the parallelism (the default 2 suits a shared 2-core machine).
+MUTATE_CHILDREN ?= 2
+mutate: install
+	$(BIN)/python scripts/mutation_run.py --max-children $(MUTATE_CHILDREN) $(MUTANTS)
+
+# After adding tests: rerun only the mutants that survived (MUTANTS= narrows it by glob).
+mutate-survivors: install
+	$(BIN)/python scripts/mutation_run.py --retest-survivors --max-children $(MUTATE_CHILDREN) $(MUTANTS)
+
+# The short run CI does before `make test`: proves the setup kills known mutants.
+mutate-smoke: install
+	$(BIN)/python scripts/mutation_run.py --smoke --max-children $(MUTATE_CHILDREN)
+
+# docs/TESTING.md's table and survivor list, from the last `make mutate`.
+mutate-docs: install
+	$(BIN)/python scripts/mutation_report.py --write-docs
 
 constraints:
 	$(BIN)/pip freeze --exclude-editable | grep -v '^-e' > constraints.txt.new

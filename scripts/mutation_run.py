@@ -1,0 +1,158 @@
+"""Mutation testing with mutmut: `make mutate` (every configured module) and `make mutate-smoke`.
+
+mutmut derives a mutant's module name from its file path and strips only a leading
+``src/``; the library lives in ``include/`` and is also installed editable from another
+checkout. So mutmut runs in a staging directory, ``var/mutation/<profile>/``, where
+``src`` links to ``include/`` (modules are named ``offloader.…`` as the tests import
+them) and ``tests``, ``benchmarks`` and ``pyproject.toml`` link to the repo's. The child
+processes get ``PYTHONPATH=<stage>/mutants/src``, so even a subprocess imports the mutated
+copy, never the editable install. The configuration is ``[tool.mutmut]`` in pyproject.toml.
+
+The smoke run proves the setup on a small, bounded set of mutants: it must kill at least
+one mutant of ``offload/keys.py``, report none as suspicious or without tests, and kill
+the mutant that inverts the CAS row-count check in ``metadata/store.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import shutil
+import subprocess
+import sys
+from fnmatch import fnmatch
+from pathlib import Path
+
+from mutation_report import load_results, print_table  # scripts/ is on sys.path when run
+
+ROOT = Path(__file__).resolve().parent.parent
+# staging name -> repo path
+LINKS = {name: name for name in ("tests", "benchmarks", "pyproject.toml")} | {"src": "include"}
+SMOKE_GLOB = "offloader.offload.keys.*"
+RETEST = {"survived", "no tests", "suspicious", "timeout", "segfault"}
+BAD_STATUSES = {"suspicious", "no tests", "not checked", "segfault"}
+
+
+def stage_dir(profile: str, fresh: bool) -> Path:
+    """The staging directory for ``profile``; ``fresh`` drops earlier results first."""
+    stage = ROOT / "var" / "mutation" / profile
+    if fresh and stage.exists():
+        shutil.rmtree(stage)
+    # exist before Python starts: a PYTHONPATH entry missing then is never looked at again
+    for folder in ("src", "tests"):
+        (stage / "mutants" / folder).mkdir(parents=True, exist_ok=True)
+    for name, target in LINKS.items():
+        link = stage / name
+        if not link.is_symlink():
+            link.symlink_to(ROOT / target)
+    return stage
+
+
+def stage_env(stage: Path) -> dict[str, str]:
+    """The environment mutmut and its test processes run in: only the mutated copy."""
+    env = {k: v for k, v in os.environ.items() if k != "MUTANT_UNDER_TEST"}
+    # src: the mutated library; tests: the fast_selection plugin that [tool.mutmut] loads
+    env["PYTHONPATH"] = os.pathsep.join(str(stage / "mutants" / d) for d in ("src", "tests"))
+    return env
+
+
+def check_imports_mutated_copy(stage: Path) -> None:
+    """A process started like mutmut's children imports offloader from the staging copy."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import offloader; print(offloader.__file__)"],
+        cwd=stage,
+        env=stage_env(stage),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    imported = Path(done.stdout.strip()).resolve()
+    expected = (stage / "mutants" / "src" / "offloader").resolve()
+    if expected not in imported.parents:
+        sys.exit(f"mutation: offloader imported from {imported}, not from {expected}")
+
+
+def run_mutmut(stage: Path, max_children: int, names: list[str]) -> None:
+    mutmut = Path(sys.executable).with_name("mutmut")
+    command = [str(mutmut), "run", "--max-children", str(max_children), *names]
+    print(f"mutation: {' '.join(command[1:])} (in {stage.relative_to(ROOT)})", flush=True)
+    done = subprocess.run(command, cwd=stage, env=stage_env(stage))
+    if done.returncode != 0:
+        sys.exit(f"mutation: mutmut exited with status {done.returncode}")
+
+
+def cas_inversion_mutant(stage: Path) -> str:
+    """The mutant of ``_cas`` whose row-count check reads ``== 1`` instead of ``!= 1``."""
+    path = stage / "mutants" / "src" / "offloader" / "metadata" / "store.py"
+    source = path.read_text()
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("x__cas__mutmut_"):
+            segment = ast.get_source_segment(source, node) or ""
+            if "result.rowcount == 1" in segment:
+                suffix = node.name.removeprefix("x__cas__mutmut_")
+                if suffix.isdigit():
+                    return f"offloader.metadata.store.{node.name}"
+    sys.exit(f"mutation: no mutant of _cas inverts the row-count check in {path}")
+
+
+def smoke(stage: Path, max_children: int) -> None:
+    """A bounded run that fails loudly when the setup, not the tests, is broken."""
+    run_mutmut(stage, max_children, [SMOKE_GLOB])
+    check_imports_mutated_copy(stage)
+    cas = cas_inversion_mutant(stage)
+    run_mutmut(stage, max_children, [cas])
+    results = load_results(stage)
+    statuses = {name: status for module in results.values() for name, status in module.items()}
+    keys = {n: s for n, s in statuses.items() if n.startswith(SMOKE_GLOB.rstrip("*"))}
+    problems = []
+    if not keys:
+        problems.append(f"no mutants matched {SMOKE_GLOB}")
+    if not any(s == "killed" for s in keys.values()):
+        problems.append(f"no mutant of {SMOKE_GLOB} was killed")
+    problems += [f"{n} is {s}" for n, s in sorted(keys.items()) if s in BAD_STATUSES]
+    if statuses.get(cas) != "killed":
+        problems.append(f"the CAS inversion {cas} was not killed: {statuses.get(cas)}")
+    killed = sum(s == "killed" for s in keys.values())
+    print(f"mutation smoke: {killed}/{len(keys)} keys mutants killed; {cas}: {statuses.get(cas)}")
+    if problems:
+        sys.exit("mutation smoke failed:\n  " + "\n  ".join(problems))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="the short CI run")
+    parser.add_argument("--fresh", action="store_true", help="forget earlier results")
+    parser.add_argument("--max-children", type=int, default=2)
+    parser.add_argument(
+        "--retest-survivors",
+        action="store_true",
+        help="rerun only the mutants whose last verdict was not a kill (after adding tests)",
+    )
+    parser.add_argument("mutants", nargs="*", help="mutant names or globs (default: all)")
+    args = parser.parse_args(argv)
+    if args.max_children < 1:
+        parser.error("--max-children must be at least 1")
+    if args.smoke:
+        smoke(stage_dir("smoke", fresh=True), args.max_children)
+        return
+    stage = stage_dir("full", fresh=args.fresh)
+    names = args.mutants
+    if args.retest_survivors:
+        # a glob would rerun every mutant it names: pass the open verdicts by exact name
+        names = [
+            name
+            for module in load_results(stage).values()
+            for name, status in module.items()
+            if status in RETEST and (not args.mutants or any(fnmatch(name, g) for g in names))
+        ]
+        if not names:
+            print("mutation: no survivors to retest")
+            return
+    run_mutmut(stage, args.max_children, names)
+    check_imports_mutated_copy(stage)
+    print_table(load_results(stage))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,387 @@
+"""What the metadata store records and how it names what is wrong, on SQLite and PostgreSQL.
+
+test_metadata_store.py checks the CAS protocol; this checks the fields each transition
+writes (versions, times, epochs, keys, reasons) and the exact errors, which the CLI, the
+DAGs and `offloader status` show to people.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+
+from fixtures.backends import run_in_threads
+from fixtures.metadata_store import begin, sealed_ledger
+from offloader.exceptions import AlreadyExistsError, CommitFailedError, NotFoundError
+from offloader.metadata import (
+    AttemptState,
+    HotState,
+    LedgerState,
+    MetadataStore,
+    OffloadState,
+    now_ms,
+    schema,
+)
+from offloader.policy import OffloadPolicy
+
+
+@pytest.fixture
+def store(metadata_url: str) -> Iterator[MetadataStore]:
+    store = MetadataStore.open(metadata_url)
+    yield store
+    store.close()
+
+
+def test_topic_names_are_1_to_512_characters(store: MetadataStore) -> None:
+    for bad in ("", "x" * 513):
+        with pytest.raises(ValueError) as raised:
+            store.create_topic(bad, OffloadPolicy())
+        assert str(raised.value) == "topic name must be 1 to 512 characters"
+    assert store.list_topics() == []
+    store.create_topic("x" * 512, OffloadPolicy())
+    assert [t.name for t in store.list_topics()] == ["x" * 512]
+
+
+def test_a_new_topic_starts_at_version_1_ledger_1_epoch_0(store: MetadataStore) -> None:
+    before = now_ms()
+    policy = OffloadPolicy(deletion_lag_seconds=7)
+    topic = store.create_topic("a", policy)
+    assert (topic.name, topic.version, topic.next_ledger_id, topic.writer_epoch) == (
+        "a",
+        1,
+        1,
+        0,
+    )
+    assert topic.policy == policy
+    assert before <= topic.created_ms <= now_ms()
+    assert store.get_topic("a") == topic
+    with pytest.raises(AlreadyExistsError) as raised:
+        store.create_topic("a", OffloadPolicy())
+    assert str(raised.value) == "topic 'a' exists already"
+
+
+def test_topics_are_listed_by_name(store: MetadataStore) -> None:
+    for name in ("b", "c", "a"):
+        store.create_topic(name, OffloadPolicy())
+    assert [t.name for t in store.list_topics()] == ["a", "b", "c"]
+
+
+def test_a_stale_topic_version_is_named(store: MetadataStore) -> None:
+    topic = store.create_topic("a", OffloadPolicy())
+    store.set_policy(topic, OffloadPolicy(deletion_lag_seconds=1))
+    with pytest.raises(CommitFailedError) as raised:
+        store.set_policy(topic, OffloadPolicy(deletion_lag_seconds=2))
+    assert str(raised.value) == "topic 'a' changed since version 1: someone else moved"
+
+
+def test_missing_records_are_named(store: MetadataStore) -> None:
+    store.create_topic("t", OffloadPolicy())
+    cases = [
+        (lambda: store.get_topic("nope"), "topic 'nope' does not exist"),
+        (lambda: store.list_ledgers("nope"), "topic 'nope' does not exist"),
+        (lambda: store.get_ledger("t", 99), "ledger 99 of topic 't' does not exist"),
+        (lambda: store.get_attempt("a9"), "offload attempt a9 does not exist"),
+    ]
+    for call, message in cases:
+        with pytest.raises(NotFoundError) as raised:
+            call()
+        assert str(raised.value) == message
+
+
+def test_a_ledger_is_allocated_open_and_empty_then_sealed(store: MetadataStore) -> None:
+    store.create_topic("t", OffloadPolicy())
+    epoch = store.claim_writer("t").writer_epoch
+    assert epoch == 1
+    before = now_ms()
+    ledger = store.allocate_ledger("t", epoch)
+    assert (ledger.topic, ledger.ledger_id, ledger.version, ledger.state) == (
+        "t",
+        1,
+        1,
+        LedgerState.OPEN,
+    )
+    assert (ledger.entry_count, ledger.size_bytes, ledger.sealed_ms) == (0, 0, None)
+    assert (ledger.offload_state, ledger.offload_epoch, ledger.hot_state) == (
+        OffloadState.NONE,
+        0,
+        HotState.PRESENT,
+    )
+    assert before <= ledger.created_ms <= now_ms()
+    assert store.get_topic("t").next_ledger_id == 2
+    sealed = store.seal_ledger(ledger, 10, 1234, epoch)
+    assert (sealed.state, sealed.entry_count, sealed.size_bytes, sealed.version) == (
+        LedgerState.SEALED,
+        10,
+        1234,
+        2,
+    )
+    assert sealed.sealed_ms is not None and before <= sealed.sealed_ms <= now_ms()
+    assert store.allocate_ledger("t", epoch).ledger_id == 2
+
+
+def test_ledgers_are_listed_by_id_whatever_was_updated_last(store: MetadataStore) -> None:
+    store.create_topic("t", OffloadPolicy())
+    epoch = store.claim_writer("t").writer_epoch
+    first = store.allocate_ledger("t", epoch)
+    second = store.allocate_ledger("t", epoch)
+    store.seal_ledger(second, 1, 1, epoch)
+    store.seal_ledger(first, 1, 1, epoch)  # ledger 1's row is now the newest on disk
+    assert [x.ledger_id for x in store.list_ledgers("t")] == [1, 2]
+
+
+def test_a_fenced_writer_is_told_which_epoch_fenced_it(store: MetadataStore) -> None:
+    store.create_topic("t", OffloadPolicy())
+    old = store.claim_writer("t").writer_epoch
+    ledger = store.allocate_ledger("t", old)
+    new = store.claim_writer("t").writer_epoch
+    fenced = f"writer epoch {old} of topic 't' was fenced by epoch {new}"
+    with pytest.raises(CommitFailedError) as raised:
+        store.allocate_ledger("t", old)
+    assert str(raised.value) == fenced
+    with pytest.raises(CommitFailedError) as raised:
+        store.seal_ledger(ledger, 1, 1, old)
+    assert str(raised.value) == fenced
+    # recovery by the new owner seals without naming an epoch
+    assert store.seal_ledger(ledger, 1, 1, None).state is LedgerState.SEALED
+
+
+def test_an_attempt_records_its_intent_before_any_upload(store: MetadataStore) -> None:
+    ledger = sealed_ledger(store)
+    before = now_ms()
+    owner = "worker-" + "w" * 300
+    ledger, attempt = store.begin_attempt(ledger, "a1", "a1-d", "a1-i", owner, 5_000)
+    assert (attempt.attempt_id, attempt.topic, attempt.ledger_id, attempt.epoch) == (
+        "a1",
+        "t",
+        ledger.ledger_id,
+        1,
+    )
+    assert (attempt.data_key, attempt.index_key, attempt.state) == (
+        "a1-d",
+        "a1-i",
+        AttemptState.STARTED,
+    )
+    assert attempt.owner == owner[:255]
+    assert before <= attempt.created_ms <= now_ms()
+    assert (attempt.finished_ms, attempt.detail) == (None, None)
+    assert (ledger.offload_state, ledger.offload_epoch, ledger.attempt_id) == (
+        OffloadState.OFFLOADING,
+        1,
+        "a1",
+    )
+    assert ledger.attempt_lease_ms is not None
+    assert before + 5_000 <= ledger.attempt_lease_ms <= now_ms() + 5_000
+    with pytest.raises(CommitFailedError) as raised:
+        begin(store, ledger, "a2")
+    assert str(raised.value) == (
+        f"ledger t/{ledger.ledger_id} has attempt a1 in flight until its lease ends"
+    )
+
+
+def test_a_commit_records_where_the_offload_went(store: MetadataStore) -> None:
+    ledger = sealed_ledger(store)
+    ledger, attempt = begin(store, ledger, "a1")
+    before = now_ms()
+    committed = store.commit_offload(attempt, 4321)
+    assert committed.version == ledger.version + 1
+    assert (committed.offload_state, committed.attempt_id, committed.attempt_lease_ms) == (
+        OffloadState.OFFLOADED,
+        None,
+        None,
+    )
+    assert (committed.offload_uuid, committed.data_key, committed.index_key) == (
+        "a1",
+        "a1-d",
+        "a1-i",
+    )
+    assert committed.data_len == 4321
+    assert committed.offloaded_ms is not None and before <= committed.offloaded_ms <= now_ms()
+    recorded = store.get_attempt("a1")
+    assert recorded.state is AttemptState.COMMITTED
+    assert recorded.finished_ms is not None and before <= recorded.finished_ms <= now_ms()
+    with pytest.raises(CommitFailedError) as raised:
+        store.commit_offload(attempt, 4321)
+    assert str(raised.value) == (f"attempt a1 (epoch 1) no longer owns ledger t/{ledger.ledger_id}")
+
+
+def test_retired_attempts_record_why_and_queue_their_keys(store: MetadataStore) -> None:
+    ledger = sealed_ledger(store)
+    ledger, stale = begin(store, ledger, "old", lease_ms=-1)
+    ledger, fresh = begin(store, ledger, "new")
+    old = store.get_attempt("old")
+    assert old.detail == "lease expired; superseded by new"
+    assert old.finished_ms is not None
+    before = now_ms()
+    store.fail_attempt(fresh, "boom " + "x" * 3000)
+    failed = store.get_attempt("new")
+    assert failed.state is AttemptState.FAILED
+    assert failed.detail == ("boom " + "x" * 3000)[:2000]
+    assert failed.finished_ms is not None and before <= failed.finished_ms <= now_ms()
+    freed = store.get_ledger("t", ledger.ledger_id)
+    assert (freed.offload_state, freed.attempt_id, freed.attempt_lease_ms) == (
+        OffloadState.NONE,
+        None,
+        None,
+    )
+    assert freed.version == ledger.version + 1
+    queued = [(d.object_key, d.reason, d.attempt_id) for d in store.pending_deletions()]
+    assert queued == [
+        ("old-d", "attempt superseded", "old"),
+        ("old-i", "attempt superseded", "old"),
+        ("new-d", "attempt failed", "new"),
+        ("new-i", "attempt failed", "new"),
+    ]
+    store.fail_attempt(stale, "zombie")  # a superseded attempt queues its keys again
+    again = [(d.object_key, d.reason, d.attempt_id) for d in store.pending_deletions()][4:]
+    assert again == [
+        ("old-d", "late objects of a superseded attempt", "old"),
+        ("old-i", "late objects of a superseded attempt", "old"),
+    ]
+    assert store.get_attempt("old").state is AttemptState.SUPERSEDED
+
+
+def test_retiring_an_attempt_leaves_other_attempts_alone(store: MetadataStore) -> None:
+    _, mine = begin(store, sealed_ledger(store, "t"), "mine")
+    _, other = begin(store, sealed_ledger(store, "u"), "other")
+    store.fail_attempt(mine, "boom")
+    assert store.get_attempt("mine").state is AttemptState.FAILED
+    untouched = store.get_attempt("other")
+    assert (untouched.state, untouched.finished_ms, untouched.detail) == (
+        AttemptState.STARTED,
+        None,
+        None,
+    )
+    assert {d.attempt_id for d in store.pending_deletions()} == {"mine"}
+    assert store.get_ledger("u", other.ledger_id).attempt_id == "other"
+
+
+def test_attempts_are_listed_oldest_first_by_topic_and_state(store: MetadataStore) -> None:
+    first = sealed_ledger(store, "t")
+    other = sealed_ledger(store, "u")
+    _, a1 = begin(store, first, "a1")
+    store.commit_offload(a1, 1)
+    begin(store, other, "b1")
+    assert [a.attempt_id for a in store.list_attempts()] == ["a1", "b1"]
+    assert [a.attempt_id for a in store.list_attempts(topic="u")] == ["b1"]
+    committed = store.list_attempts(state=AttemptState.COMMITTED)
+    assert [a.attempt_id for a in committed] == ["a1"]
+    assert store.list_attempts(topic="u", state=AttemptState.COMMITTED) == []
+
+
+def test_times_are_milliseconds_since_the_epoch() -> None:
+    assert abs(now_ms() - time.time() * 1000) < 1000
+
+
+def test_concurrent_claims_all_succeed_with_distinct_epochs(store: MetadataStore) -> None:
+    store.create_topic("t", OffloadPolicy())
+    epochs: list[int] = []
+    errors = run_in_threads(lambda: epochs.append(store.claim_writer("t").writer_epoch), 8)
+    assert errors == []
+    assert sorted(epochs) == list(range(1, 9))
+
+
+def test_a_stale_ledger_version_is_named(store: MetadataStore) -> None:
+    ledger = sealed_ledger(store)
+    _, attempt = begin(store, ledger, "a1")
+    offloaded = store.commit_offload(attempt, 1)
+    store.mark_hot_deleting(offloaded)
+    with pytest.raises(CommitFailedError) as raised:
+        store.mark_hot_deleting(offloaded)
+    assert str(raised.value) == (
+        f"ledger t/{ledger.ledger_id} changed since version {offloaded.version}: someone else moved"
+    )
+
+
+def test_hot_copies_are_marked_with_their_deletion_time(store: MetadataStore) -> None:
+    ledger = sealed_ledger(store)
+    with pytest.raises(ValueError) as raised:
+        store.mark_hot_deleting(ledger)
+    assert str(raised.value) == (
+        f"ledger t/{ledger.ledger_id} is not offloaded; its hot copy is the only one"
+    )
+    ledger, attempt = begin(store, ledger, "a1")
+    marked = store.mark_hot_deleting(store.commit_offload(attempt, 1))
+    assert (marked.hot_state, marked.hot_deleted_ms) == (HotState.DELETING, None)
+    before = now_ms()
+    deleted = store.mark_hot_deleted(marked)
+    assert deleted.hot_state is HotState.DELETED
+    assert deleted.hot_deleted_ms is not None and before <= deleted.hot_deleted_ms <= now_ms()
+    assert deleted.version == marked.version + 1
+
+
+def test_queued_deletions_record_reason_and_attempt(store: MetadataStore) -> None:
+    before = now_ms()
+    store.enqueue_deletions(["k1"], "r" * 300, attempt_id="a1")
+    store.enqueue_deletions([], "nothing")
+    (row,) = store.pending_deletions()
+    assert (row.object_key, row.reason, row.attempt_id) == ("k1", "r" * 255, "a1")
+    assert (row.state, row.tries, row.last_error, row.done_ms) == ("pending", 0, None, None)
+    assert before <= row.enqueued_ms == row.next_try_ms <= now_ms()
+
+
+def test_due_deletions_come_soonest_first_up_to_the_limit(store: MetadataStore) -> None:
+    store.enqueue_deletions(["a", "b", "c", "d"], "test")
+    a, b, _, _ = store.pending_deletions()
+    store.retry_deletion_later(a, "later", next_try_ms=10**13 + 2)
+    store.retry_deletion_later(b, "sooner", next_try_ms=10**13 + 1)
+    # pending is in queue order, whatever order the database finds the rows in
+    assert [x.object_key for x in store.pending_deletions()] == ["a", "b", "c", "d"]
+    assert [x.object_key for x in store.due_deletions(10)] == ["c", "d"]
+    assert [x.object_key for x in store.due_deletions(1)] == ["c"]
+    at = 10**13 + 2
+    assert [x.object_key for x in store.due_deletions(10, at_ms=at)] == ["c", "d", "b", "a"]
+    assert [x.object_key for x in store.due_deletions(10, at_ms=at - 1)] == ["c", "d", "b"]
+
+
+def queue_rows(store: MetadataStore) -> dict[str, dict]:
+    """Every row of the deletion queue, done ones included (the API shows pending ones)."""
+    with store.engine.connect() as conn:
+        rows = conn.execute(sa.select(schema.deletion_queue)).mappings()
+        return {r["object_key"]: dict(r) for r in rows}
+
+
+def test_completed_deletions_keep_their_first_completion(store: MetadataStore) -> None:
+    store.enqueue_deletions(["a", "b"], "test")
+    a, b = store.pending_deletions()
+    store.complete_deletions([])
+    before = now_ms()
+    store.complete_deletions([a.id])
+    first = queue_rows(store)["a"]
+    assert first["state"] == "done"
+    assert first["done_ms"] is not None and before <= first["done_ms"] <= now_ms()
+    time.sleep(0.01)
+    store.complete_deletions([a.id])  # done already: nothing changes
+    store.retry_deletion_later(a, "x" * 3000, next_try_ms=0)  # done: no longer retried
+    store.retry_deletion_later(b, "x" * 3000, next_try_ms=0)
+    assert queue_rows(store)["a"] == first
+    (left,) = store.pending_deletions()
+    assert (left.object_key, left.tries, left.last_error) == ("b", 1, "x" * 2000)
+    counts = store.counts()
+    assert counts["deletions_by_state"] == {"done": 1, "pending": 1}
+    assert counts["oldest_pending_deletion_ms"] == b.enqueued_ms
+
+
+def test_counts_summarise_every_table(store: MetadataStore) -> None:
+    assert store.counts() == {
+        "topics": 0,
+        "ledgers_by_state": {},
+        "attempts_by_state": {},
+        "deletions_by_state": {},
+        "oldest_pending_deletion_ms": None,
+    }
+    ledger = sealed_ledger(store, "t")
+    sealed_ledger(store, "u")
+    _, attempt = begin(store, ledger, "a1")
+    store.fail_attempt(attempt, "boom")
+    counts = store.counts()
+    pending = store.pending_deletions()
+    assert counts == {
+        "topics": 2,
+        "ledgers_by_state": {"sealed/none/present": 2},
+        "attempts_by_state": {"failed": 1},
+        "deletions_by_state": {"pending": 2},
+        "oldest_pending_deletion_ms": min(d.enqueued_ms for d in pending),
+    }

@@ -1,0 +1,108 @@
+"""The lease keeper: an attempt's lease never lapses while it is kept, and a lost lease stops
+the upload (invariant 6).
+
+Real metadata stores on both backends; the only stand-in is a store whose renewal fails
+once, a database hiccup the real server cannot produce on demand.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+
+from fixtures.backends import make_topic, produce_ledgers
+from offloader.exceptions import CommitFailedError
+from offloader.metadata import Attempt, MetadataStore, now_ms
+from offloader.offload.keys import ledger_object_keys
+from offloader.offload.lease import LeaseKeeper
+from offloader.runtime import Runtime
+
+LEASE_SECONDS = 1.0  # renewed every third: 0.33 s of slack before it could lapse
+
+
+def begin(rt: Runtime, lease_ms: int) -> Attempt:
+    """A fresh attempt on the topic's first ledger (a new ledger on the first call)."""
+    if not rt.metadata.list_topics():
+        make_topic(rt)
+        produce_ledgers(rt, "orders", [(3, 100)])
+    ledger = rt.metadata.list_ledgers("orders")[0]
+    attempt_id = str(uuid.uuid4())
+    data_key, index_key = ledger_object_keys(attempt_id, ledger.ledger_id)
+    _, attempt = rt.metadata.begin_attempt(
+        ledger, attempt_id, data_key, index_key, "test", lease_ms
+    )
+    return attempt
+
+
+def lease_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "offload-lease"]
+
+
+def assert_still_owned(rt: Runtime, attempt: Attempt) -> None:
+    ledger = rt.metadata.get_ledger(attempt.topic, attempt.ledger_id)
+    assert ledger.attempt_id == attempt.attempt_id
+    assert ledger.attempt_lease_ms is not None and ledger.attempt_lease_ms > now_ms()
+    with pytest.raises(CommitFailedError, match="in flight until its lease ends"):
+        begin(rt, 1000)  # a competitor cannot take the ledger over
+
+
+def test_a_kept_lease_outlives_its_length_then_renewal_stops(runtime: Runtime) -> None:
+    rt = runtime
+    attempt = begin(rt, int(LEASE_SECONDS * 1000))
+    with LeaseKeeper(rt.metadata, attempt, LEASE_SECONDS) as keeper:
+        (thread,) = lease_threads()
+        assert thread.daemon  # a worker dying mid-upload must not hang on this thread
+        time.sleep(2.5 * LEASE_SECONDS)
+        keeper.check()
+        assert_still_owned(rt, attempt)
+    assert lease_threads() == []
+    last = rt.metadata.get_ledger(attempt.topic, attempt.ledger_id).attempt_lease_ms
+    time.sleep(0.5 * LEASE_SECONDS)
+    assert rt.metadata.get_ledger(attempt.topic, attempt.ledger_id).attempt_lease_ms == last
+
+
+def test_a_lease_taken_over_makes_check_raise_and_stops_renewing(runtime: Runtime) -> None:
+    rt = runtime
+    stale = begin(rt, 100)
+    time.sleep(0.3)  # the lease ran out: the next attempt supersedes this one
+    winner = begin(rt, 60_000)
+    with LeaseKeeper(rt.metadata, stale, 0.3) as keeper:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and lease_threads():
+            time.sleep(0.02)
+        assert lease_threads() == []  # the keeper gave up after the failed renewal
+        with pytest.raises(CommitFailedError) as lost:
+            keeper.check()
+    assert str(lost.value) == (
+        f"attempt {stale.attempt_id} lost ledger {stale.topic}/{stale.ledger_id} to another attempt"
+    )
+    ledger = rt.metadata.get_ledger(stale.topic, stale.ledger_id)
+    assert ledger.attempt_id == winner.attempt_id
+
+
+class RenewalFailsOnce:
+    """The real metadata store, except that the first lease renewal raises."""
+
+    def __init__(self, metadata: MetadataStore) -> None:
+        self._metadata = metadata
+        self.calls = 0
+
+    def renew_lease(self, attempt: Attempt, lease_ms: int) -> bool:
+        self.calls += 1
+        if self.calls == 1:
+            raise ConnectionError("database connection lost")
+        return self._metadata.renew_lease(attempt, lease_ms)
+
+
+def test_a_failed_renewal_is_retried_at_the_next_interval(runtime: Runtime) -> None:
+    rt = runtime
+    attempt = begin(rt, int(LEASE_SECONDS * 1000))
+    flaky = RenewalFailsOnce(rt.metadata)
+    with LeaseKeeper(flaky, attempt, LEASE_SECONDS) as keeper:  # type: ignore[arg-type]
+        time.sleep(2.5 * LEASE_SECONDS)
+        keeper.check()
+        assert flaky.calls >= 3
+        assert_still_owned(rt, attempt)

@@ -1,0 +1,149 @@
+"""Which ledgers are due for offload: candidates, the explicit prefix, the size and age rules.
+
+The planner is a pure function of the ledger records, the policy and the time, so these
+tests hand it records directly; every boundary of a rule is checked from both sides.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from offloader.metadata import HotState, Ledger, LedgerState, OffloadState
+from offloader.offload.planner import due_ledgers
+from offloader.policy import OffloadPolicy
+
+NOW_MS = 1_000_000_000
+
+
+def ledger(ledger_id: int, size: int = 100, **fields: object) -> Ledger:
+    """A sealed, non-empty ledger with its hot copy and no offload: a candidate."""
+    values: dict[str, object] = dict(
+        topic="orders",
+        ledger_id=ledger_id,
+        version=1,
+        state=LedgerState.SEALED,
+        entry_count=10,
+        size_bytes=size,
+        created_ms=0,
+        sealed_ms=0,
+        offload_state=OffloadState.NONE,
+        offload_epoch=0,
+        attempt_id=None,
+        attempt_lease_ms=None,
+        offload_uuid=None,
+        data_key=None,
+        index_key=None,
+        data_len=None,
+        offloaded_ms=None,
+        hot_state=HotState.PRESENT,
+        hot_deleted_ms=None,
+    )
+    return Ledger(**{**values, **fields})
+
+
+def ids(ledgers: list[Ledger]) -> list[int]:
+    return [x.ledger_id for x in ledgers]
+
+
+NO_RULES = OffloadPolicy()
+
+
+def test_up_to_takes_every_candidate_up_to_and_including_the_id_whatever_the_policy() -> None:
+    ledgers = [ledger(3), ledger(1), ledger(4), ledger(2)]
+    assert ids(due_ledgers(ledgers, NO_RULES, NOW_MS, up_to=3)) == [1, 2, 3]
+    assert ids(due_ledgers(ledgers, NO_RULES, NOW_MS, up_to=0)) == []
+
+
+def test_up_to_ignores_the_rules_that_would_say_no() -> None:
+    policy = OffloadPolicy(offload_threshold_bytes=10**9, offload_age_seconds=10**6)
+    assert ids(due_ledgers([ledger(1), ledger(2)], policy, NOW_MS, up_to=2)) == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("fields", "why"),
+    [
+        (dict(state=LedgerState.OPEN, sealed_ms=None), "open"),
+        (dict(entry_count=0, size_bytes=0), "empty"),
+        (dict(offload_state=OffloadState.OFFLOADED), "offloaded"),
+        (dict(hot_state=HotState.DELETING), "hot copy being deleted"),
+        (dict(hot_state=HotState.DELETED), "hot copy deleted"),
+    ],
+)
+def test_only_sealed_non_empty_hot_ledgers_not_yet_offloaded_are_candidates(
+    fields: dict[str, object], why: str
+) -> None:
+    ledgers = [ledger(1), ledger(2, **fields), ledger(3)]
+    assert ids(due_ledgers(ledgers, NO_RULES, NOW_MS, up_to=3)) == [1, 3], why
+    by_age = OffloadPolicy(offload_age_seconds=0)
+    assert ids(due_ledgers(ledgers, by_age, NOW_MS)) == [1, 3], why
+
+
+def test_a_one_entry_ledger_and_an_attempt_in_flight_are_candidates() -> None:
+    ledgers = [ledger(1, entry_count=1), ledger(2, offload_state=OffloadState.OFFLOADING)]
+    assert ids(due_ledgers(ledgers, NO_RULES, NOW_MS, up_to=2)) == [1, 2]
+
+
+def test_no_rule_no_prefix_nothing_is_due() -> None:
+    assert due_ledgers([ledger(1), ledger(2)], NO_RULES, NOW_MS) == []
+
+
+def test_size_rule_moves_the_oldest_until_at_most_the_threshold_stays_hot() -> None:
+    ledgers = [ledger(4, 100), ledger(2, 100), ledger(3, 100), ledger(1, 100)]
+    # 400 hot: 250 allowed -> the two oldest go (400 -> 300 -> 200)
+    policy = OffloadPolicy(offload_threshold_bytes=250)
+    assert ids(due_ledgers(ledgers, policy, NOW_MS)) == [1, 2]
+
+
+def test_size_rule_stops_when_exactly_the_threshold_stays_hot() -> None:
+    ledgers = [ledger(1, 100), ledger(2, 100), ledger(3, 100)]
+    assert ids(due_ledgers(ledgers, OffloadPolicy(offload_threshold_bytes=200), NOW_MS)) == [1]
+    assert due_ledgers(ledgers, OffloadPolicy(offload_threshold_bytes=300), NOW_MS) == []
+    assert ids(due_ledgers(ledgers, OffloadPolicy(offload_threshold_bytes=0), NOW_MS)) == [
+        1,
+        2,
+        3,
+    ]
+
+
+def test_size_rule_counts_the_open_ledger_but_cannot_move_it() -> None:
+    ledgers = [ledger(1, 100), ledger(2, 300, state=LedgerState.OPEN, sealed_ms=None)]
+    # 400 hot, 150 allowed: ledger 1 goes, the open ledger stays although still above
+    policy = OffloadPolicy(offload_threshold_bytes=150)
+    assert ids(due_ledgers(ledgers, policy, NOW_MS)) == [1]
+
+
+def test_size_rule_does_not_count_bytes_that_are_no_longer_only_hot() -> None:
+    already = ledger(1, 1000, offload_state=OffloadState.OFFLOADED)  # hot copy awaits the lag
+    gone = ledger(2, 1000, hot_state=HotState.DELETED)
+    ledgers = [already, gone, ledger(3, 100), ledger(4, 100)]
+    # only 200 bytes count: at a threshold of 200 nothing is due, at 150 ledger 3 is
+    assert due_ledgers(ledgers, OffloadPolicy(offload_threshold_bytes=200), NOW_MS) == []
+    assert ids(due_ledgers(ledgers, OffloadPolicy(offload_threshold_bytes=150), NOW_MS)) == [3]
+
+
+def test_age_rule_takes_ledgers_sealed_at_least_the_age_ago() -> None:
+    policy = OffloadPolicy(offload_age_seconds=1.5)
+    cutoff = NOW_MS - 1500
+    ledgers = [
+        ledger(1, sealed_ms=cutoff - 1),
+        ledger(2, sealed_ms=cutoff),
+        ledger(3, sealed_ms=cutoff + 1),
+        ledger(4, sealed_ms=NOW_MS),
+    ]
+    assert ids(due_ledgers(ledgers, policy, NOW_MS)) == [1, 2]
+
+
+def test_age_rule_skips_a_sealed_ledger_without_a_seal_time() -> None:
+    policy = OffloadPolicy(offload_age_seconds=0)
+    assert ids(due_ledgers([ledger(1, sealed_ms=None), ledger(2)], policy, NOW_MS)) == [2]
+
+
+def test_either_rule_makes_a_ledger_due_oldest_first() -> None:
+    ledgers = [
+        ledger(1, 100, sealed_ms=NOW_MS),  # size rule only
+        ledger(2, 100, sealed_ms=NOW_MS),
+        ledger(3, 100, sealed_ms=0),  # age rule only
+        ledger(4, 100, sealed_ms=NOW_MS),
+    ]
+    policy = OffloadPolicy(offload_threshold_bytes=300, offload_age_seconds=60)
+    assert ids(due_ledgers(ledgers, policy, NOW_MS)) == [1, 3]
