@@ -29,7 +29,8 @@ def due_ledgers(
     ]
     empty = [ledger for ledger in ordered if is_retirable_empty(ledger)]
     if up_to is not None:
-        return [ledger for ledger in candidates + empty if ledger.ledger_id <= up_to]
+        wanted = [ledger for ledger in candidates + empty if ledger.ledger_id <= up_to]
+        return sorted(wanted, key=lambda x: x.ledger_id)
 
     due: dict[int, Ledger] = {ledger.ledger_id: ledger for ledger in empty}
     if policy.offload_threshold_bytes is not None:

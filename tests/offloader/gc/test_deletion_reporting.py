@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from fixtures.faulty_store import FaultyStore
+from fixtures.faults import FaultyStore, OnlyStore
 from offloader.exceptions import ObjectStoreError
 from offloader.gc.deletion_queue import process_deletions
 from offloader.runtime import Runtime
@@ -19,16 +19,16 @@ def test_counts_add_up_over_more_than_one_delete_batch(runtime: Runtime) -> None
     rt = runtime
     keys = [f"gone/{n:05}" for n in range(rt.objects.capabilities.max_delete_batch + 1)]
     rt.objects.put(keys[-1], b"x")  # the rest are already gone: they count as deleted
-    rt.metadata.enqueue_deletions(keys, "test")
-    result = process_deletions(rt.metadata, rt.objects, rt.settings)
+    rt.metadata.enqueue_deletions(keys, "test", store_id=rt.stores.default_id())
+    result = process_deletions(rt.metadata, rt.stores, rt.settings)
     assert (result.deleted, result.failed, result.remaining) == (len(keys), 0, 0)
     assert not rt.objects.exists(keys[-1])
 
 
 def test_a_pass_takes_at_most_limit_rows(runtime: Runtime) -> None:
     rt = runtime
-    rt.metadata.enqueue_deletions(["a", "b", "c"], "test")
-    result = process_deletions(rt.metadata, rt.objects, rt.settings, limit=2)
+    rt.metadata.enqueue_deletions(["a", "b", "c"], "test", store_id=rt.stores.default_id())
+    result = process_deletions(rt.metadata, rt.stores, rt.settings, limit=2)
     assert (result.deleted, result.failed, result.remaining) == (2, 0, 1)
 
 
@@ -36,12 +36,12 @@ def test_a_failed_delete_is_recorded_and_logged_with_key_try_and_error(
     runtime: Runtime, caplog: pytest.LogCaptureFixture
 ) -> None:
     rt = runtime
-    rt.metadata.enqueue_deletions(["k"], "test")
+    rt.metadata.enqueue_deletions(["k"], "test", store_id=rt.stores.default_id())
     failing = FaultyStore(rt.objects, delete_error=ObjectStoreError("503 SlowDown"))
     assert rt.settings.delete_retry_base_seconds == 0  # no backoff: due again at once
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         for _ in range(2):
-            process_deletions(rt.metadata, failing, rt.settings)  # type: ignore[arg-type]
+            process_deletions(rt.metadata, OnlyStore(failing), rt.settings)
     (row,) = rt.metadata.pending_deletions()
     assert row.last_error == "ObjectStoreError: 503 SlowDown"
     messages = [r.getMessage() for r in caplog.records if r.name == LOGGER]
@@ -56,10 +56,10 @@ def test_a_failed_listing_of_uploads_is_logged_and_the_deletes_go_on(
 ) -> None:
     rt = runtime
     rt.objects.put("k", b"x")
-    rt.metadata.enqueue_deletions(["k"], "test")
+    rt.metadata.enqueue_deletions(["k"], "test", store_id=rt.stores.default_id())
     failing = FaultyStore(rt.objects, listing_error=ObjectStoreError("listing refused"))
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        result = process_deletions(rt.metadata, failing, rt.settings)  # type: ignore[arg-type]
+        result = process_deletions(rt.metadata, OnlyStore(failing), rt.settings)
     assert (result.deleted, result.remaining) == (1, 0)
     assert not rt.objects.exists("k")
     (record,) = [r for r in caplog.records if r.name == LOGGER]

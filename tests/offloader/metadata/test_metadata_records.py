@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from fixtures.backends import run_in_threads
-from fixtures.metadata_store import begin, sealed_ledger
+from fixtures.metadata import begin, sealed_ledger
 from offloader.exceptions import AlreadyExistsError, CommitFailedError, NotFoundError
 from offloader.metadata import (
     AttemptState,
@@ -25,7 +25,13 @@ from offloader.metadata import (
     now_ms,
     schema,
 )
+from offloader.objectstore.location import StoreLocation
 from offloader.policy import OffloadPolicy
+
+
+def objects_store(store: MetadataStore) -> int:
+    """The id of a recorded (file) store, which every attempt and queued key names."""
+    return store.record_store(StoreLocation("file", "/objects"))
 
 
 @pytest.fixture
@@ -152,7 +158,10 @@ def test_an_attempt_records_its_intent_before_any_upload(store: MetadataStore) -
     ledger = sealed_ledger(store)
     before = now_ms()
     owner = "worker-" + "w" * 300
-    ledger, attempt = store.begin_attempt(ledger, "a1", "a1-d", "a1-i", owner, 5_000)
+    store_id = objects_store(store)
+    ledger, attempt = store.begin_attempt(
+        ledger, "a1", "a1-d", "a1-i", owner, 5_000, store_id=store_id
+    )
     assert (attempt.attempt_id, attempt.topic, attempt.ledger_id, attempt.epoch) == (
         "a1",
         "t",
@@ -314,8 +323,8 @@ def test_hot_copies_are_marked_with_their_deletion_time(store: MetadataStore) ->
 
 def test_queued_deletions_record_reason_and_attempt(store: MetadataStore) -> None:
     before = now_ms()
-    store.enqueue_deletions(["k1"], "r" * 300, attempt_id="a1")
-    store.enqueue_deletions([], "nothing")
+    store.enqueue_deletions(["k1"], "r" * 300, attempt_id="a1", store_id=objects_store(store))
+    store.enqueue_deletions([], "nothing", store_id=objects_store(store))
     (row,) = store.pending_deletions()
     assert (row.object_key, row.reason, row.attempt_id) == ("k1", "r" * 255, "a1")
     assert (row.state, row.tries, row.last_error, row.done_ms) == ("pending", 0, None, None)
@@ -323,15 +332,15 @@ def test_queued_deletions_record_reason_and_attempt(store: MetadataStore) -> Non
 
 
 def test_due_deletions_come_soonest_first_up_to_the_limit(store: MetadataStore) -> None:
-    store.enqueue_deletions(["a", "b", "c", "d"], "test")
+    store.enqueue_deletions(["a", "b", "c", "d"], "test", store_id=objects_store(store))
     a, b, _, _ = store.pending_deletions()
-    store.retry_deletion_later(a, "later", next_try_ms=10**13 + 2)
-    store.retry_deletion_later(b, "sooner", next_try_ms=10**13 + 1)
+    store.retry_deletion_later(a, "later", delay_ms=2 * 3_600_000)
+    store.retry_deletion_later(b, "sooner", delay_ms=3_600_000)
     # pending is in queue order, whatever order the database finds the rows in
     assert [x.object_key for x in store.pending_deletions()] == ["a", "b", "c", "d"]
     assert [x.object_key for x in store.due_deletions(10)] == ["c", "d"]
     assert [x.object_key for x in store.due_deletions(1)] == ["c"]
-    at = 10**13 + 2
+    at = {x.object_key: x.next_try_ms for x in store.pending_deletions()}["a"]
     assert [x.object_key for x in store.due_deletions(10, at_ms=at)] == ["c", "d", "b", "a"]
     assert [x.object_key for x in store.due_deletions(10, at_ms=at - 1)] == ["c", "d", "b"]
 
@@ -344,7 +353,7 @@ def queue_rows(store: MetadataStore) -> dict[str, dict]:
 
 
 def test_completed_deletions_keep_their_first_completion(store: MetadataStore) -> None:
-    store.enqueue_deletions(["a", "b"], "test")
+    store.enqueue_deletions(["a", "b"], "test", store_id=objects_store(store))
     a, b = store.pending_deletions()
     store.complete_deletions([])
     before = now_ms()
@@ -354,8 +363,8 @@ def test_completed_deletions_keep_their_first_completion(store: MetadataStore) -
     assert first["done_ms"] is not None and before <= first["done_ms"] <= now_ms()
     time.sleep(0.01)
     store.complete_deletions([a.id])  # done already: nothing changes
-    store.retry_deletion_later(a, "x" * 3000, next_try_ms=0)  # done: no longer retried
-    store.retry_deletion_later(b, "x" * 3000, next_try_ms=0)
+    store.retry_deletion_later(a, "x" * 3000, delay_ms=0)  # done: no longer retried
+    store.retry_deletion_later(b, "x" * 3000, delay_ms=0)
     assert queue_rows(store)["a"] == first
     (left,) = store.pending_deletions()
     assert (left.object_key, left.tries, left.last_error) == ("b", 1, "x" * 2000)

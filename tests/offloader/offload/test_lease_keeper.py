@@ -32,7 +32,7 @@ def begin(rt: Runtime, lease_ms: int) -> Attempt:
     attempt_id = str(uuid.uuid4())
     data_key, index_key = ledger_object_keys(attempt_id, ledger.ledger_id)
     _, attempt = rt.metadata.begin_attempt(
-        ledger, attempt_id, data_key, index_key, "test", lease_ms
+        ledger, attempt_id, data_key, index_key, "test", lease_ms, store_id=rt.stores.default_id()
     )
     return attempt
 

@@ -37,6 +37,7 @@ def ledger(ledger_id: int, size: int = 100, **fields: object) -> Ledger:
         offloaded_ms=None,
         hot_state=HotState.PRESENT,
         hot_deleted_ms=None,
+        store_id=None,
     )
     return Ledger(**{**values, **fields})
 
@@ -54,6 +55,13 @@ def test_up_to_takes_every_candidate_up_to_and_including_the_id_whatever_the_pol
     assert ids(due_ledgers(ledgers, NO_RULES, NOW_MS, up_to=0)) == []
 
 
+def test_sealed_empty_ledgers_are_due_in_id_order_to_be_retired() -> None:
+    empty = ledger(2, entry_count=0, size_bytes=0)
+    ledgers = [ledger(3), empty, ledger(1)]
+    assert ids(due_ledgers(ledgers, NO_RULES, NOW_MS, up_to=3)) == [1, 2, 3]
+    assert ids(due_ledgers(ledgers, NO_RULES, NOW_MS)) == [2]  # no rule needed
+
+
 def test_up_to_ignores_the_rules_that_would_say_no() -> None:
     policy = OffloadPolicy(offload_threshold_bytes=10**9, offload_age_seconds=10**6)
     assert ids(due_ledgers([ledger(1), ledger(2)], policy, NOW_MS, up_to=2)) == [1, 2]
@@ -63,7 +71,7 @@ def test_up_to_ignores_the_rules_that_would_say_no() -> None:
     ("fields", "why"),
     [
         (dict(state=LedgerState.OPEN, sealed_ms=None), "open"),
-        (dict(entry_count=0, size_bytes=0), "empty"),
+        (dict(entry_count=0, size_bytes=0, hot_state=HotState.DELETED), "empty, retired"),
         (dict(offload_state=OffloadState.OFFLOADED), "offloaded"),
         (dict(hot_state=HotState.DELETING), "hot copy being deleted"),
         (dict(hot_state=HotState.DELETED), "hot copy deleted"),

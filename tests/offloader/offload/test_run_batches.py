@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.backends import make_topic, produce_ledgers
+from fixtures.databases import upgraded
 from offloader.offload.ledger_offloader import Outcome
 from offloader.offload.runs import Batch, offload_batch, plan_batches
 from offloader.runtime import Runtime
@@ -19,7 +20,7 @@ from offloader.settings import Settings
 
 @pytest.fixture
 def rt(tmp_path: Path) -> Runtime:  # type: ignore[misc]
-    with Runtime.open(Settings(data_dir=tmp_path / "data")) as runtime:
+    with Runtime.open(upgraded(Settings(data_dir=tmp_path / "data"))) as runtime:
         make_topic(runtime, "a")
         produce_ledgers(runtime, "a", [(10, 1000)] * 5)
         yield runtime
