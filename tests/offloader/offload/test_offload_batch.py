@@ -230,7 +230,9 @@ def test_settled_ledgers_are_skipped_with_their_outcome(runtime: Runtime) -> Non
     ids, _ = small_topic(rt)
     first = offload_batch(rt, "orders", ids[:1])
     ledger = rt.metadata.get_ledger("orders", ids[1])
-    _, live = rt.metadata.begin_attempt(ledger, "live-attempt", "live-d", "live-i", "other", 60_000)
+    _, live = rt.metadata.begin_attempt(
+        ledger, "live-attempt", "live-d", "live-i", "other", 60_000, store_id=rt.stores.default_id()
+    )
     results = offload_batch(rt, "orders", ids[:3], window=WINDOW)
     assert [(r.outcome, r.attempt_id) for r in results[:2]] == [
         (Outcome.ALREADY_OFFLOADED, first[0].attempt_id),
@@ -277,7 +279,13 @@ def test_a_lost_commit_makes_only_that_ledger_lost(runtime: Runtime) -> None:
     assert sorted(attempts) == ids[:3]
     zombie = attempts[ids[1]]
     _, winner = rt.metadata.begin_attempt(
-        rt.metadata.get_ledger("orders", ids[1]), "winner", "w-d", "w-i", "other", 60_000
+        rt.metadata.get_ledger("orders", ids[1]),
+        "winner",
+        "w-d",
+        "w-i",
+        "other",
+        60_000,
+        store_id=rt.stores.default_id(),
     )
     # one renewal for the batch: only the superseded attempt is reported lost
     assert rt.metadata.renew_leases(attempts.values(), 60_000) == {zombie.attempt_id}
