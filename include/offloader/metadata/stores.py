@@ -5,14 +5,13 @@ Rows are only ever inserted, so an id, once handed out, names the same location 
 
 from __future__ import annotations
 
-import time
-
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from offloader.exceptions import NotFoundError
 from offloader.metadata import schema
+from offloader.metadata.clock import db_now
 from offloader.objectstore.location import StoreLocation
 
 S = schema.object_stores
@@ -40,7 +39,7 @@ def record_store(conn: Connection, location: StoreLocation) -> int:
             location=location.location,
             prefix=location.prefix,
             endpoint=location.endpoint,
-            created_ms=int(time.time() * 1000),
+            created_ms=db_now(),
         )
         .on_conflict_do_nothing()
     )
