@@ -1,0 +1,16 @@
+"""The Airflow Assets the offloader's DAGs hand work over with (one per concern, not per topic).
+
+A task that queues deletions (retention's trim, offload's stale attempts, a topic delete)
+lists :data:`DELETION_QUEUE` in its ``outlets``; the ``garbage_collection`` DAG is
+scheduled on it, with an hourly fallback, so deletes follow within minutes.
+"""
+
+from __future__ import annotations
+
+from airflow.sdk import Asset
+
+DELETION_QUEUE = Asset(
+    name="offloader_deletion_queue",
+    uri="offloader://metadata/deletion-queue",
+    group="offloader",
+)
