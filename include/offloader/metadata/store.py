@@ -338,6 +338,10 @@ class MetadataStore:
         check and the takeover are one step and a worker's clock has no say.
         """
         epoch = ledger.offload_epoch + 1
+        if not ledger.is_live:
+            raise CommitFailedError(
+                f"ledger {ledger.topic}/{ledger.ledger_id} is {ledger.deletion_state}: trimmed"
+            )
         with self.transaction() as conn:
             _cas_ledger_if(
                 conn,
@@ -346,7 +350,9 @@ class MetadataStore:
                     L.c.deletion_state == DeletionState.NONE,
                     _lease_over() if ledger.attempt_id is not None else sa.true(),
                 ),
-                f"has attempt {ledger.attempt_id} in flight until its lease ends, or was trimmed",
+                f"has attempt {ledger.attempt_id} in flight until its lease ends"
+                if ledger.attempt_id is not None
+                else "was trimmed: it is below its topic's start",
                 offload_state=OffloadState.OFFLOADING,
                 offload_epoch=epoch,
                 attempt_id=attempt_id,

@@ -74,8 +74,8 @@ class TopicReader:
         before any byte is read (invariant 4). An empty ledger yields nothing for the
         default range and refuses an explicit one.
         """
-        owner = self.runtime.metadata.get_topic(topic)
         ledger = self.runtime.metadata.get_ledger(topic, ledger_id)
+        owner = self.runtime.metadata.get_topic(topic)
         readable = _check_start(owner, ledger, first)
         last_id = self._last_entry_id(ledger)
         if last_id < 0:
