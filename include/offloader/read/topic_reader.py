@@ -100,6 +100,14 @@ class TopicReader:
                 if position == len(sources) - 1:
                     raise
 
+    def read_entry(
+        self, topic: str, ledger_id: int, entry_id: int, source: Source = Source.AUTO
+    ) -> bytes:
+        """One entry's payload; TrimmedError if it lies below the topic's start."""
+        for _, payload in self.read(topic, ledger_id, entry_id, entry_id, source):
+            return payload
+        raise ValueError(f"ledger {ledger_id} of topic {topic!r} has no entry {entry_id}")
+
     def checksum(self, topic: str, source: Source = Source.AUTO) -> Checksum:
         """One SHA-256 over every readable entry (at or above the topic's start): (ledger
         id, entry id, length, payload)."""

@@ -82,7 +82,12 @@ def test_trim_moves_the_start_hides_the_head_and_deletes_what_is_wholly_below(
             next(reader.read("orders", ledger_id))
     with pytest.raises(TrimmedError, match=rf"ledger {ids[3]} entry 1 .*{named}"):
         next(reader.read("orders", ids[3], first=1))
+    with pytest.raises(TrimmedError, match=rf"ledger {ids[3]} entry 1 .*{named}"):
+        reader.read_entry("orders", ids[3], 1)
+    with pytest.raises(TrimmedError, match=rf"ledger {ids[2]} entry 3 .*{named}"):
+        reader.read_entry("orders", ids[2], 3, Source.TIERED)  # its objects still exist
     assert [e for e, _ in reader.read("orders", ids[3])] == [2, 3]
+    assert reader.read_entry("orders", ids[3], 2) == before[(ids[3], 2)]
     kept = at_or_above(before, start)
     assert all_entries(rt, "orders") == kept
     for source in (Source.AUTO, Source.HOT):
