@@ -770,14 +770,23 @@ class MetadataStore:
     def create_cut(self, topic: str) -> StreamCut:
         """A cut at the current end of the topic's sealed data (the open ledger's entries
         have no recorded length yet), taken at the database's now, with the bytes of every
-        ledger below it, deleted ones included (their rows stay)."""
+        ledger below it, deleted ones included (their rows stay). The bytes are the
+        previous cut's plus those of the ledgers sealed since, so the cost follows what
+        is new, not the topic's history."""
         with self.transaction() as conn:
             current = self._topic(conn, topic)
             _refuse_deleted(current, "cut")
             end = _end_of_sealed(conn, current)
-            offset = conn.execute(
+            last = conn.execute(
+                sa.select(C.c.ledger_id, C.c.offset_bytes)
+                .where(C.c.topic == topic)
+                .order_by(C.c.cut_id.desc())
+                .limit(1)
+            ).first()
+            since, offset = (0, 0) if last is None else (last.ledger_id, last.offset_bytes)
+            offset += conn.execute(
                 sa.select(sa.func.coalesce(sa.func.sum(L.c.size_bytes), 0)).where(
-                    L.c.topic == topic, L.c.ledger_id < end.ledger_id
+                    L.c.topic == topic, L.c.ledger_id >= since, L.c.ledger_id < end.ledger_id
                 )
             ).scalar_one()
             cut_id = conn.execute(

@@ -24,6 +24,8 @@ from fixtures.retention import (
 from offloader.exceptions import TopicDeletedError, TrimmedError
 from offloader.gc.deletion_queue import process_deletions
 from offloader.metadata import DeletionState, HotState, Position
+from offloader.offload.batch import BatchOffloader
+from offloader.offload.ledger_offloader import LedgerOffloader, Outcome
 from offloader.read.topic_reader import TopicReader
 from offloader.retention.deletion import finish_deleted_ledgers
 from offloader.runtime import Runtime
@@ -113,6 +115,11 @@ def test_a_trim_killed_at_each_step_is_finished_by_the_next_run(
         assert states == [deleting, deleting, marked_hot, marked_hot] and len(queued) == 6
         assert not rt.hot.exists("orders", ids[2]) and rt.hot.exists("orders", ids[3])
     assert ledger_states(rt, ids[4:]) == [present, (DeletionState.NONE, HotState.PRESENT)]
+    # whatever is left unmarked below the start, no offload takes it any more
+    offloader = LedgerOffloader(rt)
+    assert [x.ledger_id for x in offloader.plan("orders", up_to=ids[-1])] == [ids[4]]
+    assert offloader.offload_ledger("orders", ids[3]).outcome is Outcome.TRIMMED
+    assert BatchOffloader(offloader).offload("orders", [ids[3]])[0].outcome is Outcome.TRIMMED
     assert unaccounted_objects(rt) == set()
 
     if converge_by == "trim":
