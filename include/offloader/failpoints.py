@@ -28,6 +28,11 @@ POINTS = (
     "mid-batch-begin",
     "after-first-ledger-upload",
     "mid-batch-commit",
+    # the orphan sweep (gc/sweep.py): the first page of orphans is queued, the rest not yet
+    "after-sweep-enqueue",
+    # metadata export (metadata/backup.py): the snapshot object is written, the manifest
+    # that makes it the latest not yet
+    "after-snapshot-upload",
 )
 
 

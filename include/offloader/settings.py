@@ -39,6 +39,11 @@ class Settings(BaseSettings):
     attempt_lease_seconds: float = Field(default=300.0, gt=0)
     delete_retry_base_seconds: float = Field(default=5.0, ge=0)
     delete_retry_max_seconds: float = Field(default=3600.0, ge=0)
+    # the orphan sweep (gc/sweep.py): an unreferenced object younger than the grace period
+    # is left alone (it may belong to a write not yet visible); stale uploads are aborted
+    sweep_grace_seconds: float = Field(default=86400.0, ge=0)
+    multipart_max_age_seconds: float = Field(default=86400.0, ge=0)
+    metadata_snapshots_keep: int = Field(default=7, ge=1, le=1000)
 
     @field_validator("data_dir", "ledger_dir")
     @classmethod

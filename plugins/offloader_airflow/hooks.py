@@ -34,6 +34,9 @@ TUNING_KEYS = (
     "attempt_lease_seconds",
     "delete_retry_base_seconds",
     "delete_retry_max_seconds",
+    "sweep_grace_seconds",
+    "multipart_max_age_seconds",
+    "metadata_snapshots_keep",
 )
 
 
