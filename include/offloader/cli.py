@@ -18,7 +18,6 @@ from typing import Any, NoReturn
 from pydantic import BaseModel
 
 from offloader.errors import describe_error
-from offloader.exceptions import StoreUnavailableError
 from offloader.format import ENTRY_FRAME, HEADER_LEN
 from offloader.gc.deletion_queue import process_deletions
 from offloader.gc.sweep import SweepResult, sweep
@@ -175,13 +174,13 @@ def cmd_gc(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
 # --- orphan sweep and metadata backup (gc/sweep.py, metadata/backup.py) --------------------
 def cmd_scan(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     result = sweep(rt.metadata, rt.stores, rt.settings, dry_run=True)
-    _raise_store_errors(result)
+    result.raise_for_errors()
     return _sweep_json(result), result.summary()
 
 
 def cmd_sweep(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     result = sweep(rt.metadata, rt.stores, rt.settings)
-    _raise_store_errors(result)
+    result.raise_for_errors()
     return _sweep_json(result), result.summary()
 
 
@@ -189,16 +188,8 @@ def _sweep_json(result: SweepResult) -> dict[str, Any]:
     return {**_jsonable(result), "orphans": result.orphans}
 
 
-def _raise_store_errors(result: SweepResult) -> None:
-    """The other stores were swept; the command still fails, naming the ones that were not."""
-    if result.errors:
-        raise StoreUnavailableError(f"not swept: {'; '.join(result.errors)}")
-
-
 def cmd_metadata_export(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
-    result = backup.export_snapshot(
-        rt.metadata.engine, rt.objects, rt.stores.default_id(), rt.settings.metadata_snapshots_keep
-    )
+    result = backup.export_from(rt)
     s = result.snapshot
     text = f"wrote {s.key} ({s.bytes} bytes, sha256 {s.sha256}, revision {s.revision})"
     if result.retired:

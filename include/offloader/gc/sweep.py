@@ -35,7 +35,7 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from offloader import failpoints
-from offloader.exceptions import ObjectNotFoundError
+from offloader.exceptions import ObjectNotFoundError, StoreUnavailableError
 from offloader.metadata import AttemptState, MetadataStore, schema
 from offloader.metadata.clock import db_now
 from offloader.metadata.stores import list_stores
@@ -102,6 +102,11 @@ class SweepResult:
     @property
     def errors(self) -> list[str]:
         return [f"{s.store}: {s.error}" for s in self.stores if s.error]
+
+    def raise_for_errors(self) -> None:
+        """After the others were swept: fail naming the stores that could not be."""
+        if self.errors:
+            raise StoreUnavailableError(f"not swept: {'; '.join(self.errors)}")
 
     def summary(self) -> str:
         queue, abort = ("would queue", "would abort") if self.dry_run else ("queued", "aborted")

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 import sqlalchemy as sa
@@ -46,6 +46,9 @@ from offloader.metadata.stores import record_store
 from offloader.objectstore import ObjectStore
 from offloader.offload.keys import FORMAT_VERSION as OBJECT_FORMAT_VERSION
 from offloader.policy import OffloadPolicy
+
+if TYPE_CHECKING:
+    from offloader.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +154,14 @@ def export_snapshot(engine: Engine, store: ObjectStore, store_id: int, keep: int
             [s.key for s in retired], "metadata snapshot beyond the kept ones", store_id=store_id
         )
     return ExportResult(info, [s.key for s in kept], [s.key for s in retired])
+
+
+def export_from(rt: Runtime) -> ExportResult:
+    """``offloader metadata export`` and the GC DAG: a snapshot of ``rt``'s database in its
+    configured store, keeping the newest ``metadata_snapshots_keep``."""
+    return export_snapshot(
+        rt.metadata.engine, rt.objects, rt.stores.default_id(), rt.settings.metadata_snapshots_keep
+    )
 
 
 def _dump(engine: Engine, raw: IO[bytes]) -> tuple[int, str, str, dict[str, int]]:
@@ -522,6 +533,7 @@ __all__ = [
     "RebuildResult",
     "SnapshotError",
     "SnapshotInfo",
+    "export_from",
     "export_snapshot",
     "import_snapshot",
     "latest_snapshot",
