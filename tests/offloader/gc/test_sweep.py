@@ -148,9 +148,7 @@ def test_a_late_write_of_a_retired_attempt_is_swept(swept: Runtime) -> None:
     store_id = rt.stores.default_id()
     old_id = str(uuid.uuid4())
     old_keys = ledger_object_keys(old_id, ledger.ledger_id)
-    ledger, _ = rt.metadata.begin_attempt(
-        ledger, old_id, *old_keys, "zombie", 1, store_id=store_id
-    )
+    ledger, _ = rt.metadata.begin_attempt(ledger, old_id, *old_keys, "zombie", 1, store_id=store_id)
     time.sleep(0.05)
     new_id = str(uuid.uuid4())
     rt.metadata.begin_attempt(
