@@ -34,12 +34,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from benchmarks import use_test_fixtures
 from offloader.gc.sweep import sweep
 from offloader.metadata import schema
 from offloader.offload.keys import ledger_object_keys
 from offloader.policy import OffloadPolicy
-from offloader.runtime import Runtime, upgrade_database
+from offloader.runtime import Runtime
 
 FULL, QUICK = 100_000, 2_000
 PUT_THREADS = 32
@@ -161,27 +160,18 @@ def _bench(rt: Runtime, count: int) -> dict[str, Any]:
 
 def run(quick: bool = False, work_dir: Path | None = None, count: int | None = None) -> dict:
     """The sweep benchmark; skipped without PostgreSQL (as the other S3 + PostgreSQL ones)."""
-    use_test_fixtures()
-    from benchmarks.airflow_overhead import _postgres_url
-    from fixtures.seaweedfs_server import SeaweedS3
+    from benchmarks.airflow_overhead import s3_postgres_runtime
 
     count = count or (QUICK if quick else FULL)
-    with tempfile.TemporaryDirectory(prefix="bench-sweep-", dir=work_dir) as tmp:
-        base = Path(tmp)
-        with _postgres_url() as url:
-            if url is None:
-                return {"skipped": "PostgreSQL not reachable on 127.0.0.1:5432"}
-            with SeaweedS3.start(base / "seaweedfs") as server:
-                settings = server.make_settings(
-                    "bench-sweep",
-                    data_dir=base / "data",
-                    metadata_url=url,
-                    sweep_grace_seconds=0,
-                    multipart_max_age_seconds=86400,
-                )
-                upgrade_database(settings)
-                with Runtime.open(settings) as rt:
-                    return _bench(rt, count)
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-sweep-", dir=work_dir) as tmp,
+        s3_postgres_runtime(
+            Path(tmp), "bench-sweep", sweep_grace_seconds=0, multipart_max_age_seconds=86400
+        ) as rt,
+    ):
+        if rt is None:
+            return {"skipped": "PostgreSQL not reachable on 127.0.0.1:5432"}
+        return _bench(rt, count)
 
 
 if __name__ == "__main__":

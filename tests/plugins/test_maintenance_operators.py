@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from fixtures.airflow import connection_env
+from fixtures.airflow import connection_env, return_value
 from fixtures.backends import make_topic, produce_ledgers
 from offloader.gc.sweep import ORPHAN_REASON
 from offloader.metadata.backup import read_manifest
@@ -50,26 +50,6 @@ def _dag(dag_id: str):  # type: ignore[no-untyped-def]
     return dag
 
 
-def _xcom(run, task_id: str):  # type: ignore[no-untyped-def]
-    import json
-
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        value = (
-            session.query(XComModel.value)
-            .filter(
-                XComModel.dag_id == run.dag_id,
-                XComModel.run_id == run.run_id,
-                XComModel.task_id == task_id,
-                XComModel.key == "return_value",
-            )
-            .scalar()
-        )
-    return json.loads(value) if isinstance(value, str) else value
-
-
 @pytest.mark.usefixtures("airflow_db")
 def test_sweep_and_export_in_a_dag_run(
     backend_settings: Settings, monkeypatch: pytest.MonkeyPatch
@@ -98,11 +78,14 @@ def test_sweep_and_export_in_a_dag_run(
         run = _dag(f"maintenance_{uuid.uuid4().hex[:6]}").test(run_conf={"dry_run": False})
         states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
         assert states == {"scan": "success", "sweep": "success", "export": "success"}
-        assert _xcom(run, "scan")["orphans"] == 1 and _xcom(run, "scan")["dry_run"] is True
-        assert _xcom(run, "sweep")["stores"][0]["queued"] == 1
+        assert (
+            return_value(run, "scan")["orphans"] == 1
+            and return_value(run, "scan")["dry_run"] is True
+        )
+        assert return_value(run, "sweep")["stores"][0]["queued"] == 1
         assert {d.object_key: d.reason for d in rt.metadata.pending_deletions()} == {
             orphan: ORPHAN_REASON
         }
-        exported = _xcom(run, "export")["snapshot"]
+        exported = return_value(run, "export")["snapshot"]
         assert [s.key for s in read_manifest(rt.objects)] == [exported["key"]]
         assert exported["rows"]["ledgers"] == 2
