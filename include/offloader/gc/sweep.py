@@ -40,6 +40,7 @@ from offloader.metadata import AttemptState, MetadataStore, schema
 from offloader.metadata.clock import db_now
 from offloader.metadata.stores import list_stores
 from offloader.objectstore import MultipartUpload, ObjectInfo, ObjectStore
+from offloader.objectstore.location import StoreLocation
 from offloader.objectstore.registry import StoreRegistry
 from offloader.settings import Settings
 
@@ -73,7 +74,7 @@ class StaleUpload:
 class StoreSweep:
     """What the sweep found (and, unless a scan, did) in one store."""
 
-    store_id: int
+    store_id: int | None  # None: the configured store, not yet recorded (a scan only)
     store: str  # the location, safe to log
     listed: int = 0
     referenced: int = 0
@@ -137,17 +138,20 @@ def sweep(
     A store that cannot be opened or listed is reported and left alone; the others are
     still swept.
     """
-    stores.default_id()  # the configured store is swept even before its first offload
+    if not dry_run:
+        stores.default_id()  # the configured store is swept even before its first offload
     with metadata.engine.connect() as conn:
-        recorded = list_stores(conn)
+        targets: list[tuple[int | None, StoreLocation]] = list(list_stores(conn))
+    if stores.default_location not in [location for _, location in targets]:
+        targets.insert(0, (None, stores.default_location))  # a scan records nothing
     result = SweepResult(
         dry_run, settings.sweep_grace_seconds, settings.multipart_max_age_seconds, []
     )
-    for store_id, location in recorded:
+    for store_id, location in targets:
         outcome = StoreSweep(store_id, str(location))
         result.stores.append(outcome)
         try:
-            store = stores.get(store_id, f"recorded store {store_id}")
+            store = stores.default if store_id is None else stores.get(store_id, str(location))
             _sweep_store(metadata, store, settings, outcome, dry_run=dry_run)
         except Exception as exc:  # one store's trouble must not stop the others
             log.warning("sweep of %s failed", location, exc_info=True)
@@ -191,6 +195,7 @@ def _sweep_store(
         if dry_run:
             out.objects.extend(due)
         elif due:
+            assert out.store_id is not None  # a sweep records the store first
             metadata.enqueue_deletions([o.key for o in due], ORPHAN_REASON, store_id=out.store_id)
             out.queued += len(due)
             failpoints.reach("after-sweep-enqueue")

@@ -242,3 +242,20 @@ def test_an_unreachable_recorded_store_fails_the_sweep_after_the_others(
     assert proc.returncode == 2
     lines = err.decode().strip().splitlines()
     assert len(lines) == 1 and "not swept" in lines[0] and "does not exist" in lines[0]
+
+
+def test_a_scan_records_nothing(runtime: Runtime) -> None:
+    """Before any offload the configured store is not recorded; a scan covers it anyway
+    and leaves the metadata exactly as it was."""
+    from offloader.metadata import schema
+
+    rt = runtime
+    planted = plant(rt, 1)
+    (store,) = sweep(rt.metadata, rt.stores, rt.settings, dry_run=True).stores
+    assert (store.store_id, store.listed, store.young) == (None, 1, 1)
+    with rt.metadata.engine.connect() as conn:
+        assert conn.execute(schema.object_stores.select()).all() == []
+    sweep(rt.metadata, rt.stores, rt.settings)  # a sweep records it, as offloads do
+    assert pending(rt) == {} and planted.keys() <= present(rt)
+    with rt.metadata.engine.connect() as conn:
+        assert len(conn.execute(schema.object_stores.select()).all()) == 1
