@@ -135,17 +135,20 @@ def test_rebuild_from_the_objects_alone(populated: Runtime, fresh: Fresh) -> Non
         )
 
 
-def test_import_into_a_non_empty_database_is_refused(populated: Runtime) -> None:
+def test_import_or_rebuild_into_a_non_empty_database_is_refused(populated: Runtime) -> None:
     rt = populated
     export_from(rt)
     rows = table_rows(rt)
     with pytest.raises(SnapshotError, match=r"not empty \(object_stores"):
         import_snapshot(rt.metadata.engine, rt.objects, "latest")
     assert table_rows(rt) == rows
-    proc = run_cli(rt, "metadata", "import")
-    _, err = proc.communicate(timeout=120)
-    lines = err.decode().strip().splitlines()
-    assert proc.returncode == 2 and len(lines) == 1 and "not empty" in lines[0]
+    for command in ("import", "rebuild"):
+        proc = run_cli(rt, "metadata", command)
+        _, err = proc.communicate(timeout=120)
+        lines = err.decode().strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1, err.decode()
+        assert f"cannot {command}" in lines[0] and "not empty" in lines[0]
+    assert table_rows(rt) == rows
 
 
 def _rewrite(rt: Runtime, key: str, edit: Callable[[list[bytes]], list[bytes]]) -> str:
