@@ -259,3 +259,24 @@ def test_a_scan_records_nothing(runtime: Runtime) -> None:
     assert pending(rt) == {} and planted.keys() <= present(rt)
     with rt.metadata.engine.connect() as conn:
         assert len(conn.execute(schema.object_stores.select()).all()) == 1
+
+
+def test_every_recorded_store_is_swept(swept: Runtime, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A store earlier offloads went to (invariant 7) is swept too, and its orphans are
+    queued for, and deleted in, that store."""
+    from offloader.objectstore.location import StoreLocation
+
+    rt = swept
+    (tmp_path / "older-store").mkdir()
+    other_id = rt.metadata.record_store(StoreLocation("file", str(tmp_path / "older-store")))
+    other = rt.stores.get(other_id, "the older store")
+    key = ledger_object_keys(str(uuid.uuid4()), 5)[0]
+    other.put(key, b"left in the older store")
+    time.sleep(GRACE + 1.5)
+    result = sweep(rt.metadata, rt.stores, rt.settings)
+    assert {s.store_id for s in result.stores} == {rt.stores.default_id(), other_id}
+    assert [(d.object_key, d.store_id) for d in rt.metadata.pending_deletions()] == [
+        (key, other_id)
+    ]
+    process_deletions(rt.metadata, rt.stores, rt.settings)
+    assert not other.exists(key)
