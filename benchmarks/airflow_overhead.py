@@ -171,6 +171,26 @@ def _postgres_url() -> Iterator[str | None]:
         yield url
 
 
+@contextlib.contextmanager
+def s3_postgres_runtime(base: Path, bucket: str, **overrides: Any) -> Iterator[Runtime | None]:
+    """A runtime on a fresh SeaweedFS bucket and a fresh, upgraded PostgreSQL database under
+    ``base``; None when PostgreSQL is not reachable."""
+    use_test_fixtures()
+    from fixtures.seaweedfs_server import SeaweedS3
+
+    with _postgres_url() as url:
+        if url is None:
+            yield None
+            return
+        with SeaweedS3.start(base / "seaweedfs") as server:
+            settings = server.make_settings(
+                bucket, data_dir=base / "data", metadata_url=url, **overrides
+            )
+            upgrade_database(settings)  # `offloader db upgrade`: opening never migrates
+            with Runtime.open(settings) as rt:
+                yield rt
+
+
 def _bench_backend(settings: Settings, home: Path, ledgers: int) -> dict:
     upgrade_database(settings)  # `offloader db upgrade`: opening never migrates
     with Runtime.open(settings) as rt:

@@ -32,12 +32,17 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import use_test_fixtures
-from benchmarks.airflow_overhead import ENTRIES_PER_LEDGER, ENTRY_SIZE, _postgres_url, _produce
+from benchmarks.airflow_overhead import (
+    ENTRIES_PER_LEDGER,
+    ENTRY_SIZE,
+    _produce,
+    s3_postgres_runtime,
+)
 from offloader.objectstore.s3 import build_client
 from offloader.offload.ledger_offloader import LedgerOffloader, OffloadResult, Outcome
 from offloader.offload.runs import offload_batch
 from offloader.policy import OffloadPolicy
-from offloader.runtime import Runtime, upgrade_database
+from offloader.runtime import Runtime
 
 TARGET_RATIO = 0.5  # ours (batched) / raw, in ledgers per second
 ROUNDS = 10  # interleaved rounds of before, raw and after
@@ -162,22 +167,14 @@ def _bench(rt: Runtime, ledgers: int, rounds: int) -> dict:
 
 def run(quick: bool = False, work_dir: Path | None = None) -> dict:
     """1,000 (quick: 200) small ledgers on SeaweedFS + PostgreSQL; skipped without PostgreSQL."""
-    use_test_fixtures()
-    from fixtures.seaweedfs_server import SeaweedS3
-
     ledgers = 200 if quick else 1000
-    with tempfile.TemporaryDirectory(prefix="bench-small-", dir=work_dir) as tmp:
-        base = Path(tmp)
-        with _postgres_url() as url:
-            if url is None:
-                return {"skipped": "PostgreSQL not reachable on 127.0.0.1:5432"}
-            with SeaweedS3.start(base / "seaweedfs") as server:
-                settings = server.make_settings(
-                    "bench-small", data_dir=base / "data", metadata_url=url
-                )
-                upgrade_database(settings)  # `offloader db upgrade`: opening never migrates
-                with Runtime.open(settings) as rt:
-                    return _bench(rt, ledgers, rounds=ROUNDS)
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-small-", dir=work_dir) as tmp,
+        s3_postgres_runtime(Path(tmp), "bench-small") as rt,
+    ):
+        if rt is None:
+            return {"skipped": "PostgreSQL not reachable on 127.0.0.1:5432"}
+        return _bench(rt, ledgers, rounds=ROUNDS)
 
 
 if __name__ == "__main__":

@@ -20,9 +20,11 @@ from pydantic import BaseModel
 from offloader.errors import describe_error
 from offloader.format import ENTRY_FRAME, HEADER_LEN
 from offloader.gc.deletion_queue import process_deletions
+from offloader.gc.sweep import SweepResult, sweep
 from offloader.hottier import MAX_ENTRY_BYTES
 from offloader.hottier.writer import ManagedLedgerWriter
 from offloader.metadata import StreamCut
+from offloader.metadata import backup
 from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.ledger_offloader import LedgerOffloader
 from offloader.policy import OffloadPolicy
@@ -176,6 +178,48 @@ def cmd_checksum(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
 def cmd_gc(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     result = process_deletions(rt.metadata, rt.stores, rt.settings)
     return result, f"deleted {result.deleted}, failed {result.failed}, pending {result.remaining}"
+
+
+# --- orphan sweep and metadata backup (gc/sweep.py, metadata/backup.py) --------------------
+def cmd_scan(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
+    result = sweep(rt.metadata, rt.stores, rt.settings, dry_run=True)
+    result.raise_for_errors()
+    return _sweep_json(result), result.summary()
+
+
+def cmd_sweep(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
+    result = sweep(rt.metadata, rt.stores, rt.settings)
+    result.raise_for_errors()
+    return _sweep_json(result), result.summary()
+
+
+def _sweep_json(result: SweepResult) -> dict[str, Any]:
+    return {**_jsonable(result), "orphans": result.orphans}
+
+
+def cmd_metadata_export(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
+    result = backup.export_from(rt)
+    s = result.snapshot
+    text = f"wrote {s.key} ({s.bytes} bytes, sha256 {s.sha256}, revision {s.revision})"
+    if result.retired:
+        text += f"; queued {len(result.retired)} older snapshot(s) for deletion"
+    return result, text
+
+
+def cmd_metadata_import(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
+    s = backup.import_snapshot(rt.metadata.engine, rt.objects, args.snapshot)
+    rows = sum(s.rows.values())
+    return s, f"imported {s.key} ({rows} rows, revision {s.revision}, sha256 {s.sha256})"
+
+
+def cmd_metadata_rebuild(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
+    result = backup.rebuild_from_objects(rt.metadata.engine, rt.objects, rt.stores.default_location)
+    text = f"rebuilt {len(result.topics)} topic(s), {result.ledgers} offloaded ledger(s)"
+    if result.skipped:
+        text += f"; skipped {len(result.skipped)} index object(s):\n  " + "\n  ".join(
+            result.skipped
+        )
+    return result, text
 
 
 def cmd_status(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
@@ -362,6 +406,23 @@ def build_parser() -> argparse.ArgumentParser:
         ("check", cmd_db_check, "exit 0 at the head revision, 2 otherwise"),
     ):
         command(name, handler, help_, db_sub).set_defaults(without_runtime=True)  # type: ignore[arg-type]
+
+    command("scan", cmd_scan, "report orphaned objects and stale uploads (changes nothing)")
+    command("sweep", cmd_sweep, "queue orphaned objects for deletion, abort stale uploads")
+    meta = sub.add_parser("metadata", help="metadata snapshots: export, import, rebuild")
+    meta_sub = meta.add_subparsers(
+        dest="metadata_command", required=True, parser_class=OneLineParser
+    )
+    command("export", cmd_metadata_export, "write a snapshot to the object store", meta_sub)
+    p = command(
+        "import", cmd_metadata_import, "restore a snapshot into an empty database", meta_sub
+    )
+    p.add_argument(
+        "--snapshot", default="latest", metavar="KEY", help="snapshot key, or latest (default)"
+    )
+    command(
+        "rebuild", cmd_metadata_rebuild, "rebuild topics and ledgers from the objects", meta_sub
+    )
 
     command("gc", cmd_gc, "drain the deletion queue")
     command("status", cmd_status, "counts of ledgers, attempts and queued deletions")

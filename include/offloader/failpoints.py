@@ -36,6 +36,11 @@ POINTS = (
     "mid-trim-ledgers",
     "after-ledger-deleting",
     "after-trim-hot-delete",
+    # the orphan sweep (gc/sweep.py): the first page of orphans is queued, the rest not yet
+    "after-sweep-enqueue",
+    # metadata export (metadata/backup.py): the snapshot object is written, the manifest
+    # that makes it the latest not yet
+    "after-snapshot-upload",
 )
 
 

@@ -41,6 +41,11 @@ class Settings(BaseSettings):
     delete_retry_max_seconds: float = Field(default=3600.0, ge=0)
     # ledgers a trim marks (and whose hot copies it removes) per transaction
     trim_batch_ledgers: int = Field(default=1000, ge=1, le=10_000)
+    # the orphan sweep (gc/sweep.py): an unreferenced object younger than the grace period
+    # is left alone (it may belong to a write not yet visible); stale uploads are aborted
+    sweep_grace_seconds: float = Field(default=86400.0, ge=0)
+    multipart_max_age_seconds: float = Field(default=86400.0, ge=0)
+    metadata_snapshots_keep: int = Field(default=7, ge=1, le=1000)
 
     @field_validator("data_dir", "ledger_dir")
     @classmethod

@@ -35,6 +35,9 @@ TUNING_KEYS = (
     "delete_retry_base_seconds",
     "delete_retry_max_seconds",
     "trim_batch_ledgers",
+    "sweep_grace_seconds",
+    "multipart_max_age_seconds",
+    "metadata_snapshots_keep",
 )
 
 

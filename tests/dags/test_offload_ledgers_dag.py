@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.airflow import connection_env
+from fixtures.airflow import connection_env, return_value
 from fixtures.backends import make_topic, produce_ledgers, unaccounted_objects
 from offloader.gc.deletion_queue import process_deletions
 from offloader.metadata import AttemptState, HotState
@@ -53,22 +53,7 @@ def task_states(run) -> dict[str, list[str]]:  # type: ignore[no-untyped-def]
 
 
 def summary_of(run) -> dict:  # type: ignore[no-untyped-def]
-    (ti,) = [ti for ti in run.get_task_instances() if ti.task_id == "summary"]
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        value = (
-            session.query(XComModel.value)
-            .filter(
-                XComModel.dag_id == ti.dag_id,
-                XComModel.run_id == ti.run_id,
-                XComModel.task_id == "summary",
-                XComModel.key == "return_value",
-            )
-            .scalar()
-        )
-    return json.loads(value) if isinstance(value, str) else value
+    return return_value(run, "summary")
 
 
 def stored_airflow_text() -> str:

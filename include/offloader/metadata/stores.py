@@ -51,3 +51,12 @@ def load_store(conn: Connection, store_id: int) -> StoreLocation:
     if row is None:
         raise NotFoundError(f"object store {store_id} is not recorded in the metadata")
     return StoreLocation(row["kind"], row["location"], row["prefix"], row["endpoint"])
+
+
+def list_stores(conn: Connection) -> list[tuple[int, StoreLocation]]:
+    """Every recorded store, by id: what the orphan sweep walks."""
+    rows = conn.execute(sa.select(S).order_by(S.c.id)).mappings()
+    return [
+        (int(r["id"]), StoreLocation(r["kind"], r["location"], r["prefix"], r["endpoint"]))
+        for r in rows
+    ]

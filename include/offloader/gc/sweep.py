@@ -1,0 +1,302 @@
+"""The orphan sweep: the one code path that lists a bucket (DESIGN: "never LISTed to learn state").
+
+Every object the system writes is recorded before its first byte (invariant 1), so an
+object that nothing in the metadata references is garbage: a crash between an upload and
+its deletion being queued, a zombie that wrote after its keys were deleted, a snapshot
+left by a killed export. The sweep lists each recorded store page by page and asks the
+database, per page and in one statement, which of that page's keys are referenced:
+
+- a ledger's data or index key (committed offloads, and ledgers on their way out);
+- an attempt's keys while it is started (in flight, whatever its lease) or committed;
+- a pending deletion (already on its way out: queued once is enough).
+
+Keys of failed and superseded attempts are not references: those attempts queued their
+keys for deletion, so an object of theirs still present after the queue ran is a late
+write and exactly what the sweep exists to catch. A reference counts whatever store it
+names: keys carry a fresh uuid, and two recorded locations may be one physical store.
+
+What is left and older than ``sweep_grace_seconds`` (the object's LastModified against the
+database's clock, invariant 6) is queued for deletion (invariant 5); the GC deletes it.
+The grace period covers writes whose record this sweep could not see yet and any skew
+between the store's clock and the database's. Metadata snapshots (``_metadata/``, see
+metadata/backup.py) are protected by their manifest. Multipart uploads started longer
+than ``multipart_max_age_seconds`` ago are aborted unless a live attempt (started, lease
+not over) owns their key.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import sqlalchemy as sa
+
+from offloader import failpoints
+from offloader.exceptions import ObjectNotFoundError, StoreUnavailableError
+from offloader.metadata import AttemptState, MetadataStore, schema
+from offloader.metadata.clock import db_now
+from offloader.metadata.stores import list_stores
+from offloader.objectstore import MultipartUpload, ObjectInfo, ObjectStore
+from offloader.objectstore.location import StoreLocation
+from offloader.objectstore.registry import StoreRegistry
+from offloader.settings import Settings
+
+log = logging.getLogger(__name__)
+
+L, A, D = schema.ledgers, schema.offload_attempts, schema.deletion_queue
+PAGE = 1000  # keys per metadata lookup (one statement) and per enqueue transaction
+ORPHAN_REASON = "orphan (sweep)"
+METADATA_PREFIX = "_metadata/"  # metadata/backup.py writes snapshots under here
+
+
+@dataclass(frozen=True)
+class Orphan:
+    """An unreferenced object older than the grace period."""
+
+    key: str
+    size: int
+    age_seconds: float
+
+
+@dataclass(frozen=True)
+class StaleUpload:
+    """A multipart upload older than the limit that no live attempt owns."""
+
+    key: str
+    upload_id: str
+    age_seconds: float
+
+
+@dataclass
+class StoreSweep:
+    """What the sweep found (and, unless a scan, did) in one store."""
+
+    store_id: int | None  # None: the configured store, not yet recorded (a scan only)
+    store: str  # the location, safe to log
+    listed: int = 0
+    referenced: int = 0
+    young: int = 0  # unreferenced, but within the grace period: left alone
+    orphans: int = 0
+    orphan_bytes: int = 0
+    queued: int = 0
+    stale_uploads: int = 0
+    aborted_uploads: int = 0
+    objects: list[Orphan] = field(default_factory=list)  # filled by a scan only
+    uploads: list[StaleUpload] = field(default_factory=list)  # filled by a scan only
+    error: str | None = None  # the store could not be swept (it stays as it is)
+
+
+@dataclass
+class SweepResult:
+    dry_run: bool
+    grace_seconds: float
+    multipart_max_age_seconds: float
+    stores: list[StoreSweep]
+
+    @property
+    def orphans(self) -> int:
+        return sum(s.orphans for s in self.stores)
+
+    @property
+    def errors(self) -> list[str]:
+        return [f"{s.store}: {s.error}" for s in self.stores if s.error]
+
+    def raise_for_errors(self) -> None:
+        """After the others were swept: fail naming the stores that could not be."""
+        if self.errors:
+            raise StoreUnavailableError(f"not swept: {'; '.join(self.errors)}")
+
+    def summary(self) -> str:
+        queue, abort = ("would queue", "would abort") if self.dry_run else ("queued", "aborted")
+        lines = []
+        for s in self.stores:
+            if s.error:
+                lines.append(f"{s.store}: NOT SWEPT: {s.error}")
+                continue
+            queued = s.orphans if self.dry_run else s.queued
+            aborted = s.stale_uploads if self.dry_run else s.aborted_uploads
+            lines.append(
+                f"{s.store}: listed {s.listed}, referenced {s.referenced}, young {s.young}, "
+                f"orphans {s.orphans} ({s.orphan_bytes} bytes, {queue} {queued}), "
+                f"stale uploads {s.stale_uploads} ({abort} {aborted})"
+            )
+            for o in s.objects:
+                lines.append(f"  {o.key}  {o.size} bytes  {o.age_seconds:.0f} s old")
+            for u in s.uploads:
+                lines.append(f"  upload {u.key} ({u.upload_id})  {u.age_seconds:.0f} s old")
+        return "\n".join(lines) or "(no stores recorded)"
+
+
+def sweep(
+    metadata: MetadataStore, stores: StoreRegistry, settings: Settings, *, dry_run: bool = False
+) -> SweepResult:
+    """Sweep every recorded store (the default one recorded first); ``dry_run`` is the scan.
+
+    A store that cannot be opened or listed is reported and left alone; the others are
+    still swept.
+    """
+    if not dry_run:
+        stores.default_id()  # the configured store is swept even before its first offload
+    with metadata.engine.connect() as conn:
+        targets: list[tuple[int | None, StoreLocation]] = list(list_stores(conn))
+    if stores.default_location not in [location for _, location in targets]:
+        targets.insert(0, (None, stores.default_location))  # a scan records nothing
+    result = SweepResult(
+        dry_run, settings.sweep_grace_seconds, settings.multipart_max_age_seconds, []
+    )
+    for store_id, location in targets:
+        outcome = StoreSweep(store_id, str(location))
+        result.stores.append(outcome)
+        try:
+            store = stores.default if store_id is None else stores.get(store_id, str(location))
+            _sweep_store(metadata, store, settings, outcome, dry_run=dry_run)
+        except Exception as exc:  # one store's trouble must not stop the others
+            log.warning("sweep of %s failed", location, exc_info=True)
+            outcome.error = f"{type(exc).__name__}: {exc}"
+    return result
+
+
+def list_objects(store: ObjectStore, prefix: str = "") -> Iterator[list[ObjectInfo]]:
+    """The store's objects under ``prefix`` in pages of :data:`PAGE`: the only LIST."""
+    it = iter(store.list(prefix))
+    while page := list(itertools.islice(it, PAGE)):
+        yield page
+
+
+def _sweep_store(
+    metadata: MetadataStore,
+    store: ObjectStore,
+    settings: Settings,
+    out: StoreSweep,
+    *,
+    dry_run: bool,
+) -> None:
+    now_ms = metadata.db_now_ms()  # one reading: ages are against the database's clock
+    grace_ms = int(settings.sweep_grace_seconds * 1000)
+    snapshots = _protected_snapshots(store)
+    for page in list_objects(store):
+        out.listed += len(page)
+        referenced = referenced_keys(metadata, [o.key for o in page])
+        due: list[Orphan] = []
+        for info in page:
+            if info.key in referenced or _is_protected_snapshot(info.key, snapshots):
+                out.referenced += 1
+                continue
+            age_ms = _age_ms(info.last_modified, now_ms)
+            if age_ms is None or age_ms < grace_ms:
+                out.young += 1
+                continue
+            due.append(Orphan(info.key, info.size, round(age_ms / 1000, 3)))
+        out.orphans += len(due)
+        out.orphan_bytes += sum(o.size for o in due)
+        if dry_run:
+            out.objects.extend(due)
+        elif due:
+            assert out.store_id is not None  # a sweep records the store first
+            metadata.enqueue_deletions([o.key for o in due], ORPHAN_REASON, store_id=out.store_id)
+            out.queued += len(due)
+            failpoints.reach("after-sweep-enqueue")
+    if store.capabilities.multipart:
+        _sweep_uploads(metadata, store, settings, out, now_ms, dry_run=dry_run)
+
+
+def _sweep_uploads(
+    metadata: MetadataStore,
+    store: ObjectStore,
+    settings: Settings,
+    out: StoreSweep,
+    now_ms: int,
+    *,
+    dry_run: bool,
+) -> None:
+    max_age_ms = int(settings.multipart_max_age_seconds * 1000)
+    uploads = iter(store.list_multipart_uploads())
+    while page := list(itertools.islice(uploads, PAGE)):
+        old = [
+            (u, age)
+            for u in page
+            if (age := _age_ms(u.initiated, now_ms)) is not None and age >= max_age_ms
+        ]
+        live = live_attempt_keys(metadata, [u.key for u, _ in old])
+        for upload, age_ms in old:
+            if upload.key in live:
+                continue
+            out.stale_uploads += 1
+            if dry_run:
+                out.uploads.append(StaleUpload(upload.key, upload.upload_id, age_ms / 1000))
+            else:
+                _abort(store, upload)
+                out.aborted_uploads += 1
+
+
+def _abort(store: ObjectStore, upload: MultipartUpload) -> None:
+    log.info("aborting stale multipart upload %s of %s", upload.upload_id, upload.key)
+    store.abort_multipart(upload)
+
+
+def referenced_keys(metadata: MetadataStore, keys: Iterable[str]) -> set[str]:
+    """Which of ``keys`` the metadata references (see the module doc), in one statement."""
+    keys = list(keys)
+    if not keys:
+        return set()
+    kept = (AttemptState.STARTED, AttemptState.COMMITTED)
+    query = sa.union_all(
+        sa.select(L.c.data_key.label("k")).where(L.c.data_key.in_(keys)),
+        sa.select(L.c.index_key).where(L.c.index_key.in_(keys)),
+        sa.select(A.c.data_key).where(A.c.data_key.in_(keys), A.c.state.in_(kept)),
+        sa.select(A.c.index_key).where(A.c.index_key.in_(keys), A.c.state.in_(kept)),
+        sa.select(D.c.object_key).where(D.c.object_key.in_(keys), D.c.state == "pending"),
+    )
+    with metadata.engine.connect() as conn:
+        return set(conn.execute(query).scalars())
+
+
+def live_attempt_keys(metadata: MetadataStore, keys: Iterable[str]) -> set[str]:
+    """Which of ``keys`` belong to a live attempt: started, still named by its ledger, and
+    its lease not over on the database's clock (invariant 6)."""
+    keys = list(keys)
+    if not keys:
+        return set()
+    live = sa.and_(
+        A.c.state == AttemptState.STARTED,
+        L.c.attempt_id == A.c.attempt_id,
+        L.c.attempt_lease_ms > db_now(),
+    )
+    joined = A.join(L, sa.and_(L.c.topic == A.c.topic, L.c.ledger_id == A.c.ledger_id))
+    query = sa.union_all(
+        sa.select(A.c.data_key.label("k")).select_from(joined).where(live, A.c.data_key.in_(keys)),
+        sa.select(A.c.index_key).select_from(joined).where(live, A.c.index_key.in_(keys)),
+    )
+    with metadata.engine.connect() as conn:
+        return set(conn.execute(query).scalars())
+
+
+def _protected_snapshots(store: ObjectStore) -> set[str] | None:
+    """Keys under ``_metadata/`` the sweep must keep: the manifest and the snapshots it
+    names. None when the manifest cannot be read: then nothing there is touched."""
+    from offloader.metadata.backup import MANIFEST_KEY, read_manifest
+
+    try:
+        manifest = read_manifest(store)
+    except ObjectNotFoundError:
+        return {MANIFEST_KEY}
+    except Exception:
+        log.warning("snapshot manifest unreadable; the sweep leaves %s alone", METADATA_PREFIX)
+        return None
+    return {MANIFEST_KEY, *(s.key for s in manifest)}
+
+
+def _is_protected_snapshot(key: str, snapshots: set[str] | None) -> bool:
+    if not key.startswith(METADATA_PREFIX):
+        return False
+    return snapshots is None or key in snapshots
+
+
+def _age_ms(when: datetime | None, now_ms: int) -> int | None:
+    """Age on the database's clock; None when the store gave no time (never swept)."""
+    if when is None:
+        return None
+    return now_ms - int(when.timestamp() * 1000)

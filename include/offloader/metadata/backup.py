@@ -1,0 +1,542 @@
+"""Metadata backup (PDP-34's metadata export): snapshots to the object store, restore, rebuild.
+
+``export_snapshot`` writes every table of ``schema.metadata`` (generically: tables other
+releases add are included) as one gzip'd JSON-lines object under ``_metadata/snapshots/``,
+with the format version, the Alembic revision and a SHA-256 over its lines; docs/FORMAT.md
+describes it. A snapshot becomes visible only when the manifest (``_metadata/snapshots/
+manifest.json``) names it, and the manifest is written after the snapshot is complete, so
+an export killed half-way never turns into the "latest". The manifest keeps the last
+``metadata_snapshots_keep``; older snapshots go through the deletion queue (invariant 5).
+The manifest, not a LIST, is how a restore finds snapshots: only the sweep lists.
+
+``import_snapshot`` restores one into an empty database at the same revision, checking the
+checksum before it writes anything, all in one transaction. ``rebuild_from_objects`` is the
+last resort without a snapshot: topics and offloaded ledgers from the index objects' own
+metadata (FORMAT.md) and the objects' user metadata.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import logging
+import re
+import tempfile
+import uuid
+import zlib
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from offloader import failpoints
+from offloader.exceptions import FormatError, ObjectNotFoundError, OffloaderError
+from offloader.format import decode_index
+from offloader.metadata import schema
+from offloader.metadata.clock import db_now_ms
+from offloader.metadata.migrate import head_revision
+from offloader.metadata.records import AttemptState, HotState, LedgerState, OffloadState
+from offloader.metadata.stores import record_store
+from offloader.objectstore import ObjectStore
+from offloader.offload.keys import FORMAT_VERSION as OBJECT_FORMAT_VERSION
+from offloader.policy import OffloadPolicy
+
+if TYPE_CHECKING:
+    from offloader.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_PREFIX = "_metadata/snapshots/"
+MANIFEST_KEY = SNAPSHOT_PREFIX + "manifest.json"
+FORMAT = "offloader-metadata-snapshot"
+FORMAT_VERSION = 1
+ROWS_PER_INSERT = 1000
+PART_SIZE = 16 * 1024 * 1024  # multipart above this (S3's minimum part is 5 MiB)
+_INDEX_KEY = re.compile(
+    r"^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})-ledger-(\d+)-index$"
+)
+
+
+class SnapshotError(OffloaderError):
+    """A snapshot cannot be restored (damaged, other revision) or the database is not empty."""
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    """One manifest entry."""
+
+    key: str
+    created_ms: int
+    revision: str
+    sha256: str
+    bytes: int
+    rows: dict[str, int]
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    snapshot: SnapshotInfo
+    kept: list[str]
+    retired: list[str]  # queued for deletion
+
+
+@dataclass(frozen=True)
+class RebuildResult:
+    topics: list[str]
+    ledgers: int
+    skipped: list[str]  # index objects not used, each with the reason
+
+
+# --- the manifest --------------------------------------------------------------------------
+def read_manifest(store: ObjectStore) -> list[SnapshotInfo]:
+    """The snapshots the manifest names, oldest first; ObjectNotFoundError without one."""
+    raw = json.loads(store.get(MANIFEST_KEY))
+    if raw.get("format") != FORMAT or raw.get("format_version") != FORMAT_VERSION:
+        raise SnapshotError(f"{MANIFEST_KEY}: not a version {FORMAT_VERSION} snapshot manifest")
+    return [SnapshotInfo(**item) for item in raw["snapshots"]]
+
+
+def _write_manifest(store: ObjectStore, snapshots: list[SnapshotInfo]) -> None:
+    body = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "snapshots": [asdict(s) for s in snapshots],
+    }
+    store.put(MANIFEST_KEY, json.dumps(body, indent=1, sort_keys=True).encode())
+
+
+def latest_snapshot(store: ObjectStore) -> SnapshotInfo:
+    try:
+        snapshots = read_manifest(store)
+    except ObjectNotFoundError:
+        snapshots = []
+    if not snapshots:
+        raise SnapshotError(
+            f"no metadata snapshot in {store.url} ({MANIFEST_KEY} names none): run "
+            "`offloader metadata export`, or `offloader metadata rebuild` without one"
+        )
+    return snapshots[-1]
+
+
+# --- export --------------------------------------------------------------------------------
+def export_snapshot(engine: Engine, store: ObjectStore, store_id: int, keep: int) -> ExportResult:
+    """Write a snapshot of every table to ``store`` (recorded as ``store_id``), make it the
+    latest, and queue all but the newest ``keep`` for deletion."""
+    from offloader.metadata.store import MetadataStore
+
+    with tempfile.TemporaryDirectory(prefix="offloader-snapshot-") as tmp:
+        path = Path(tmp) / "snapshot.jsonl.gz"
+        with path.open("wb") as raw:
+            created_ms, revision, sha256, rows = _dump(engine, raw)
+        stamp = datetime.fromtimestamp(created_ms / 1000, UTC)
+        key = (
+            f"{SNAPSHOT_PREFIX}{stamp:%Y%m%dT%H%M%S}{created_ms % 1000:03d}Z-"
+            f"{uuid.uuid4()}.jsonl.gz"
+        )
+        info = SnapshotInfo(key, created_ms, revision, sha256, path.stat().st_size, rows)
+        _upload(store, key, path, {"sha256": sha256, "revision": revision})
+    failpoints.reach("after-snapshot-upload")
+    try:
+        previous = read_manifest(store)
+    except ObjectNotFoundError:
+        previous = []
+    snapshots = [*previous, info]
+    kept, retired = snapshots[-keep:], snapshots[:-keep]
+    _write_manifest(store, kept)  # the snapshot is now the latest
+    if retired:
+        MetadataStore(engine).enqueue_deletions(
+            [s.key for s in retired], "metadata snapshot beyond the kept ones", store_id=store_id
+        )
+    return ExportResult(info, [s.key for s in kept], [s.key for s in retired])
+
+
+def export_from(rt: Runtime) -> ExportResult:
+    """``offloader metadata export`` and the GC DAG: a snapshot of ``rt``'s database in its
+    configured store, keeping the newest ``metadata_snapshots_keep``."""
+    return export_snapshot(
+        rt.metadata.engine, rt.objects, rt.stores.default_id(), rt.settings.metadata_snapshots_keep
+    )
+
+
+def _dump(engine: Engine, raw: IO[bytes]) -> tuple[int, str, str, dict[str, int]]:
+    """Stream every table into ``raw`` from one consistent read; returns (created_ms,
+    revision, sha256 of the lines, rows per table)."""
+    digest = hashlib.sha256()
+    rows: dict[str, int] = {}
+    with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out:
+
+        def line(value: Any) -> None:
+            data = json.dumps(value, separators=(",", ":"), sort_keys=True).encode() + b"\n"
+            digest.update(data)
+            out.write(data)
+
+        options = {"isolation_level": "REPEATABLE READ"} if _is_postgres(engine) else {}
+        with engine.connect().execution_options(**options) as conn:
+            revision = _revision(conn)
+            created_ms = db_now_ms(conn)
+            tables = schema.metadata.sorted_tables  # parents before children
+            line(
+                {
+                    "format": FORMAT,
+                    "format_version": FORMAT_VERSION,
+                    "revision": revision,
+                    "created_ms": created_ms,
+                    "tables": {t.name: [c.name for c in t.columns] for t in tables},
+                }
+            )
+            for table in tables:
+                rows[table.name] = 0
+                query = sa.select(table).order_by(*table.primary_key.columns)
+                for row in conn.execution_options(yield_per=ROWS_PER_INSERT).execute(query):
+                    line({"t": table.name, "r": list(row)})
+                    rows[table.name] += 1
+        out.write(
+            json.dumps({"end": True, "rows": rows, "sha256": digest.hexdigest()}).encode() + b"\n"
+        )
+    return created_ms, revision, digest.hexdigest(), rows
+
+
+def _revision(conn: Connection) -> str:
+    from alembic.runtime.migration import MigrationContext
+
+    revision = MigrationContext.configure(conn).get_current_revision()
+    if revision is None:
+        raise SnapshotError("the metadata database has no schema: run `offloader db upgrade`")
+    return revision
+
+
+def _upload(store: ObjectStore, key: str, path: Path, metadata: dict[str, str]) -> None:
+    size = path.stat().st_size
+    if size <= PART_SIZE or not store.capabilities.multipart:
+        store.put(key, path.read_bytes(), metadata=metadata, if_none_match=True)
+        return
+    upload = store.create_multipart(key, metadata=metadata)
+    try:
+        parts = []
+        with path.open("rb") as handle:
+            while chunk := handle.read(PART_SIZE):
+                parts.append(store.upload_part(upload, len(parts) + 1, chunk))
+        store.complete_multipart(upload, parts, if_none_match=True)
+    except BaseException:
+        store.abort_multipart(upload)
+        raise
+
+
+# --- import --------------------------------------------------------------------------------
+def import_snapshot(engine: Engine, store: ObjectStore, key: str | None) -> SnapshotInfo:
+    """Restore snapshot ``key`` (None: the latest) into the empty database ``engine``.
+
+    The whole snapshot is checked (gzip, SHA-256, row counts, revision, columns) before
+    the one transaction that loads it; any refusal changes nothing.
+    """
+    chosen = latest_snapshot(store) if key in (None, "latest") else None
+    key = chosen.key if chosen else str(key)
+    with tempfile.TemporaryDirectory(prefix="offloader-snapshot-") as tmp:
+        path = Path(tmp) / "snapshot.jsonl.gz"
+        size = _download(store, key, path)
+        header, trailer = _verify(path, key, chosen.sha256 if chosen else None)
+        with engine.begin() as conn:
+            _require_empty(conn, "import a snapshot")
+            for table in schema.metadata.sorted_tables:
+                if list(header["tables"].get(table.name, [])) != [c.name for c in table.columns]:
+                    raise SnapshotError(
+                        f"snapshot {key}: the columns of table {table.name!r} differ from this "
+                        "database's; nothing was imported"
+                    )
+            _load(conn, path)
+            _reset_sequences(conn)
+    return SnapshotInfo(
+        key, header["created_ms"], header["revision"], trailer["sha256"], size, trailer["rows"]
+    )
+
+
+def _download(store: ObjectStore, key: str, path: Path) -> int:
+    """Copy the snapshot to ``path`` in ranged reads; its size."""
+    try:
+        size = store.stat(key).size
+    except ObjectNotFoundError:
+        raise SnapshotError(f"snapshot {key} is not in {store.url}") from None
+    with path.open("wb") as out:
+        for offset in range(0, size, PART_SIZE):
+            out.write(store.read_range(key, offset, PART_SIZE))
+    return size
+
+
+def _lines(path: Path) -> Iterator[bytes]:
+    with gzip.open(path, "rb") as handle:
+        yield from handle
+
+
+def _verify(path: Path, key: str, expected: str | None) -> tuple[dict, dict]:
+    """(header, trailer) of a sound snapshot at this schema revision; SnapshotError else."""
+    digest = hashlib.sha256()
+    header: dict | None = None
+    trailer: dict | None = None
+    counts: dict[str, int] = {}
+    try:
+        for data in _lines(path):
+            if trailer is not None:
+                raise SnapshotError(f"snapshot {key} is damaged: data after its end line")
+            item = json.loads(data)
+            if header is None:
+                header = item
+                if header.get("format") != FORMAT or header.get("format_version") != FORMAT_VERSION:
+                    raise SnapshotError(
+                        f"snapshot {key} is not a version {FORMAT_VERSION} metadata snapshot"
+                    )
+            elif item.get("end"):
+                trailer = item
+                continue
+            else:
+                counts[item["t"]] = counts.get(item["t"], 0) + 1
+            digest.update(data)
+    except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError, AttributeError) as exc:
+        if isinstance(exc, SnapshotError):
+            raise
+        raise SnapshotError(f"snapshot {key} is damaged: {type(exc).__name__}: {exc}") from None
+    if header is None or trailer is None:
+        raise SnapshotError(f"snapshot {key} is damaged: it is truncated (no end line)")
+    actual = digest.hexdigest()
+    if actual != trailer.get("sha256") or (expected and actual != expected):
+        raise SnapshotError(
+            f"snapshot {key} is damaged: checksum mismatch (sha256 {actual}, recorded "
+            f"{expected or trailer.get('sha256')}); nothing was imported"
+        )
+    if {k: v for k, v in trailer.get("rows", {}).items() if v} != counts:
+        raise SnapshotError(f"snapshot {key} is damaged: row counts differ from its end line")
+    head = head_revision()
+    if header["revision"] != head:
+        raise SnapshotError(
+            f"snapshot {key} is at schema revision {header['revision']}, this database at "
+            f"{head}: restore it with the release that wrote it, then `offloader db upgrade`"
+        )
+    return header, trailer
+
+
+def _load(conn: Connection, path: Path) -> None:
+    tables = schema.metadata.tables
+    batch: list[dict[str, Any]] = []
+    current: sa.Table | None = None
+    columns: list[str] = []
+    for data in _lines(path):
+        item = json.loads(data)
+        if "t" not in item:
+            continue  # header, end line
+        table = tables[item["t"]]
+        if table is not current or len(batch) >= ROWS_PER_INSERT:
+            if batch and current is not None:
+                conn.execute(current.insert(), batch)
+            batch, current, columns = [], table, [c.name for c in table.columns]
+        batch.append(dict(zip(columns, item["r"], strict=True)))
+    if batch and current is not None:
+        conn.execute(current.insert(), batch)
+
+
+def _reset_sequences(conn: Connection) -> None:
+    """PostgreSQL's serial counters continue after the restored ids (SQLite's do by
+    themselves)."""
+    if conn.dialect.name != "postgresql":
+        return
+    for table in schema.metadata.sorted_tables:
+        column = table.autoincrement_column
+        if column is None:
+            continue
+        conn.execute(
+            sa.text(
+                f"SELECT setval(pg_get_serial_sequence(:t, :c), "
+                f"COALESCE(MAX({column.name}), 1), MAX({column.name}) IS NOT NULL) "
+                f"FROM {table.name}"
+            ),
+            {"t": table.name, "c": column.name},
+        )
+
+
+def _require_empty(conn: Connection, what: str) -> None:
+    filled = {}
+    for table in schema.metadata.sorted_tables:
+        count = conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one()
+        if count:
+            filled[table.name] = count
+    if filled:
+        listed = ", ".join(f"{name} ({n} rows)" for name, n in filled.items())
+        raise SnapshotError(
+            f"cannot {what}: the metadata database is not empty ({listed}); use a fresh "
+            "database (`offloader db upgrade` on an empty one)"
+        )
+
+
+def _is_postgres(engine: Engine) -> bool:
+    return engine.dialect.name == "postgresql"
+
+
+# --- rebuild -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Found:
+    topic: str
+    ledger_id: int
+    attempt_id: str
+    data_key: str
+    index_key: str
+    entry_count: int
+    size_bytes: int
+    data_len: int
+    created_ms: int
+    sealed_ms: int
+    offloaded_ms: int
+
+
+def rebuild_from_objects(engine: Engine, store: ObjectStore, location: Any) -> RebuildResult:
+    """Topics and their offloaded ledgers from the objects of ``store`` alone.
+
+    Each index object (``<uuid>-ledger-<id>-index``) is read; its metadata record gives the
+    topic, ledger id, entry count, length and times, and must agree with the object's user
+    metadata; its data object must exist with the length the index states. Of several
+    complete copies of one ledger the newest is used; the others stay unreferenced, for
+    the sweep. Topics get the default policy (policies live only in the metadata).
+    """
+    from offloader.gc.sweep import list_objects
+
+    with engine.connect() as conn:
+        _require_empty(conn, "rebuild the metadata")
+    found: dict[tuple[str, int], _Found] = {}
+    skipped: list[str] = []
+    for page in list_objects(store):
+        for info in page:
+            match = _INDEX_KEY.match(info.key)
+            if match is None:
+                continue
+            try:
+                item = _read_ledger(store, info.key, match.group(1), int(match.group(2)))
+            except (FormatError, ObjectNotFoundError, SnapshotError, ValueError) as exc:
+                skipped.append(f"{info.key}: {exc}")
+                continue
+            modified = int(info.last_modified.timestamp() * 1000) if info.last_modified else 0
+            item = _Found(**{**asdict(item), "offloaded_ms": modified})
+            known = found.get((item.topic, item.ledger_id))
+            if known is None or known.offloaded_ms < item.offloaded_ms:
+                found[(item.topic, item.ledger_id)] = item
+    with engine.begin() as conn:
+        _require_empty(conn, "rebuild the metadata")
+        store_id = record_store(conn, location)
+        now = db_now_ms(conn)
+        topics = sorted({t for t, _ in found})
+        policy = OffloadPolicy().model_dump_json()
+        for topic in topics:
+            ledgers = [f for (t, _), f in found.items() if t == topic]
+            conn.execute(
+                schema.topics.insert().values(
+                    name=topic,
+                    version=1,
+                    policy=policy,
+                    created_ms=min(f.created_ms for f in ledgers),
+                    next_ledger_id=max(f.ledger_id for f in ledgers) + 1,
+                    writer_epoch=0,
+                )
+            )
+        items = sorted(found.values(), key=lambda f: (f.topic, f.ledger_id))
+        for start in range(0, len(items), ROWS_PER_INSERT):
+            chunk = items[start : start + ROWS_PER_INSERT]
+            conn.execute(schema.ledgers.insert(), [_ledger_row(f, store_id, now) for f in chunk])
+            conn.execute(
+                schema.offload_attempts.insert(), [_attempt_row(f, store_id) for f in chunk]
+            )
+    return RebuildResult(topics, len(found), skipped)
+
+
+def _read_ledger(store: ObjectStore, index_key: str, attempt_id: str, ledger_id: int) -> _Found:
+    user = store.stat(index_key).metadata
+    index = decode_index(store.get(index_key))
+    meta = index.metadata
+    if meta is None:
+        raise SnapshotError("the index holds no ledger metadata (a foreign index)")
+    if user.get("format-version", OBJECT_FORMAT_VERSION) != OBJECT_FORMAT_VERSION:
+        raise SnapshotError(f"unknown object format-version {user.get('format-version')!r}")
+    from_user = (unquote(user.get("managed-ledger", meta.topic)), user.get("ledger-id"))
+    if from_user != (meta.topic, str(meta.ledger_id)) or meta.ledger_id != ledger_id:
+        raise SnapshotError(
+            f"the index says {meta.topic}/{meta.ledger_id}, the key and user metadata say "
+            f"{from_user[0]}/{from_user[1] or ledger_id}"
+        )
+    data_key = index_key.removesuffix("-index")
+    data_len = store.stat(data_key).size
+    if data_len != index.data_object_len:
+        raise SnapshotError(
+            f"data object {data_key} is {data_len} bytes, the index says {index.data_object_len}"
+        )
+    return _Found(
+        topic=meta.topic,
+        ledger_id=meta.ledger_id,
+        attempt_id=attempt_id,
+        data_key=data_key,
+        index_key=index_key,
+        entry_count=meta.entry_count,
+        size_bytes=meta.length,
+        data_len=data_len,
+        created_ms=meta.created_ms,
+        sealed_ms=meta.sealed_ms,
+        offloaded_ms=0,
+    )
+
+
+def _ledger_row(f: _Found, store_id: int, now: int) -> dict[str, Any]:
+    return dict(
+        topic=f.topic,
+        ledger_id=f.ledger_id,
+        version=1,
+        state=LedgerState.SEALED,
+        entry_count=f.entry_count,
+        size_bytes=f.size_bytes,
+        created_ms=f.created_ms,
+        sealed_ms=f.sealed_ms,
+        offload_state=OffloadState.OFFLOADED,
+        offload_epoch=1,
+        attempt_id=None,
+        attempt_lease_ms=None,
+        offload_uuid=f.attempt_id,
+        data_key=f.data_key,
+        index_key=f.index_key,
+        data_len=f.data_len,
+        offloaded_ms=f.offloaded_ms,
+        hot_state=HotState.DELETED,  # unknown to the objects; reads go to the store
+        hot_deleted_ms=now,
+        store_id=store_id,
+    )
+
+
+def _attempt_row(f: _Found, store_id: int) -> dict[str, Any]:
+    return dict(
+        attempt_id=f.attempt_id,
+        topic=f.topic,
+        ledger_id=f.ledger_id,
+        epoch=1,
+        data_key=f.data_key,
+        index_key=f.index_key,
+        state=AttemptState.COMMITTED,
+        owner="metadata rebuild",
+        created_ms=f.offloaded_ms,
+        finished_ms=f.offloaded_ms,
+        detail="rebuilt from the objects",
+        store_id=store_id,
+    )
+
+
+__all__ = [
+    "MANIFEST_KEY",
+    "SNAPSHOT_PREFIX",
+    "ExportResult",
+    "RebuildResult",
+    "SnapshotError",
+    "SnapshotInfo",
+    "export_from",
+    "export_snapshot",
+    "import_snapshot",
+    "latest_snapshot",
+    "read_manifest",
+    "rebuild_from_objects",
+]

@@ -1,0 +1,68 @@
+"""Maintenance operators for the garbage_collection DAG: the orphan sweep and metadata export.
+
+Thin, like every operator here: parse the params, call the library, return a JSON-able
+summary for XCom. Both are idempotent: a rerun sweeps again (what was queued is now
+referenced by the queue) or writes one more snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+
+from offloader.gc.sweep import sweep
+from offloader.metadata.backup import export_from
+from offloader_airflow.hooks import OffloaderHook
+from offloader_airflow.operators import _bool
+
+
+class SweepOrphansOperator(BaseOperator):
+    """Queue unreferenced objects past the grace period for deletion and abort stale
+    uploads in every recorded store (``dry_run``: report only, what ``offloader scan``
+    does). Fails, after sweeping the others, if a store could not be swept."""
+
+    template_fields: Sequence[str] = ("dry_run",)
+
+    def __init__(
+        self,
+        *,
+        dry_run: Any = False,
+        offloader_conn_id: str = "offloader_default",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.dry_run = dry_run
+        self.offloader_conn_id = offloader_conn_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        dry_run = _bool(self.dry_run, "dry_run")
+        with OffloaderHook(self.offloader_conn_id).get_runtime() as runtime:
+            result = sweep(runtime.metadata, runtime.stores, runtime.settings, dry_run=dry_run)
+        self.log.info("%s", result.summary())
+        result.raise_for_errors()
+        return {
+            "dry_run": dry_run,
+            "orphans": result.orphans,
+            "stores": [
+                {k: v for k, v in asdict(s).items() if k not in ("objects", "uploads")}
+                for s in result.stores
+            ],
+        }
+
+
+class ExportMetadataOperator(BaseOperator):
+    """Write a metadata snapshot to the default store and keep the newest
+    ``metadata_snapshots_keep`` (older ones go through the deletion queue)."""
+
+    def __init__(self, *, offloader_conn_id: str = "offloader_default", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.offloader_conn_id = offloader_conn_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        with OffloaderHook(self.offloader_conn_id).get_runtime() as runtime:
+            result = export_from(runtime)
+        self.log.info("wrote metadata snapshot %s", result.snapshot.key)
+        return asdict(result)
