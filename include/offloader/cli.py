@@ -23,8 +23,7 @@ from offloader.gc.deletion_queue import process_deletions
 from offloader.gc.sweep import SweepResult, sweep
 from offloader.hottier import MAX_ENTRY_BYTES
 from offloader.hottier.writer import ManagedLedgerWriter
-from offloader.metadata import StreamCut
-from offloader.metadata import backup
+from offloader.metadata import StreamCut, backup
 from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.ledger_offloader import LedgerOffloader
 from offloader.policy import OffloadPolicy

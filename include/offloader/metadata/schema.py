@@ -83,6 +83,8 @@ ledgers = Table(
     Index("ix_ledgers_deletion", "deletion_state", "topic", "ledger_id"),
     # the end of a topic's sealed data (its first open ledger) without a scan of history
     Index("ix_ledgers_state", "topic", "state", "ledger_id"),
+    Index("ix_ledgers_data_key", "data_key"),  # the orphan sweep's lookups by key
+    Index("ix_ledgers_index_key", "index_key"),
     ForeignKeyConstraint(["topic"], ["topics.name"]),
     ForeignKeyConstraint(["store_id"], ["object_stores.id"], name="fk_ledgers_store"),
 )
@@ -103,6 +105,8 @@ offload_attempts = Table(
     Column("detail", Text),
     Column("store_id", Integer),  # recorded at begin_attempt: intent before effect
     Index("ix_offload_attempts_ledger", "topic", "ledger_id"),
+    Index("ix_offload_attempts_data_key", "data_key"),
+    Index("ix_offload_attempts_index_key", "index_key"),
     ForeignKeyConstraint(["store_id"], ["object_stores.id"], name="fk_offload_attempts_store"),
 )
 
@@ -139,5 +143,6 @@ deletion_queue = Table(
     Column("ledger_id", BigInteger),
     Index("ix_deletion_queue_due", "state", "next_try_ms"),
     Index("ix_deletion_queue_ledger", "topic", "ledger_id", "state"),
+    Index("ix_deletion_queue_object_key", "object_key"),
     ForeignKeyConstraint(["store_id"], ["object_stores.id"], name="fk_deletion_queue_store"),
 )

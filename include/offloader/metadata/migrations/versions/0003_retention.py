@@ -16,6 +16,15 @@ branch_labels = None
 depends_on = None
 
 
+KEY_INDEXES = (
+    ("ledgers", "data_key"),
+    ("ledgers", "index_key"),
+    ("offload_attempts", "data_key"),
+    ("offload_attempts", "index_key"),
+    ("deletion_queue", "object_key"),
+)
+
+
 def upgrade() -> None:
     with op.batch_alter_table("topics") as batch:
         batch.add_column(
@@ -49,9 +58,14 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(["topic"], ["topics.name"], name="fk_stream_cuts_topic"),
     )
     op.create_index("ix_stream_cuts_topic", "stream_cuts", ["topic", "cut_id"])
+    # the orphan sweep asks, per listing page, which keys anything references
+    for table, column in KEY_INDEXES:
+        op.create_index(f"ix_{table}_{column}", table, [column])
 
 
 def downgrade() -> None:
+    for table, column in KEY_INDEXES:
+        op.drop_index(f"ix_{table}_{column}", table)
     op.drop_table("stream_cuts")
     op.drop_index("ix_deletion_queue_ledger", "deletion_queue")
     with op.batch_alter_table("deletion_queue") as batch:
