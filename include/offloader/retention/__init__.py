@@ -1,0 +1,1 @@
+"""Retention (PDP-19): stream cuts, trim, policies, deletion across tiers."""
