@@ -13,14 +13,14 @@ c.offset_bytes`` committed bytes, where ``end`` is a cut taken at the topic's en
   rule finds no cut, it forbids any truncation, and nothing is trimmed.
 
 The bounds are computed once here; the metadata store applies the same bounds in SQL
-(newest qualifying cut through an index) so nothing loads a topic's cut history, and
-:func:`choose_cut` applies them to a list (dry runs, tests).
+(newest qualifying cut through an index) so nothing loads a topic's cut history;
+:func:`in_list` applies them to a list. :func:`choose_cut` combines the rules for both.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -86,30 +86,39 @@ def stricter(time_cut: C | None, size_cut: C | None, bounds: RetentionBounds) ->
     return min(chosen, key=position, default=None)
 
 
+Newest = Callable[[str, int], C | None]
+"""``newest(field, at_most)``: the newest cut whose ``field`` (``created_ms`` or
+``offset_bytes``) is at most ``at_most``; a list (:func:`in_list`) or SQL provides it."""
+
+
+def choose_cut(bounds: RetentionBounds, newest: Newest[C]) -> C | None:
+    """The cut the policy truncates at: each active rule's cut, the stricter of them."""
+    by_time = by_size = None
+    if bounds.created_at_most_ms is not None:
+        by_time = newest("created_ms", bounds.created_at_most_ms)
+    if bounds.offset_at_most is not None:
+        by_size = newest("offset_bytes", bounds.offset_at_most)
+    return stricter(by_time, by_size, bounds)
+
+
+def in_list(cuts: Iterable[C]) -> Newest[C]:
+    """:data:`Newest` over a list of cuts in any order. Cuts of a topic only move forward
+    in time, bytes and position together; ties on ``field`` go to the later position
+    (cuts at the same offset keep the same bytes, the later one also drops empty ledgers)."""
+    listed = list(cuts)
+
+    def newest(field: str, at_most: int) -> C | None:
+        eligible = [c for c in listed if getattr(c, field) <= at_most]
+        return max(eligible, key=lambda c: (getattr(c, field), position(c)), default=None)
+
+    return newest
+
+
 def newest_by_time(cuts: Iterable[C], created_at_most_ms: int) -> C | None:
-    """The newest cut taken at or before ``created_at_most_ms`` (the time rule)."""
-    eligible = [c for c in cuts if c.created_ms <= created_at_most_ms]
-    return max(eligible, key=lambda c: (c.created_ms, position(c)), default=None)
+    """The time rule: the newest cut taken at or before ``created_at_most_ms``."""
+    return in_list(cuts)("created_ms", created_at_most_ms)
 
 
 def lowest_upper_bound(cuts: Iterable[C], offset_at_most: int) -> C | None:
-    """The cut with the largest offset <= ``offset_at_most`` (the size rule); among cuts
-    at the same offset, the latest position (they keep the same bytes)."""
-    eligible = [c for c in cuts if c.offset_bytes <= offset_at_most]
-    return max(eligible, key=lambda c: (c.offset_bytes, position(c)), default=None)
-
-
-def choose_cut(cuts: Iterable[C], bounds: RetentionBounds) -> C | None:
-    """The cut a policy truncates at, from a list of the topic's cuts."""
-    cuts = list(cuts)
-    by_time = (
-        newest_by_time(cuts, bounds.created_at_most_ms)
-        if bounds.created_at_most_ms is not None
-        else None
-    )
-    by_size = (
-        lowest_upper_bound(cuts, bounds.offset_at_most)
-        if bounds.offset_at_most is not None
-        else None
-    )
-    return stricter(by_time, by_size, bounds)
+    """The size rule: the cut with the largest offset <= ``offset_at_most``."""
+    return in_list(cuts)("offset_bytes", offset_at_most)

@@ -12,6 +12,7 @@ from offloader.policy import OffloadPolicy, describe_validation_error
 from offloader.retention.policy import (
     RetentionBounds,
     choose_cut,
+    in_list,
     lowest_upper_bound,
     newest_by_time,
     retention_bounds,
@@ -45,7 +46,7 @@ def policy(**fields: object) -> OffloadPolicy:
 
 
 def choose(now_ms: int = 5000, **fields: object) -> Cut | None:
-    return choose_cut(ALL, retention_bounds(policy(**fields), now_ms, END.offset_bytes))
+    return choose_cut(retention_bounds(policy(**fields), now_ms, END.offset_bytes), in_list(ALL))
 
 
 # --- size: PDP-19's lowest upper bound ------------------------------------------------------
@@ -157,7 +158,7 @@ def test_no_rule_trims_nothing() -> None:
     bounds = retention_bounds(policy(), 5000, 1000)
     assert bounds == RetentionBounds(created_at_most_ms=None, offset_at_most=None)
     assert not bounds.active
-    assert choose_cut(ALL, bounds) is None
+    assert choose_cut(bounds, in_list(ALL)) is None
 
 
 def test_bounds_are_computed_from_the_database_time_and_the_end() -> None:
