@@ -26,6 +26,8 @@ from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.ledger_offloader import LedgerOffloader
 from offloader.policy import OffloadPolicy
 from offloader.read.topic_reader import Source, TopicReader
+from offloader.retention.cuts import take_cut
+from offloader.retention.trim import TrimResult, delete_topic, resolve_target, trim_topic
 from offloader.runtime import Runtime, check_database, upgrade_database
 from offloader.settings import Settings
 
@@ -117,7 +119,7 @@ def cmd_ledgers(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     ledgers = rt.metadata.list_ledgers(args.topic)
     lines = [
         f"{x.ledger_id:>8} {x.state:<7} entries={x.entry_count:<8} bytes={x.size_bytes:<12} "
-        f"offload={x.offload_state:<10} hot={x.hot_state}"
+        f"offload={x.offload_state:<10} hot={x.hot_state:<8} retention={x.deletion_state}"
         for x in ledgers
     ]
     return ledgers, "\n".join(lines) or "(no ledgers)"
@@ -177,6 +179,45 @@ def cmd_status(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
         **rt.metadata.counts(),
     }
     return status, "\n".join(f"{k}: {v}" for k, v in status.items())
+
+
+# --- retention: cuts, trim, topic delete (R1) ------------------------------------------------
+def cmd_cut_create(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
+    cut = take_cut(rt, args.topic)
+    return cut, f"cut {cut.cut_id} of {cut.topic} at {cut.position} ({cut.offset_bytes} bytes)"
+
+
+def cmd_cut_list(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
+    cuts = rt.metadata.list_cuts(args.topic)
+    lines = [
+        f"{c.cut_id:>8} {c.position!s:<16} offset_bytes={c.offset_bytes:<14} "
+        f"created_ms={c.created_ms}"
+        for c in cuts
+    ]
+    return cuts, "\n".join(lines) or "(no cuts)"
+
+
+def _trim_text(result: TrimResult) -> str:
+    verb = "would mark" if result.dry_run else "marked"
+    return (
+        f"topic {result.topic}: start {result.start_before} -> {result.start_after}; "
+        f"{verb} {len(result.ledgers_deleting)} ledgers deleting "
+        f"{result.ledgers_deleting[:20]}{' ...' if len(result.ledgers_deleting) > 20 else ''}, "
+        f"{result.queued_keys} object keys queued"
+        + ("" if result.dry_run else f", {len(result.hot_deleted)} hot copies removed")
+        + ("" if result.changed or result.dry_run else " (nothing to do)")
+    )
+
+
+def cmd_trim(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
+    target = resolve_target(rt, args.topic, cut_id=args.cut, position=args.position)
+    result = trim_topic(rt, args.topic, target, dry_run=args.dry_run)
+    return result, _trim_text(result)
+
+
+def cmd_topic_delete(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
+    result = delete_topic(rt, args.name)
+    return result, f"deleted topic {args.name}: " + _trim_text(result).split(": ", 1)[1]
 
 
 def cmd_db_upgrade(args: argparse.Namespace, settings: Settings) -> tuple[Any, str]:
@@ -252,6 +293,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("policy", cmd_topic_policy, "show or change a topic's policy", topic_sub)
     p.add_argument("name")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
+    delete_help = "delete a topic: fence its writer, delete every ledger (the name is not reused)"
+    p = command("delete", cmd_topic_delete, delete_help, topic_sub)
+    p.add_argument("name")
 
     p = command("produce", cmd_produce, "append seeded random entries to a topic")
     p.add_argument("topic")
@@ -275,7 +319,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("read", cmd_read, "read entries of one ledger")
     p.add_argument("topic")
     p.add_argument("--ledger", type=ledger_or_entry_id, required=True)
-    p.add_argument("--first", type=ledger_or_entry_id, default=0)
+    p.add_argument(
+        "--first",
+        type=ledger_or_entry_id,
+        default=None,
+        help="first entry id (default: the first readable one, at or above the topic's start)",
+    )
     p.add_argument("--last", type=ledger_or_entry_id, default=None)
     p.add_argument("--source", choices=[s.value for s in Source], default="auto")
     p.add_argument("--payload", action="store_true", help="include payloads (base64)")
@@ -283,6 +332,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("checksum", cmd_checksum, "one digest over every readable entry")
     p.add_argument("topic")
     p.add_argument("--source", choices=[s.value for s in Source], default="auto")
+
+    # retention (R1): stream cuts and trim
+    cut = sub.add_parser("cut", help="stream cuts: positions to trim at")
+    cut_sub = cut.add_subparsers(dest="cut_command", required=True, parser_class=OneLineParser)
+    p = command("create", cmd_cut_create, "take a cut at the end of the sealed data", cut_sub)
+    p.add_argument("topic")
+    p = command("list", cmd_cut_list, "list a topic's cuts, oldest first", cut_sub)
+    p.add_argument("topic")
+    p = command("trim", cmd_trim, "move a topic's start forward and delete what falls below")
+    p.add_argument("topic")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--cut", type=ledger_or_entry_id, metavar="ID", help="a cut's id")
+    where.add_argument("--position", metavar="L:E", help="ledger id:entry id")
+    p.add_argument("--dry-run", action="store_true", help="report what would go, change nothing")
 
     db = sub.add_parser("db", help="metadata schema: upgrade once per release, check")
     db_sub = db.add_subparsers(dest="db_command", required=True)

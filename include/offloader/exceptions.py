@@ -22,6 +22,15 @@ class AlreadyExistsError(OffloaderError):
     """A topic or ledger that the caller wants to create exists already."""
 
 
+# --- retention ------------------------------------------------------------------------
+class TrimmedError(OffloaderError, LookupError):
+    """A read below the topic's start: those entries were trimmed (invariant 4)."""
+
+
+class TopicDeletedError(OffloaderError):
+    """The topic was deleted (`offloader topic delete`): no writes, reads, cuts or trims."""
+
+
 # --- object store ---------------------------------------------------------------------
 class ObjectStoreError(OffloaderError):
     """The object store failed; the operation may succeed if retried."""

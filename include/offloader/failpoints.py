@@ -28,6 +28,14 @@ POINTS = (
     "mid-batch-begin",
     "after-first-ledger-upload",
     "mid-batch-commit",
+    # retention (retention/trim.py, retention/deletion.py): the start moved (or the topic
+    # was marked deleted), nothing marked yet; a full batch of ledgers marked deleting and
+    # more may follow; every ledger below the start marked, no hot file removed yet; the
+    # first hot file of a batch removed, not yet recorded
+    "after-trim-start-moved",
+    "mid-trim-ledgers",
+    "after-ledger-deleting",
+    "after-trim-hot-delete",
 )
 
 

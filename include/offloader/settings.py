@@ -39,6 +39,8 @@ class Settings(BaseSettings):
     attempt_lease_seconds: float = Field(default=300.0, gt=0)
     delete_retry_base_seconds: float = Field(default=5.0, ge=0)
     delete_retry_max_seconds: float = Field(default=3600.0, ge=0)
+    # ledgers a trim marks (and whose hot copies it removes) per transaction
+    trim_batch_ledgers: int = Field(default=1000, ge=1, le=10_000)
 
     @field_validator("data_dir", "ledger_dir")
     @classmethod

@@ -5,11 +5,15 @@ from offloader.metadata.records import (
     Attempt,
     AttemptState,
     Deletion,
+    DeletionState,
     HotState,
     Ledger,
     LedgerState,
     OffloadState,
+    Position,
+    StreamCut,
     Topic,
+    TopicState,
 )
 from offloader.metadata.store import MetadataStore
 
@@ -17,11 +21,15 @@ __all__ = [
     "Attempt",
     "AttemptState",
     "Deletion",
+    "DeletionState",
     "HotState",
     "Ledger",
     "LedgerState",
     "MetadataStore",
     "OffloadState",
+    "Position",
+    "StreamCut",
     "Topic",
+    "TopicState",
     "now_ms",
 ]

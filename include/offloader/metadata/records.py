@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from offloader.policy import OffloadPolicy
 
@@ -26,6 +26,19 @@ class HotState(StrEnum):
     DELETED = "deleted"
 
 
+class DeletionState(StrEnum):
+    """A ledger's life after retention (KIP-405's DELETE_SEGMENT_STARTED / FINISHED)."""
+
+    NONE = "none"  # live (at or above the topic's start)
+    DELETING = "deleting"  # below the start: hot copy and objects on their way out
+    DELETED = "deleted"  # hot copy gone and every queued key of it deleted; the row stays
+
+
+class TopicState(StrEnum):
+    ACTIVE = "active"
+    DELETED = "deleted"  # `offloader topic delete`: writer fenced, every ledger deleting
+
+
 class AttemptState(StrEnum):
     STARTED = "started"
     COMMITTED = "committed"
@@ -37,6 +50,45 @@ class Record(BaseModel):
     model_config = ConfigDict(frozen=True)
 
 
+class Position(Record):
+    """A position in a topic: entry ``entry_id`` of ledger ``ledger_id``. Ordered as the
+    log is: by ledger, then entry. Text form ``L:E``."""
+
+    ledger_id: int = Field(ge=0)
+    entry_id: int = Field(ge=0)
+
+    @classmethod
+    def parse(cls, text: str) -> Position:
+        """``"L:E"`` -> Position; ValueError naming the text otherwise."""
+        ledger, sep, entry = text.strip().partition(":")
+        try:
+            if not sep:
+                raise ValueError(text)
+            return cls(ledger_id=int(ledger), entry_id=int(entry))
+        except ValueError:
+            raise ValueError(
+                f"position {text!r}: expected LEDGER:ENTRY, two integers >= 0 (e.g. 12:0)"
+            ) from None
+
+    def key(self) -> tuple[int, int]:
+        return (self.ledger_id, self.entry_id)
+
+    def __lt__(self, other: Position) -> bool:
+        return self.key() < other.key()
+
+    def __le__(self, other: Position) -> bool:
+        return self.key() <= other.key()
+
+    def __gt__(self, other: Position) -> bool:
+        return self.key() > other.key()
+
+    def __ge__(self, other: Position) -> bool:
+        return self.key() >= other.key()
+
+    def __str__(self) -> str:
+        return f"{self.ledger_id}:{self.entry_id}"
+
+
 class Topic(Record):
     name: str
     version: int
@@ -44,6 +96,19 @@ class Topic(Record):
     created_ms: int
     next_ledger_id: int
     writer_epoch: int
+    # the first readable position: everything below was trimmed (invariant 4)
+    start_ledger_id: int = 0
+    start_entry_id: int = 0
+    state: TopicState = TopicState.ACTIVE
+    deleted_ms: int | None = None
+
+    @property
+    def start(self) -> Position:
+        return Position(ledger_id=self.start_ledger_id, entry_id=self.start_entry_id)
+
+    @property
+    def is_deleted(self) -> bool:
+        return self.state is TopicState.DELETED
 
 
 class Ledger(Record):
@@ -67,6 +132,14 @@ class Ledger(Record):
     hot_state: HotState
     hot_deleted_ms: int | None
     store_id: int | None  # where the committed offload went (invariant 7)
+    deletion_state: DeletionState = DeletionState.NONE
+    deleting_ms: int | None = None  # when retention marked it (the intent)
+    deleted_ms: int | None = None
+
+    @property
+    def is_live(self) -> bool:
+        """Not trimmed: neither deleting nor deleted."""
+        return self.deletion_state is DeletionState.NONE
 
     @property
     def is_offloaded(self) -> bool:
@@ -104,3 +177,22 @@ class Deletion(Record):
     last_error: str | None
     done_ms: int | None
     store_id: int | None  # the store the key lives in
+    # the ledger whose deletion waits for this key (retention); None for attempts' leftovers
+    topic: str | None = None
+    ledger_id: int | None = None
+
+
+class StreamCut(Record):
+    """A position of a topic taken at ``created_ms`` (database clock), with the topic's
+    bytes from its first ever entry up to (excluding) the position (PDP-19)."""
+
+    topic: str
+    cut_id: int
+    ledger_id: int
+    entry_id: int
+    created_ms: int
+    offset_bytes: int
+
+    @property
+    def position(self) -> Position:
+        return Position(ledger_id=self.ledger_id, entry_id=self.entry_id)

@@ -46,6 +46,11 @@ topics = Table(
     Column("created_ms", BigInteger, nullable=False),
     Column("next_ledger_id", BigInteger, nullable=False),
     Column("writer_epoch", BigInteger, nullable=False),
+    # the first readable position (invariant 4); 0:0 until the first trim
+    Column("start_ledger_id", BigInteger, nullable=False, server_default="0"),
+    Column("start_entry_id", BigInteger, nullable=False, server_default="0"),
+    Column("state", String(16), nullable=False, server_default="active"),  # TopicState
+    Column("deleted_ms", BigInteger),
 )
 
 ledgers = Table(
@@ -71,6 +76,11 @@ ledgers = Table(
     Column("hot_state", String(16), nullable=False),  # HotState
     Column("hot_deleted_ms", BigInteger),
     Column("store_id", Integer),  # the committed offload's store (from its attempt)
+    Column("deletion_state", String(16), nullable=False, server_default="none"),
+    Column("deleting_ms", BigInteger),
+    Column("deleted_ms", BigInteger),
+    # finish_deleted_ledgers finds the deleting ledgers without a scan of live ones
+    Index("ix_ledgers_deletion", "deletion_state", "topic", "ledger_id"),
     ForeignKeyConstraint(["topic"], ["topics.name"]),
     ForeignKeyConstraint(["store_id"], ["object_stores.id"], name="fk_ledgers_store"),
 )
@@ -94,6 +104,20 @@ offload_attempts = Table(
     ForeignKeyConstraint(["store_id"], ["object_stores.id"], name="fk_offload_attempts_store"),
 )
 
+# PDP-19 stream cuts: positions with their time and byte offset, oldest first by id
+stream_cuts = Table(
+    "stream_cuts",
+    metadata,
+    Column("cut_id", Integer, primary_key=True, autoincrement=True),
+    Column("topic", String(512), nullable=False),
+    Column("ledger_id", BigInteger, nullable=False),
+    Column("entry_id", BigInteger, nullable=False),
+    Column("created_ms", BigInteger, nullable=False),
+    Column("offset_bytes", BigInteger, nullable=False),
+    Index("ix_stream_cuts_topic", "topic", "cut_id"),
+    ForeignKeyConstraint(["topic"], ["topics.name"], name="fk_stream_cuts_topic"),
+)
+
 deletion_queue = Table(
     "deletion_queue",
     metadata,
@@ -108,6 +132,10 @@ deletion_queue = Table(
     Column("last_error", Text),
     Column("done_ms", BigInteger),
     Column("store_id", Integer),  # the store the key lives in; the GC deletes there
+    # the deleting ledger that waits for this key (retention); NULL for attempts' leftovers
+    Column("topic", String(512)),
+    Column("ledger_id", BigInteger),
     Index("ix_deletion_queue_due", "state", "next_try_ms"),
+    Index("ix_deletion_queue_ledger", "topic", "ledger_id", "state"),
     ForeignKeyConstraint(["store_id"], ["object_stores.id"], name="fk_deletion_queue_store"),
 )

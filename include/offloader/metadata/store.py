@@ -22,7 +22,12 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
 from offloader import failpoints
-from offloader.exceptions import AlreadyExistsError, CommitFailedError, NotFoundError
+from offloader.exceptions import (
+    AlreadyExistsError,
+    CommitFailedError,
+    NotFoundError,
+    TopicDeletedError,
+)
 from offloader.metadata import schema
 from offloader.metadata.clock import db_now, db_now_ms
 from offloader.metadata.clock import now_ms as now_ms  # re-exported: the worker's clock
@@ -31,17 +36,22 @@ from offloader.metadata.records import (
     Attempt,
     AttemptState,
     Deletion,
+    DeletionState,
     HotState,
     Ledger,
     LedgerState,
     OffloadState,
+    Position,
+    StreamCut,
     Topic,
+    TopicState,
 )
 from offloader.metadata.stores import load_store, record_store
 from offloader.objectstore.location import StoreLocation
 from offloader.policy import OffloadPolicy
 
 T, L, A, D = schema.topics, schema.ledgers, schema.offload_attempts, schema.deletion_queue
+C = schema.stream_cuts
 
 
 def create_metadata_engine(url: str) -> Engine:
@@ -172,6 +182,13 @@ class MetadataStore:
                 )
                 return self._topic(conn, name)
         except IntegrityError as exc:  # the primary key: a concurrent create won
+            with self.engine.connect() as conn:
+                state = conn.execute(sa.select(T.c.state).where(T.c.name == name)).scalar()
+            if state == TopicState.DELETED:
+                raise AlreadyExistsError(
+                    f"topic {name!r} was deleted; a deleted topic's name is not reused (its "
+                    "ledgers, cuts and queued deletions keep naming it)"
+                ) from exc
             raise AlreadyExistsError(f"topic {name!r} exists already") from exc
 
     def get_topic(self, name: str) -> Topic:
@@ -199,6 +216,7 @@ class MetadataStore:
         """Take ownership of the topic's hot tail; an older writer's epoch stops working."""
         for _ in range(100):
             current = self.get_topic(topic)
+            _refuse_deleted(current, "written to")
             try:
                 with self.transaction() as conn:
                     _cas(
@@ -219,6 +237,7 @@ class MetadataStore:
         """A new open ledger; fails if ``writer_epoch`` no longer owns the topic."""
         with self.transaction() as conn:
             current = self._topic(conn, topic)
+            _refuse_deleted(current, "written to")
             if current.writer_epoch != writer_epoch:
                 raise CommitFailedError(
                     f"writer epoch {writer_epoch} of topic {topic!r} was fenced by "
@@ -275,12 +294,18 @@ class MetadataStore:
         with self.engine.connect() as conn:
             return self._ledger(conn, topic, ledger_id)
 
-    def list_ledgers(self, topic: str) -> list[Ledger]:
+    def list_ledgers(self, topic: str, *, live: bool = False) -> list[Ledger]:
+        """The topic's ledgers by id; ``live``: only those at or above its start that no
+        trim marked (selected in SQL, so trimmed history is never loaded)."""
         with self.engine.connect() as conn:
-            self._topic(conn, topic)
-            rows = conn.execute(
-                sa.select(L).where(L.c.topic == topic).order_by(L.c.ledger_id)
-            ).mappings()
+            current = self._topic(conn, topic)
+            query = sa.select(L).where(L.c.topic == topic)
+            if live:
+                query = query.where(
+                    L.c.ledger_id >= current.start_ledger_id,
+                    L.c.deletion_state == DeletionState.NONE,
+                )
+            rows = conn.execute(query.order_by(L.c.ledger_id)).mappings()
             return [Ledger.model_validate(dict(r)) for r in rows]
 
     # --- object stores (invariant 7) -----------------------------------------------------
@@ -317,8 +342,11 @@ class MetadataStore:
             _cas_ledger_if(
                 conn,
                 ledger,
-                _lease_over() if ledger.attempt_id is not None else sa.true(),
-                f"has attempt {ledger.attempt_id} in flight until its lease ends",
+                sa.and_(
+                    L.c.deletion_state == DeletionState.NONE,
+                    _lease_over() if ledger.attempt_id is not None else sa.true(),
+                ),
+                f"has attempt {ledger.attempt_id} in flight until its lease ends, or was trimmed",
                 offload_state=OffloadState.OFFLOADING,
                 offload_epoch=epoch,
                 attempt_id=attempt_id,
@@ -473,6 +501,7 @@ class MetadataStore:
                         [(n, i.ledger.version) for n, i in free.items()]
                     ),
                     sa.or_(L.c.attempt_id.is_(None), _lease_over()),
+                    L.c.deletion_state == DeletionState.NONE,
                 )
                 .values(
                     version=L.c.version + 1,
@@ -731,6 +760,277 @@ class MetadataStore:
         if rows:
             conn.execute(D.insert().values(enqueued_ms=db_now(), next_try_ms=db_now()), rows)
 
+    # --- retention: stream cuts, the topic's start, ledger deletion -------------------
+    def create_cut(self, topic: str) -> StreamCut:
+        """A cut at the current end of the topic's sealed data (the open ledger's entries
+        have no recorded length yet), taken at the database's now, with the bytes of every
+        ledger below it, deleted ones included (their rows stay)."""
+        with self.transaction() as conn:
+            current = self._topic(conn, topic)
+            _refuse_deleted(current, "cut")
+            end = _end_of_sealed(conn, current)
+            offset = conn.execute(
+                sa.select(sa.func.coalesce(sa.func.sum(L.c.size_bytes), 0)).where(
+                    L.c.topic == topic, L.c.ledger_id < end.ledger_id
+                )
+            ).scalar_one()
+            cut_id = conn.execute(
+                C.insert()
+                .values(
+                    topic=topic,
+                    ledger_id=end.ledger_id,
+                    entry_id=end.entry_id,
+                    created_ms=db_now(),
+                    offset_bytes=int(offset),
+                )
+                .returning(C.c.cut_id)
+            ).scalar_one()
+            return self._cut(conn, topic, cut_id)
+
+    def list_cuts(self, topic: str) -> list[StreamCut]:
+        """The topic's cuts, oldest first."""
+        with self.engine.connect() as conn:
+            self._topic(conn, topic)
+            rows = conn.execute(
+                sa.select(C).where(C.c.topic == topic).order_by(C.c.cut_id)
+            ).mappings()
+            return [StreamCut.model_validate(dict(r)) for r in rows]
+
+    def get_cut(self, topic: str, cut_id: int) -> StreamCut:
+        with self.engine.connect() as conn:
+            self._topic(conn, topic)
+            return self._cut(conn, topic, cut_id)
+
+    def end_of_sealed(self, topic: str) -> Position:
+        """The position just past the topic's last sealed entry (see create_cut)."""
+        with self.engine.connect() as conn:
+            return _end_of_sealed(conn, self._topic(conn, topic))
+
+    def move_start(self, topic: Topic, position: Position) -> Topic:
+        """Move the topic's start to ``position`` by CAS on the version ``topic`` was read
+        at: reads below it fail from this commit on (invariant 4). Only forward."""
+        if position <= topic.start:
+            raise ValueError(f"start {topic.start} of topic {topic.name!r} only moves forward")
+        with self.transaction() as conn:
+            _cas(
+                conn,
+                T,
+                sa.and_(T.c.name == topic.name, T.c.state == TopicState.ACTIVE),
+                topic.version,
+                f"topic {topic.name!r}",
+                start_ledger_id=position.ledger_id,
+                start_entry_id=position.entry_id,
+            )
+            return self._topic(conn, topic.name)
+
+    def delete_topic(self, topic: Topic) -> Topic:
+        """Mark the topic deleted by CAS: its start moves past every ledger (open ones
+        too) and its writer epoch moves on, so a live writer is fenced."""
+        with self.transaction() as conn:
+            _cas(
+                conn,
+                T,
+                sa.and_(T.c.name == topic.name, T.c.state == TopicState.ACTIVE),
+                topic.version,
+                f"topic {topic.name!r}",
+                state=TopicState.DELETED,
+                deleted_ms=db_now(),
+                writer_epoch=T.c.writer_epoch + 1,
+                start_ledger_id=T.c.next_ledger_id,
+                start_entry_id=0,
+            )
+            return self._topic(conn, topic.name)
+
+    def ledgers_to_trim(self, topic: str, below: int) -> list[int]:
+        """Ids of the live ledgers below ``below`` (what a trim there would mark)."""
+        query = sa.select(L.c.ledger_id).where(_unmarked_below(topic, below))
+        with self.engine.connect() as conn:
+            return list(conn.execute(query.order_by(L.c.ledger_id)).scalars())
+
+    def count_keys_to_trim(self, topic: str, below: int) -> int:
+        """How many object keys a trim below ``below`` would queue (committed and in flight)."""
+        with self.engine.connect() as conn:
+            return 2 * int(
+                conn.execute(
+                    sa.select(
+                        sa.func.count(L.c.offload_uuid) + sa.func.count(L.c.attempt_id)
+                    ).where(_unmarked_below(topic, below))
+                ).scalar_one()
+            )
+
+    def mark_ledgers_deleting(self, topic: str, below: int, limit: int) -> tuple[list[int], int]:
+        """Mark up to ``limit`` live ledgers below ``below`` as deleting, in one transaction
+        with their intent: committed objects and any attempt in flight queued for deletion
+        (its attempt superseded, so a zombie that wrote late requeues its keys), hot copies
+        marked deleting (mark first). Set-based: a few statements, whatever the count.
+        Returns (marked ledger ids, keys queued)."""
+        with self.transaction() as conn:
+            last = conn.execute(
+                sa.select(sa.func.max(sa.literal_column("ledger_id"))).select_from(
+                    sa.select(L.c.ledger_id)
+                    .where(_unmarked_below(topic, below))
+                    .order_by(L.c.ledger_id)
+                    .limit(limit)
+                    .subquery()
+                )
+            ).scalar()
+            if last is None:
+                return [], 0
+            hot = sa.case(
+                (L.c.hot_state == HotState.PRESENT, HotState.DELETING), else_=L.c.hot_state
+            )
+            ids = sorted(
+                conn.execute(
+                    L.update()
+                    .where(_unmarked_below(topic, last + 1))
+                    .values(
+                        version=L.c.version + 1,
+                        deletion_state=DeletionState.DELETING,
+                        deleting_ms=db_now(),
+                        hot_state=hot,
+                    )
+                    .returning(L.c.ledger_id)
+                ).scalars()
+            )
+            chunk = sa.and_(L.c.topic == topic, L.c.ledger_id.in_(ids))
+            queued = 0
+            for column in (L.c.data_key, L.c.index_key):
+                queued += self._enqueue_select(
+                    conn,
+                    sa.select(
+                        column,
+                        sa.literal("ledger trimmed"),
+                        L.c.offload_uuid,
+                        L.c.store_id,
+                        L.c.topic,
+                        L.c.ledger_id,
+                    ).where(chunk, L.c.offload_uuid.is_not(None)),
+                )
+            in_flight = sa.and_(
+                chunk, A.c.attempt_id == L.c.attempt_id, A.c.state == AttemptState.STARTED
+            )
+            for column in (A.c.data_key, A.c.index_key):
+                queued += self._enqueue_select(
+                    conn,
+                    sa.select(
+                        column,
+                        sa.literal("attempt of a trimmed ledger"),
+                        A.c.attempt_id,
+                        A.c.store_id,
+                        L.c.topic,
+                        L.c.ledger_id,
+                    ).where(in_flight),
+                )
+            conn.execute(
+                A.update()
+                .where(
+                    A.c.attempt_id.in_(sa.select(L.c.attempt_id).where(chunk)),
+                    A.c.state == AttemptState.STARTED,
+                )
+                .values(
+                    state=AttemptState.SUPERSEDED,
+                    finished_ms=db_now(),
+                    detail="its ledger was trimmed",
+                )
+            )
+            offloading = L.c.offload_state == OffloadState.OFFLOADING
+            conn.execute(
+                L.update()
+                .where(chunk, L.c.attempt_id.is_not(None))
+                .values(
+                    attempt_id=None,
+                    attempt_lease_ms=None,
+                    offload_state=sa.case((offloading, OffloadState.NONE), else_=L.c.offload_state),
+                )
+            )
+            return ids, queued
+
+    def hot_copies_of_deleting(self, limit: int, topic: str | None = None) -> list[Ledger]:
+        """Deleting ledgers whose hot copy is marked but not yet gone."""
+        query = sa.select(L).where(
+            L.c.deletion_state == DeletionState.DELETING, L.c.hot_state == HotState.DELETING
+        )
+        if topic is not None:
+            query = query.where(L.c.topic == topic)
+        with self.engine.connect() as conn:
+            rows = conn.execute(query.order_by(L.c.topic, L.c.ledger_id).limit(limit)).mappings()
+            return [Ledger.model_validate(dict(r)) for r in rows]
+
+    def mark_hot_copies_deleted(self, topic: str, ledger_ids: Iterable[int]) -> None:
+        """Second step of mark-first for trimmed ledgers whose hot files are gone."""
+        ids = sorted(ledger_ids)
+        if not ids:
+            return
+        with self.transaction() as conn:
+            conn.execute(
+                L.update()
+                .where(
+                    L.c.topic == topic,
+                    L.c.ledger_id.in_(ids),
+                    L.c.hot_state == HotState.DELETING,
+                    L.c.deletion_state == DeletionState.DELETING,
+                )
+                .values(
+                    version=L.c.version + 1, hot_state=HotState.DELETED, hot_deleted_ms=db_now()
+                )
+            )
+
+    def topics_with_unmarked_ledgers(self) -> list[Topic]:
+        """Topics whose start moved past ledgers not yet marked (a trim cut short)."""
+        below = (
+            sa.select(L.c.ledger_id)
+            .where(
+                L.c.topic == T.c.name,
+                L.c.ledger_id < T.c.start_ledger_id,
+                L.c.deletion_state == DeletionState.NONE,
+            )
+            .exists()
+        )
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(T).where(below).order_by(T.c.name)).mappings()
+            return [_topic_from_row(r) for r in rows]
+
+    def finish_deleted_ledgers(self) -> int:
+        """Deleting ledgers whose hot copy is gone and whose queued keys are all done become
+        ``deleted``; how many did."""
+        pending = (
+            sa.select(D.c.id)
+            .where(D.c.topic == L.c.topic, D.c.ledger_id == L.c.ledger_id, D.c.state == "pending")
+            .exists()
+        )
+        with self.transaction() as conn:
+            result = conn.execute(
+                L.update()
+                .where(
+                    L.c.deletion_state == DeletionState.DELETING,
+                    L.c.hot_state == HotState.DELETED,
+                    ~pending,
+                )
+                .values(
+                    version=L.c.version + 1,
+                    deletion_state=DeletionState.DELETED,
+                    deleted_ms=db_now(),
+                )
+            )
+            return int(result.rowcount)
+
+    def _enqueue_select(self, conn: Connection, rows: sa.Select) -> int:  # type: ignore[type-arg]
+        """Queue the keys a SELECT yields as (key, reason, attempt id, store, topic, ledger)."""
+        columns = ["object_key", "reason", "attempt_id", "store_id", "topic", "ledger_id"]
+        source = rows.add_columns(sa.literal("pending"), sa.literal(0), db_now(), db_now())
+        columns += ["state", "tries", "enqueued_ms", "next_try_ms"]
+        return int(conn.execute(D.insert().from_select(columns, source)).rowcount)
+
+    def _cut(self, conn: Connection, topic: str, cut_id: int) -> StreamCut:
+        row = (
+            conn.execute(sa.select(C).where(C.c.topic == topic, C.c.cut_id == cut_id))
+            .mappings()
+            .first()
+        )
+        if row is None:
+            raise NotFoundError(f"cut {cut_id} of topic {topic!r} does not exist")
+        return StreamCut.model_validate(dict(row))
+
     # --- status --------------------------------------------------------------------------
     def counts(self) -> dict[str, object]:
         with self.engine.connect() as conn:
@@ -774,6 +1074,13 @@ def _ledger_key(topic: str, ledger_id: int) -> sa.ColumnElement[bool]:
     return sa.and_(L.c.topic == topic, L.c.ledger_id == ledger_id)
 
 
+def _unmarked_below(topic: str, below: int) -> sa.ColumnElement[bool]:
+    """Live ledgers of ``topic`` with an id below ``below``: a range of the primary key."""
+    return sa.and_(
+        L.c.topic == topic, L.c.ledger_id < below, L.c.deletion_state == DeletionState.NONE
+    )
+
+
 def _lease_over() -> sa.ColumnElement[bool]:
     """The attempt's lease has run out by the database's clock (invariant 6)."""
     return sa.or_(L.c.attempt_lease_ms.is_(None), L.c.attempt_lease_ms <= db_now())
@@ -785,6 +1092,7 @@ def _owned_by(attempt: Attempt) -> sa.ColumnElement[bool]:
         _ledger_key(attempt.topic, attempt.ledger_id),
         L.c.attempt_id == attempt.attempt_id,
         L.c.offload_epoch == attempt.epoch,
+        L.c.deletion_state == DeletionState.NONE,  # a trimmed ledger takes no commit
     )
 
 
@@ -796,6 +1104,7 @@ def _owned_by_any(attempts: Iterable[Attempt]) -> sa.ColumnElement[bool]:
         sa.tuple_(L.c.ledger_id, L.c.attempt_id, L.c.offload_epoch).in_(
             [(a.ledger_id, a.attempt_id, a.epoch) for a in attempts]
         ),
+        L.c.deletion_state == DeletionState.NONE,
     )
 
 
@@ -804,6 +1113,23 @@ def _one_topic(topics: Iterable[str]) -> str:
     if len(names) != 1:
         raise ValueError(f"a batch belongs to exactly one topic, got {sorted(names)}")
     return names.pop()
+
+
+def _refuse_deleted(topic: Topic, what: str) -> None:
+    if topic.is_deleted:
+        raise TopicDeletedError(f"topic {topic.name!r} was deleted; it cannot be {what}")
+
+
+def _end_of_sealed(conn: Connection, topic: Topic) -> Position:
+    """Where the topic's sealed data ends: the first open ledger at entry 0, or the next
+    ledger id to be allocated. Every ledger below it is sealed, its length recorded."""
+    first_open = conn.execute(
+        sa.select(sa.func.min(L.c.ledger_id)).where(
+            L.c.topic == topic.name, L.c.state == LedgerState.OPEN
+        )
+    ).scalar()
+    end = topic.next_ledger_id if first_open is None else first_open
+    return Position(ledger_id=end, entry_id=0)
 
 
 def _topic_from_row(row: sa.RowMapping) -> Topic:

@@ -59,7 +59,9 @@ class BatchOffloader:
         if len(set(ids)) != len(ids):
             raise ValueError(f"ledger ids must be unique, got {ids!r}")
         ledgers = self.metadata.get_ledgers(topic, ids) if ids else {}
-        still_open = [i for i in ids if ledgers[i].state is not LedgerState.SEALED]
+        still_open = [
+            i for i in ids if ledgers[i].state is not LedgerState.SEALED and ledgers[i].is_live
+        ]
         if still_open:
             raise ValueError(f"ledgers {still_open} of {topic} are open; only sealed ledgers move")
         results: dict[int, OffloadResult] = {}
@@ -91,6 +93,7 @@ class BatchOffloader:
         skipped = [i.ledger for i in intents if i.ledger.ledger_id not in attempts]
         for ledger in self._reread(skipped):
             outcome = Outcome.ALREADY_OFFLOADED if ledger.is_offloaded else Outcome.IN_PROGRESS
+            outcome = outcome if ledger.is_live else Outcome.TRIMMED
             results[ledger.ledger_id] = OffloadResult(
                 ledger.topic, ledger.ledger_id, outcome, ledger.offload_uuid or ledger.attempt_id
             )
@@ -109,6 +112,8 @@ class BatchOffloader:
 
     def _settled(self, ledger: Ledger) -> OffloadResult | None:
         """The outcome of a ledger that needs no new attempt; None if it needs one."""
+        if not ledger.is_live:
+            return OffloadResult(ledger.topic, ledger.ledger_id, Outcome.TRIMMED)
         if ledger.is_offloaded:
             return OffloadResult(
                 ledger.topic, ledger.ledger_id, Outcome.ALREADY_OFFLOADED, ledger.offload_uuid

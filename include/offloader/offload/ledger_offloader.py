@@ -42,6 +42,7 @@ class Outcome(StrEnum):
     IN_PROGRESS = "in-progress"  # another live attempt holds the lease
     LOST = "lost"  # another attempt committed first; ours is queued for deletion
     RETIRED_EMPTY = "retired-empty"  # sealed with no entries: hot file removed, nothing uploaded
+    TRIMMED = "trimmed"  # below the topic's start: deleting or deleted, never offloaded
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ class LedgerOffloader:
         return self._policies[topic]
 
     def plan(self, topic: str, up_to: int | None = None) -> list[Ledger]:
-        ledgers = self.metadata.list_ledgers(topic)
+        ledgers = self.metadata.list_ledgers(topic, live=True)  # never what a trim removes
         return due_ledgers(ledgers, self.policy(topic), self.metadata.db_now_ms(), up_to)
 
     def offload_topic(self, topic: str, up_to: int | None = None) -> list[OffloadResult]:
@@ -86,6 +87,8 @@ class LedgerOffloader:
     def offload_ledger(self, topic: str, ledger_id: int) -> OffloadResult:
         """Idempotent: run it any number of times, concurrently or after a crash."""
         ledger = self.metadata.get_ledger(topic, ledger_id)
+        if not ledger.is_live:
+            return OffloadResult(topic, ledger_id, Outcome.TRIMMED)
         if ledger.is_offloaded:
             return OffloadResult(topic, ledger_id, Outcome.ALREADY_OFFLOADED, ledger.offload_uuid)
         if ledger.state is not LedgerState.SEALED:

@@ -12,8 +12,10 @@ from offloader.exceptions import (
     HotLedgerMissingError,
     ObjectNotFoundError,
     StoreUnavailableError,
+    TopicDeletedError,
+    TrimmedError,
 )
-from offloader.metadata import Ledger, LedgerState
+from offloader.metadata import Ledger, LedgerState, Topic
 from offloader.policy import ReadPriority
 from offloader.read.tiered import TieredLedgerReader
 from offloader.runtime import Runtime
@@ -32,6 +34,27 @@ class Checksum:
     bytes: int
 
 
+def _refuse_deleted(topic: Topic) -> None:
+    if topic.is_deleted:
+        raise TopicDeletedError(f"topic {topic.name!r} was deleted; nothing of it is readable")
+
+
+def _check_start(topic: Topic, ledger: Ledger, first: int | None) -> int:
+    """The first readable entry id of ``ledger``; TrimmedError naming the start if the
+    ledger (or the requested ``first``) lies below the topic's start."""
+    _refuse_deleted(topic)
+    start = topic.start
+    below = ledger.ledger_id < start.ledger_id or not ledger.is_live
+    if ledger.ledger_id == start.ledger_id and first is not None and first < start.entry_id:
+        below = True
+    if below:
+        what = f"ledger {ledger.ledger_id}" + ("" if first is None else f" entry {first}")
+        raise TrimmedError(
+            f"{what} of topic {topic.name!r} is below the topic's start {start}: trimmed"
+        )
+    return start.entry_id if ledger.ledger_id == start.ledger_id else 0
+
+
 class TopicReader:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
@@ -40,26 +63,32 @@ class TopicReader:
         self,
         topic: str,
         ledger_id: int,
-        first: int = 0,
+        first: int | None = None,
         last: int | None = None,
         source: Source = Source.AUTO,
     ) -> Iterator[tuple[int, bytes]]:
         """Entries ``first..last`` of one ledger from the chosen copy, resuming on fallback.
 
-        An empty ledger yields nothing for the default range and refuses an explicit one.
+        ``first`` None is the first readable entry: 0, or the topic's start entry in the
+        ledger the start falls in. Anything below the topic's start is TrimmedError, raised
+        before any byte is read (invariant 4). An empty ledger yields nothing for the
+        default range and refuses an explicit one.
         """
+        owner = self.runtime.metadata.get_topic(topic)
         ledger = self.runtime.metadata.get_ledger(topic, ledger_id)
+        readable = _check_start(owner, ledger, first)
         last_id = self._last_entry_id(ledger)
         if last_id < 0:
-            if first == 0 and last is None:
+            if first is None and last is None:
                 return
             raise ValueError(f"ledger {ledger_id} of topic {topic!r} is empty")
+        first = readable if first is None else first
         last = last_id if last is None else last
         if first < 0 or first > last or last > last_id:
             raise ValueError(
                 f"entries {first}..{last} are outside 0..{last_id} of ledger {topic}/{ledger_id}"
             )
-        sources = self._sources(ledger, Source(source))
+        sources = self._sources(owner, ledger, Source(source))
         next_id = first
         for position, reader in enumerate(sources):
             try:
@@ -72,10 +101,13 @@ class TopicReader:
                     raise
 
     def checksum(self, topic: str, source: Source = Source.AUTO) -> Checksum:
-        """One SHA-256 over every readable entry: (ledger id, entry id, length, payload)."""
+        """One SHA-256 over every readable entry (at or above the topic's start): (ledger
+        id, entry id, length, payload)."""
         digest = hashlib.sha256()
         entries = total = 0
-        for ledger in self.runtime.metadata.list_ledgers(topic):
+        owner = self.runtime.metadata.get_topic(topic)
+        _refuse_deleted(owner)
+        for ledger in self.runtime.metadata.list_ledgers(topic, live=True):
             if self._last_entry_id(ledger) < 0:
                 continue
             for entry_id, payload in self.read(topic, ledger.ledger_id, source=source):
@@ -93,7 +125,7 @@ class TopicReader:
         return ledger.entry_count - 1
 
     def _sources(
-        self, ledger: Ledger, source: Source
+        self, topic: Topic, ledger: Ledger, source: Source
     ) -> list[Callable[[int, int], Iterator[tuple[int, bytes]]]]:
         name = f"ledger {ledger.topic}/{ledger.ledger_id}"
         hot = self._hot_reader(ledger) if ledger.has_hot_copy else None
@@ -108,9 +140,10 @@ class TopicReader:
             if tiered is None:
                 raise ObjectNotFoundError(f"{name} is not offloaded")
             return [tiered]
-        policy = self.runtime.metadata.get_topic(ledger.topic).policy
         ordered = (
-            [tiered, hot] if policy.read_priority is ReadPriority.TIERED_FIRST else [hot, tiered]
+            [tiered, hot]
+            if topic.policy.read_priority is ReadPriority.TIERED_FIRST
+            else [hot, tiered]
         )
         available = [reader for reader in ordered if reader is not None]
         if not available:
