@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, Param, TriggerRule
 
+from offloader_airflow.assets import DELETION_QUEUE
 from offloader_airflow.operators import (
     DeleteHotCopiesOperator,
     OffloadLedgersOperator,
@@ -89,13 +90,17 @@ with DAG(
         dry_run="{{ params.dry_run }}",
     )
     offload = OffloadLedgersOperator.partial(
-        task_id="offload", pool="offload_uploads", max_active_tis_per_dagrun=4
+        task_id="offload",
+        pool="offload_uploads",
+        max_active_tis_per_dagrun=4,
+        outlets=[DELETION_QUEUE],  # a losing or stale attempt queues its objects
     ).expand(batch=plan.output)
     delete_hot = DeleteHotCopiesOperator(
         task_id="delete_hot_copies",
         topics="{{ ti.xcom_pull(task_ids='plan', key='topics') }}",
         dry_run="{{ params.dry_run }}",
         trigger_rule=TriggerRule.ALL_DONE,
+        outlets=[DELETION_QUEUE],
     )
     summary = OffloadSummaryOperator(task_id="summary", trigger_rule=TriggerRule.ALL_DONE)
 
