@@ -36,6 +36,8 @@ POINTS = (
     "mid-trim-ledgers",
     "after-ledger-deleting",
     "after-trim-hot-delete",
+    # retention (retention/run.py): apply_retention took its cut, nothing trimmed yet
+    "after-retention-cut",
 )
 
 

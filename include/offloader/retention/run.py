@@ -18,6 +18,7 @@ import logging
 from dataclasses import dataclass
 from functools import partial
 
+from offloader import failpoints
 from offloader.metadata import StreamCut
 from offloader.policy import OffloadPolicy
 from offloader.retention.cuts import take_cut
@@ -63,6 +64,7 @@ def apply_retention(
     policy = policy or rt.metadata.get_topic(topic).policy
     if end is None:
         end = rt.metadata.end_cut(topic) if dry_run else take_cut(rt, topic)
+        failpoints.reach("after-retention-cut")
     bounds = retention_bounds(policy, end.created_ms, end.offset_bytes)
     chosen = choose_cut(bounds, partial(rt.metadata.newest_cut, topic))
     trim = None
