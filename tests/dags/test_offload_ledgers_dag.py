@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.airflow import DagRunner, connection_env, return_value, task_states
+from fixtures.airflow import DagFile, connection_env, return_value, task_states
 from fixtures.backends import make_topic, produce_ledgers, unaccounted_objects
 from offloader.gc.deletion_queue import process_deletions
 from offloader.metadata import AttemptState, HotState
@@ -22,8 +22,8 @@ from offloader.runtime import Runtime
 
 
 @pytest.fixture
-def offload_dag() -> DagRunner:
-    return DagRunner("offload_ledgers")
+def offload_dag() -> DagFile:
+    return DagFile("offload_ledgers")
 
 
 def summary_of(run) -> dict:  # type: ignore[no-untyped-def]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fixtures.airflow import DagRunner, return_value, task_states
+from fixtures.airflow import DagFile, return_value, task_states
 from fixtures.backends import make_topic, produce_ledgers, unaccounted_objects
 from offloader.metadata import DeletionState
 from offloader.offload.hot_deletion import delete_hot_copies
@@ -15,8 +15,8 @@ from offloader.runtime import Runtime
 
 
 @pytest.fixture
-def retention_dag() -> DagRunner:
-    return DagRunner("retention")
+def retention_dag() -> DagFile:
+    return DagFile("retention")
 
 
 def deletion_queue_events(run) -> int:  # type: ignore[no-untyped-def]
@@ -74,7 +74,7 @@ def test_scheduled_run_cuts_every_topic_and_applies_each_policy(
     run = retention_dag.test(run_conf={})
     assert str(run.state) == "success", task_states(run)
     assert task_states(run)["apply_retention"] == ["success"] * 2
-    summary = return_value(run)
+    summary = return_value(run, "summary")
     assert summary["trimmed"] == ["orders"] and summary["topics"] == 2
     assert summary["ledgers_deleting"] == 2 and summary["queued_keys"] == 4
     assert len(rt.metadata.list_cuts("clicks")) == 1  # retention cut generation
@@ -90,7 +90,7 @@ def test_scheduled_run_cuts_every_topic_and_applies_each_policy(
 
     again = retention_dag.test(run_conf={})
     assert str(again.state) == "success", task_states(again)
-    assert return_value(again)["trimmed"] == []
+    assert return_value(again, "summary")["trimmed"] == []
     assert rt.metadata.list_ledgers("orders") == ledgers
 
 
@@ -103,14 +103,17 @@ def test_manual_trim_at_a_cut_and_a_dry_run_at_a_position(runtime: Runtime, rete
         run_conf={"topic": "orders", "position": f"{ids[3]}:0", "dry_run": True}
     )
     assert str(dry.state) == "success", task_states(dry)
-    assert return_value(dry)["ledgers_deleting"] == 3 and return_value(dry)["dry_run"]
+    assert (
+        return_value(dry, "summary")["ledgers_deleting"] == 3
+        and return_value(dry, "summary")["dry_run"]
+    )
     assert state_of(rt) == before
 
     cut = take_cut(rt, "orders")
     produce_ledgers(rt, "orders", [(3, 100)])  # the cut is no longer the end
     run = retention_dag.test(run_conf={"topic": "orders", "cut_id": cut.cut_id})
     assert str(run.state) == "success", task_states(run)
-    assert return_value(run)["trimmed"] == ["orders"]
+    assert return_value(run, "summary")["trimmed"] == ["orders"]
     assert rt.metadata.get_topic("orders").start == cut.position
     assert len(rt.metadata.list_cuts("orders")) == 6  # a trim takes no cut
     assert all(
