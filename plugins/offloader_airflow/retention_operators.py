@@ -14,13 +14,19 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
-from offloader.retention.cuts import take_cut
-from offloader.retention.request import RetentionRequest, check_request, run_request
-from offloader.retention.run import RetentionResult, describe
 from offloader_airflow.hooks import OffloaderHook
 from offloader_airflow.operators import raise_if_failed
 
-REQUEST_FIELDS: tuple[str, ...] = tuple(RetentionRequest.model_fields)
+# RetentionRequest's fields (a test holds them equal). The library is imported in
+# ``execute``: its metadata layer (SQLAlchemy, Alembic) would add to every DAG parse.
+REQUEST_FIELDS: tuple[str, ...] = (
+    "topic",
+    "cut_id",
+    "position",
+    "dry_run",
+    "retention_time_seconds",
+    "retention_size_bytes",
+)
 
 
 def _jsonable(value: Any) -> Any:
@@ -56,6 +62,8 @@ class PlanRetentionOperator(BaseOperator):
         self.offloader_conn_id = offloader_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
+        from offloader.retention.request import RetentionRequest, check_request
+
         raw = {name: getattr(self, name) for name in REQUEST_FIELDS}
         request = RetentionRequest.model_validate({k: v for k, v in raw.items() if v is not None})
         with OffloaderHook(self.offloader_conn_id).get_runtime() as runtime:
@@ -79,6 +87,9 @@ class RetentionCutsOperator(BaseOperator):
         self.offloader_conn_id = offloader_conn_id
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
+        from offloader.retention.cuts import take_cut
+        from offloader.retention.request import RetentionRequest
+
         request = RetentionRequest.model_validate(self.plan["request"])
         topics = list(self.plan["topics"])
         cuts: dict[str, int | None] = dict.fromkeys(topics)
@@ -105,6 +116,9 @@ class ApplyRetentionOperator(BaseOperator):
         self.offloader_conn_id = offloader_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
+        from offloader.retention.request import RetentionRequest, run_request
+        from offloader.retention.run import RetentionResult, describe
+
         work = self.work
         if not isinstance(work, dict) or not {"topic", "cut_id", "request"} <= set(work):
             raise TypeError(f"work must be a dict with topic, cut_id and request, got {work!r}")

@@ -192,3 +192,10 @@ def test_tasks_that_may_queue_deletions_list_the_deletion_queue() -> None:
     assert retention.max_active_runs == 1 and not retention.catchup
     for task_id in ("plan", "retention_cut_generation", "summary"):
         assert not retention.get_task(task_id).outlets
+
+
+def test_the_plan_operator_templates_every_request_field() -> None:
+    from offloader.retention.request import RetentionRequest
+    from offloader_airflow.retention_operators import PlanRetentionOperator
+
+    assert tuple(PlanRetentionOperator.template_fields) == tuple(RetentionRequest.model_fields)
