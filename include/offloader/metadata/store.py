@@ -1151,22 +1151,40 @@ def _refuse_deleted(topic: Topic, what: str) -> None:
 
 def _end_and_offset(conn: Connection, topic: Topic) -> tuple[Position, int]:
     """The end of the topic's sealed data and its committed bytes from the first entry
-    (each ledger's recorded size once; nothing of an upload in flight)."""
+    (each ledger's recorded size once; nothing of an upload in flight).
+
+    Incremental from the topic's newest cut: every ledger below a cut was sealed when it
+    was taken, and sealed sizes never change, so only the ledgers since then are summed
+    and the cost does not grow with the topic's history."""
+    newest = _newest_cut(conn, topic.name)
+    since, base = (0, 0) if newest is None else (newest.ledger_id, newest.offset_bytes)
     end = _end_of_sealed(conn, topic)
     offset = conn.execute(
         sa.select(sa.func.coalesce(sa.func.sum(L.c.size_bytes), 0)).where(
-            L.c.topic == topic.name, L.c.ledger_id < end.ledger_id
+            L.c.topic == topic.name, L.c.ledger_id >= since, L.c.ledger_id < end.ledger_id
         )
     ).scalar_one()
-    return end, int(offset)
+    return end, base + int(offset)
+
+
+def _newest_cut(conn: Connection, topic: str) -> StreamCut | None:
+    row = (
+        conn.execute(sa.select(C).where(C.c.topic == topic).order_by(C.c.cut_id.desc()).limit(1))
+        .mappings()
+        .first()
+    )
+    return None if row is None else StreamCut.model_validate(dict(row))
 
 
 def _end_of_sealed(conn: Connection, topic: Topic) -> Position:
     """Where the topic's sealed data ends: the first open ledger at entry 0, or the next
     ledger id to be allocated. Every ledger below it is sealed, its length recorded."""
+    # every ledger below the start or below a cut was sealed: look above them only
+    newest = _newest_cut(conn, topic.name)
+    since = max(topic.start_ledger_id, 0 if newest is None else newest.ledger_id)
     first_open = conn.execute(
         sa.select(sa.func.min(L.c.ledger_id)).where(
-            L.c.topic == topic.name, L.c.state == LedgerState.OPEN
+            L.c.topic == topic.name, L.c.ledger_id >= since, L.c.state == LedgerState.OPEN
         )
     ).scalar()
     end = topic.next_ledger_id if first_open is None else first_open

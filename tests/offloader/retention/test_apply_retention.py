@@ -277,3 +277,24 @@ def test_an_override_breaking_pip17_is_refused(runtime: Runtime) -> None:
     policy = runtime.metadata.get_topic(TOPIC).policy
     with pytest.raises(ValidationError, match="PIP-17"):
         policy.updated({"retention_size_bytes": 10_000})
+
+
+def test_cut_offsets_are_exact_with_an_open_ledger_between_cuts(runtime: Runtime) -> None:
+    """Cuts sum only the ledgers since the newest cut: the result equals the full sum of
+    the sealed ledgers below the end, whatever was open when earlier cuts were taken."""
+    rt = runtime
+    make_topic(rt, TOPIC)
+    seen = []
+    with ManagedLedgerWriter(rt.metadata, rt.hot, TOPIC) as writer:
+        for round_ in range(3):
+            writer.append(b"a" * (100 + round_))
+            seen.append(take_cut(rt, TOPIC))  # the ledger is open: not counted yet
+            writer.append(b"b" * 50)
+            writer.roll_over()
+            seen.append(take_cut(rt, TOPIC))
+    for cut in [*seen, rt.metadata.end_cut(TOPIC)]:
+        below = [x for x in rt.metadata.list_ledgers(TOPIC) if x.ledger_id < cut.ledger_id]
+        assert cut.entry_id == 0
+        assert cut.offset_bytes == sum(x.size_bytes for x in below)
+    assert [c.ledger_id for c in seen] == [1, 2, 2, 3, 3, 4]
+    assert seen[0].offset_bytes == 0 < seen[1].offset_bytes == seen[2].offset_bytes
