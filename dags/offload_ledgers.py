@@ -11,11 +11,12 @@ delete_hot_copies -> summary
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
-from airflow.sdk import DAG, Param, TriggerRule
+from airflow.sdk import Param, TriggerRule
 
 from offloader_airflow.assets import DELETION_QUEUE
+from offloader_airflow.dag_defaults import offloader_dag
 from offloader_airflow.operators import (
     DeleteHotCopiesOperator,
     OffloadLedgersOperator,
@@ -23,25 +24,10 @@ from offloader_airflow.operators import (
     PlanOffloadOperator,
 )
 
-DEFAULT_ARGS = {
-    "owner": "storage",
-    "retries": 3,
-    "retry_delay": timedelta(seconds=20),
-    "retry_exponential_backoff": True,
-    "max_retry_delay": timedelta(minutes=10),
-    "execution_timeout": timedelta(hours=2),
-}
-
-with DAG(
-    dag_id="offload_ledgers",
+with offloader_dag(
+    "offload_ledgers",
     description="Offload sealed ledgers to object storage; delete hot copies after the lag",
     schedule=timedelta(minutes=10),
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
-    max_active_runs=1,
-    default_args=DEFAULT_ARGS,
-    render_template_as_native_obj=True,
-    tags=["offloader", "tiered-storage"],
     doc_md=__doc__,
     params={
         "topic": Param(

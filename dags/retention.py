@@ -17,11 +17,12 @@ plan -> retention_cut_generation -> apply_retention (mapped per topic) -> summar
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
-from airflow.sdk import DAG, Param, TriggerRule
+from airflow.sdk import Param, TriggerRule
 
 from offloader_airflow.assets import DELETION_QUEUE
+from offloader_airflow.dag_defaults import offloader_dag
 from offloader_airflow.retention_operators import (
     ApplyRetentionOperator,
     PlanRetentionOperator,
@@ -29,26 +30,14 @@ from offloader_airflow.retention_operators import (
     RetentionSummaryOperator,
 )
 
-DEFAULT_ARGS = {
-    "owner": "storage",
-    "retries": 3,
-    "retry_delay": timedelta(seconds=20),
-    "retry_exponential_backoff": True,
-    "max_retry_delay": timedelta(minutes=5),
-    "execution_timeout": timedelta(hours=1),
-}
-
-with DAG(
-    dag_id="retention",
+with offloader_dag(
+    "retention",
     description="Take a stream cut per topic, truncate each topic where its policy says",
     schedule=timedelta(minutes=15),
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
-    max_active_runs=1,
-    default_args=DEFAULT_ARGS,
-    render_template_as_native_obj=True,
-    tags=["offloader", "tiered-storage", "retention"],
     doc_md=__doc__,
+    max_retry_delay=timedelta(minutes=5),
+    execution_timeout=timedelta(hours=1),
+    tags=("retention",),
     params={
         "topic": Param(
             "",

@@ -806,15 +806,8 @@ class MetadataStore:
         topic's history."""
         if field not in ("created_ms", "offset_bytes"):
             raise ValueError(f"cuts are selected by created_ms or offset_bytes, not {field!r}")
-        query = (
-            sa.select(C)
-            .where(C.c.topic == topic, C.c[field] <= at_most)
-            .order_by(C.c.cut_id.desc())
-            .limit(1)
-        )
         with self.engine.connect() as conn:
-            row = conn.execute(query).mappings().first()
-            return None if row is None else StreamCut.model_validate(dict(row))
+            return _newest_cut(conn, topic, C.c[field] <= at_most)
 
     def list_cuts(self, topic: str) -> list[StreamCut]:
         """The topic's cuts, oldest first."""
@@ -1167,12 +1160,12 @@ def _end_and_offset(conn: Connection, topic: Topic) -> tuple[Position, int]:
     return end, base + int(offset)
 
 
-def _newest_cut(conn: Connection, topic: str) -> StreamCut | None:
-    row = (
-        conn.execute(sa.select(C).where(C.c.topic == topic).order_by(C.c.cut_id.desc()).limit(1))
-        .mappings()
-        .first()
-    )
+def _newest_cut(
+    conn: Connection, topic: str, *conditions: sa.ColumnElement[bool]
+) -> StreamCut | None:
+    """The topic's newest cut meeting ``conditions``, walking its cut index back."""
+    query = sa.select(C).where(C.c.topic == topic, *conditions)
+    row = conn.execute(query.order_by(C.c.cut_id.desc()).limit(1)).mappings().first()
     return None if row is None else StreamCut.model_validate(dict(row))
 
 

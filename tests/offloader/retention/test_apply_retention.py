@@ -3,22 +3,18 @@ and what is deleted match the policy exactly."""
 
 from __future__ import annotations
 
-import hashlib
 import time
 
 import pytest
 from pydantic import ValidationError
 
 from fixtures.backends import make_topic, unaccounted_objects
-from offloader.exceptions import TrimmedError
-from offloader.gc.deletion_queue import process_deletions
+from fixtures.retention import assert_trimmed, digest, gc_leaves_only_the_kept
 from offloader.hottier.writer import ManagedLedgerWriter
-from offloader.metadata import DeletionState, HotState, StreamCut
+from offloader.metadata import StreamCut
 from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.ledger_offloader import LedgerOffloader
-from offloader.read.topic_reader import TopicReader
 from offloader.retention.cuts import take_cut
-from offloader.retention.deletion import finish_deleted_ledgers
 from offloader.retention.policy import choose_cut, in_list, retention_bounds
 from offloader.retention.run import apply_retention
 from offloader.runtime import Runtime
@@ -60,49 +56,17 @@ def build(rt: Runtime) -> tuple[list[int], list[StreamCut]]:
 
 
 def digests(rt: Runtime, ledger_ids: list[int]) -> dict[int, str]:
-    out = {}
-    for ledger_id in ledger_ids:
-        h = hashlib.sha256()
-        for _, payload in TopicReader(rt).read(TOPIC, ledger_id):
-            h.update(payload)
-        out[ledger_id] = h.hexdigest()
-    return out
+    return {i: digest(rt, TOPIC, i) for i in ledger_ids}
 
 
 def assert_trimmed_at(rt: Runtime, ids: list[int], cut: StreamCut, before: dict[int, str]):
-    """Ledgers below the cut are deleting, unreadable, their hot copies gone and their
-    objects queued; the rest read back identical; nothing leaked."""
-    topic = rt.metadata.get_topic(TOPIC)
-    assert topic.start == cut.position
+    """The start is at the cut; below it deleting and unreadable, above it intact; after
+    a GC pass the store holds exactly the kept ledgers' objects."""
+    assert rt.metadata.get_topic(TOPIC).start == cut.position
     below = [i for i in ids if i < cut.ledger_id]
     kept = [i for i in ids if i >= cut.ledger_id]
-    ledgers = {x.ledger_id: x for x in rt.metadata.list_ledgers(TOPIC)}
-    for ledger_id in below:
-        assert ledgers[ledger_id].deletion_state is DeletionState.DELETING
-        assert ledgers[ledger_id].hot_state is HotState.DELETED
-        assert not rt.hot.exists(TOPIC, ledger_id)
-        with pytest.raises(TrimmedError, match=f"below the topic's start {cut.position}"):
-            list(TopicReader(rt).read(TOPIC, ledger_id))
-    assert all(ledgers[i].deletion_state is DeletionState.NONE for i in kept)
-    assert digests(rt, kept) == {i: before[i] for i in kept}
-    queued = {d.object_key for d in rt.metadata.pending_deletions()}
-    offloaded_below = {
-        k
-        for i in below
-        if ledgers[i].offload_uuid
-        for k in (ledgers[i].data_key, ledgers[i].index_key)
-    }
-    assert queued == offloaded_below
-    assert unaccounted_objects(rt) == set()
-    # after GC: deleted, and the store holds exactly the kept ledgers' objects
-    process_deletions(rt.metadata, rt.stores, rt.settings)
-    finish_deleted_ledgers(rt)
-    after = {x.ledger_id: x for x in rt.metadata.list_ledgers(TOPIC)}
-    assert all(after[i].deletion_state is DeletionState.DELETED for i in below)
-    expected = {
-        k for i in kept if after[i].is_offloaded for k in (after[i].data_key, after[i].index_key)
-    }
-    assert {o.key for o in rt.objects.list()} == expected
+    assert_trimmed(rt, TOPIC, below, kept, before)
+    gc_leaves_only_the_kept(rt, TOPIC, below, kept)
 
 
 def sizes(rt: Runtime) -> dict[int, int]:
