@@ -101,7 +101,7 @@ def _fill(rt: Runtime, rows: int) -> int:
             """
             INSERT INTO stream_cuts (topic, ledger_id, entry_id, created_ms, offset_bytes)
             SELECT %(topic)s, k * %(every)s + 1, 0, %(first_ms)s + k * %(minute)s,
-                k * %(every)s * %(bytes)s::bigint
+                k::bigint * %(every)s * %(bytes)s
             FROM generate_series(0, %(rows)s / %(every)s) AS k
             ORDER BY k
             """,
