@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import time
 import tracemalloc
@@ -101,8 +102,8 @@ def _fill(rt: Runtime, rows: int) -> int:
             """
             INSERT INTO stream_cuts (topic, ledger_id, entry_id, created_ms, offset_bytes)
             SELECT %(topic)s, k * %(every)s + 1, 0, %(first_ms)s + k * %(minute)s,
-                k::bigint * %(every)s * %(bytes)s
-            FROM generate_series(0, %(rows)s / %(every)s) AS k
+                k * %(every)s * %(bytes)s
+            FROM generate_series(0::bigint, %(rows)s::bigint / %(every)s) AS k
             ORDER BY k
             """,
             params,
@@ -182,6 +183,7 @@ def run(quick: bool = False) -> dict:
     for rows in QUICK_SIZES if quick else SIZES:
         with temporary_database("offloader_bench") as url, tempfile.TemporaryDirectory() as d:
             by_size.append(_one_size(url, rows, Path(d)))
+        print(json.dumps(by_size[-1]), file=sys.stderr, flush=True)  # progress
     first, last = by_size[0], by_size[-1]
     growth = {
         what: {
