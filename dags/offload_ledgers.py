@@ -16,7 +16,12 @@ from datetime import timedelta
 from airflow.sdk import Param, TriggerRule
 
 from offloader_airflow.assets import DELETION_QUEUE
-from offloader_airflow.dag_defaults import offloader_dag
+from offloader_airflow.dag_defaults import (
+    dry_run_param,
+    offloader_dag,
+    optional_number_param,
+    topic_param,
+)
 from offloader_airflow.operators import (
     DeleteHotCopiesOperator,
     OffloadLedgersOperator,
@@ -30,25 +35,13 @@ with offloader_dag(
     schedule=timedelta(minutes=10),
     doc_md=__doc__,
     params={
-        "topic": Param(
-            "",
-            type="string",
-            maxLength=512,
-            title="Topic",
-            description="Offload this topic only; leave empty for every topic.",
+        "topic": topic_param("Offload this topic only; leave empty for every topic."),
+        "up_to_ledger": optional_number_param(
+            "Offload up to ledger",
+            "Offload every sealed ledger with an id <= this, whatever the policy.",
         ),
-        "up_to_ledger": Param(
-            None,
-            type=["null", "integer"],
-            minimum=0,
-            title="Offload up to ledger",
-            description="Offload every sealed ledger with an id <= this, whatever the policy.",
-        ),
-        "dry_run": Param(
-            False,
-            type="boolean",
-            title="Dry run",
-            description="Plan and log what would move and what would be deleted; change nothing.",
+        "dry_run": dry_run_param(
+            "Plan and log what would move and what would be deleted; change nothing."
         ),
         "batch_size": Param(
             500,

@@ -22,7 +22,12 @@ from datetime import timedelta
 from airflow.sdk import Param, TriggerRule
 
 from offloader_airflow.assets import DELETION_QUEUE
-from offloader_airflow.dag_defaults import offloader_dag
+from offloader_airflow.dag_defaults import (
+    dry_run_param,
+    offloader_dag,
+    optional_number_param,
+    topic_param,
+)
 from offloader_airflow.retention_operators import (
     ApplyRetentionOperator,
     PlanRetentionOperator,
@@ -39,19 +44,9 @@ with offloader_dag(
     execution_timeout=timedelta(hours=1),
     tags=("retention",),
     params={
-        "topic": Param(
-            "",
-            type="string",
-            maxLength=512,
-            title="Topic",
-            description="Act on this topic only; leave empty for every topic (policy run).",
-        ),
-        "cut_id": Param(
-            None,
-            type=["null", "integer"],
-            minimum=0,
-            title="Trim at cut",
-            description="Trim the topic at this stream cut (`offloader cut list TOPIC`).",
+        "topic": topic_param("Act on this topic only; leave empty for every topic (policy run)."),
+        "cut_id": optional_number_param(
+            "Trim at cut", "Trim the topic at this stream cut (`offloader cut list TOPIC`)."
         ),
         "position": Param(
             "",
@@ -60,25 +55,14 @@ with offloader_dag(
             title="Trim at position",
             description="Trim the topic at LEDGER:ENTRY (e.g. 12:0) instead of a cut.",
         ),
-        "retention_time_seconds": Param(
-            None,
-            type=["null", "number"],
-            minimum=0,
-            title="Keep at least (seconds)",
-            description="Override the topic's retention time for this run.",
+        "retention_time_seconds": optional_number_param(
+            "Keep at least (seconds)", "Override the topic's retention time for this run.", "number"
         ),
-        "retention_size_bytes": Param(
-            None,
-            type=["null", "integer"],
-            minimum=0,
-            title="Keep at least (bytes)",
-            description="Override the topic's retention size for this run.",
+        "retention_size_bytes": optional_number_param(
+            "Keep at least (bytes)", "Override the topic's retention size for this run."
         ),
-        "dry_run": Param(
-            False,
-            type="boolean",
-            title="Dry run",
-            description="Log where each topic would be trimmed and what would go; change nothing.",
+        "dry_run": dry_run_param(
+            "Log where each topic would be trimmed and what would go; change nothing."
         ),
     },
 ) as dag:

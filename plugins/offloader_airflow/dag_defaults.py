@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from airflow.sdk import DAG
+from airflow.sdk import DAG, Param
 
 START_DATE = datetime(2026, 1, 1)
 TAGS = ("offloader", "tiered-storage")
@@ -45,3 +45,17 @@ def offloader_dag(
         doc_md=doc_md,
         params=params,
     )
+
+
+def topic_param(description: str) -> Param:
+    """The form field naming one topic; empty means every topic."""
+    return Param("", type="string", maxLength=512, title="Topic", description=description)
+
+
+def optional_number_param(title: str, description: str, kind: str = "integer") -> Param:
+    """A form field that may stay empty (None) or hold a number >= 0."""
+    return Param(None, type=["null", kind], minimum=0, title=title, description=description)
+
+
+def dry_run_param(description: str) -> Param:
+    return Param(False, type="boolean", title="Dry run", description=description)
