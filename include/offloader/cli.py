@@ -11,7 +11,7 @@ import random
 import sys
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, is_dataclass
 from typing import Any, NoReturn
 
@@ -22,6 +22,7 @@ from offloader.format import ENTRY_FRAME, HEADER_LEN
 from offloader.gc.deletion_queue import process_deletions
 from offloader.hottier import MAX_ENTRY_BYTES
 from offloader.hottier.writer import ManagedLedgerWriter
+from offloader.metadata import StreamCut
 from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.ledger_offloader import LedgerOffloader
 from offloader.policy import OffloadPolicy
@@ -60,6 +61,10 @@ def _parse_settings(pairs: Sequence[str]) -> dict[str, Any]:
             raise ValueError(f"--set takes FIELD=VALUE, got {pair!r}")
         changes[field.strip()] = None if value.strip().lower() in ("none", "null", "") else value
     return changes
+
+
+def _listing(lines: Iterable[str], empty: str) -> str:
+    return "\n".join(lines) or empty
 
 
 # --- commands ------------------------------------------------------------------------------
@@ -119,12 +124,14 @@ def cmd_produce(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
 
 def cmd_ledgers(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     ledgers = rt.metadata.list_ledgers(args.topic)
-    lines = [
-        f"{x.ledger_id:>8} {x.state:<7} entries={x.entry_count:<8} bytes={x.size_bytes:<12} "
-        f"offload={x.offload_state:<10} hot={x.hot_state:<8} retention={x.deletion_state}"
-        for x in ledgers
-    ]
-    return ledgers, "\n".join(lines) or "(no ledgers)"
+    return ledgers, _listing(
+        (
+            f"{x.ledger_id:>8} {x.state:<7} entries={x.entry_count:<8} bytes={x.size_bytes:<12} "
+            f"offload={x.offload_state:<10} hot={x.hot_state:<8} retention={x.deletion_state}"
+            for x in ledgers
+        ),
+        "(no ledgers)",
+    )
 
 
 def cmd_offload(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
@@ -191,12 +198,13 @@ def cmd_cut_create(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
 
 def cmd_cut_list(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     cuts = rt.metadata.list_cuts(args.topic)
-    lines = [
-        f"{c.cut_id:>8} {c.position!s:<16} offset_bytes={c.offset_bytes:<14} "
-        f"created_ms={c.created_ms}"
-        for c in cuts
-    ]
-    return cuts, "\n".join(lines) or "(no cuts)"
+    return cuts, _listing(map(_cut_line, cuts), "(no cuts)")
+
+
+def _cut_line(cut: StreamCut) -> str:
+    return f"{cut.cut_id:>8} {cut.position!s:<16} offset_bytes={cut.offset_bytes:<14} " + (
+        f"created_ms={cut.created_ms}"
+    )
 
 
 def _trim_text(result: TrimResult) -> str:

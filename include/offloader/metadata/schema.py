@@ -81,6 +81,8 @@ ledgers = Table(
     Column("deleted_ms", BigInteger),
     # finish_deleted_ledgers finds the deleting ledgers without a scan of live ones
     Index("ix_ledgers_deletion", "deletion_state", "topic", "ledger_id"),
+    # the end of a topic's sealed data (its first open ledger) without a scan of history
+    Index("ix_ledgers_state", "topic", "state", "ledger_id"),
     ForeignKeyConstraint(["topic"], ["topics.name"]),
     ForeignKeyConstraint(["store_id"], ["object_stores.id"], name="fk_ledgers_store"),
 )

@@ -338,6 +338,10 @@ class MetadataStore:
         check and the takeover are one step and a worker's clock has no say.
         """
         epoch = ledger.offload_epoch + 1
+        if not ledger.is_live:
+            raise CommitFailedError(
+                f"ledger {ledger.topic}/{ledger.ledger_id} is {ledger.deletion_state}: trimmed"
+            )
         with self.transaction() as conn:
             _cas_ledger_if(
                 conn,
@@ -346,7 +350,9 @@ class MetadataStore:
                     L.c.deletion_state == DeletionState.NONE,
                     _lease_over() if ledger.attempt_id is not None else sa.true(),
                 ),
-                f"has attempt {ledger.attempt_id} in flight until its lease ends, or was trimmed",
+                f"has attempt {ledger.attempt_id} in flight until its lease ends"
+                if ledger.attempt_id is not None
+                else "was trimmed: it is below its topic's start",
                 offload_state=OffloadState.OFFLOADING,
                 offload_epoch=epoch,
                 attempt_id=attempt_id,
@@ -764,7 +770,9 @@ class MetadataStore:
     def create_cut(self, topic: str) -> StreamCut:
         """A cut at the current end of the topic's sealed data (the open ledger's entries
         have no recorded length yet), taken at the database's now, with the bytes of every
-        ledger below it, deleted ones included (their rows stay)."""
+        ledger below it, deleted ones included (their rows stay). The bytes are the
+        previous cut's plus those of the ledgers sealed since, so the cost follows what
+        is new, not the topic's history."""
         with self.transaction() as conn:
             current = self._topic(conn, topic)
             _refuse_deleted(current, "cut")
@@ -833,34 +841,27 @@ class MetadataStore:
         at: reads below it fail from this commit on (invariant 4). Only forward."""
         if position <= topic.start:
             raise ValueError(f"start {topic.start} of topic {topic.name!r} only moves forward")
-        with self.transaction() as conn:
-            _cas(
-                conn,
-                T,
-                sa.and_(T.c.name == topic.name, T.c.state == TopicState.ACTIVE),
-                topic.version,
-                f"topic {topic.name!r}",
-                start_ledger_id=position.ledger_id,
-                start_entry_id=position.entry_id,
-            )
-            return self._topic(conn, topic.name)
+        return self._cas_active_topic(
+            topic, start_ledger_id=position.ledger_id, start_entry_id=position.entry_id
+        )
 
     def delete_topic(self, topic: Topic) -> Topic:
         """Mark the topic deleted by CAS: its start moves past every ledger (open ones
         too) and its writer epoch moves on, so a live writer is fenced."""
+        return self._cas_active_topic(
+            topic,
+            state=TopicState.DELETED,
+            deleted_ms=db_now(),
+            writer_epoch=T.c.writer_epoch + 1,
+            start_ledger_id=T.c.next_ledger_id,
+            start_entry_id=0,
+        )
+
+    def _cas_active_topic(self, topic: Topic, **values: object) -> Topic:
+        """CAS on a topic that must still be active (a deleted topic never changes)."""
         with self.transaction() as conn:
-            _cas(
-                conn,
-                T,
-                sa.and_(T.c.name == topic.name, T.c.state == TopicState.ACTIVE),
-                topic.version,
-                f"topic {topic.name!r}",
-                state=TopicState.DELETED,
-                deleted_ms=db_now(),
-                writer_epoch=T.c.writer_epoch + 1,
-                start_ledger_id=T.c.next_ledger_id,
-                start_entry_id=0,
-            )
+            where = sa.and_(T.c.name == topic.name, T.c.state == TopicState.ACTIVE)
+            _cas(conn, T, where, topic.version, f"topic {topic.name!r}", **values)
             return self._topic(conn, topic.name)
 
     def ledgers_to_trim(self, topic: str, below: int) -> list[int]:
@@ -915,34 +916,26 @@ class MetadataStore:
                 ).scalars()
             )
             chunk = sa.and_(L.c.topic == topic, L.c.ledger_id.in_(ids))
-            queued = 0
-            for column in (L.c.data_key, L.c.index_key):
-                queued += self._enqueue_select(
-                    conn,
-                    sa.select(
-                        column,
-                        sa.literal("ledger trimmed"),
-                        L.c.offload_uuid,
-                        L.c.store_id,
-                        L.c.topic,
-                        L.c.ledger_id,
-                    ).where(chunk, L.c.offload_uuid.is_not(None)),
-                )
             in_flight = sa.and_(
                 chunk, A.c.attempt_id == L.c.attempt_id, A.c.state == AttemptState.STARTED
             )
-            for column in (A.c.data_key, A.c.index_key):
-                queued += self._enqueue_select(
-                    conn,
-                    sa.select(
-                        column,
-                        sa.literal("attempt of a trimmed ledger"),
-                        A.c.attempt_id,
-                        A.c.store_id,
-                        L.c.topic,
-                        L.c.ledger_id,
-                    ).where(in_flight),
-                )
+            # (reason, the two keys, attempt, store, which rows): committed objects and
+            # those of an attempt in flight, each queued with its store and its ledger
+            sources = (
+                (
+                    "ledger trimmed",
+                    L,
+                    L.c.offload_uuid,
+                    sa.and_(chunk, L.c.offload_uuid.is_not(None)),
+                ),
+                ("attempt of a trimmed ledger", A, A.c.attempt_id, in_flight),
+            )
+            queued = 0
+            for reason, table, attempt, where in sources:
+                for key in (table.c.data_key, table.c.index_key):
+                    columns = (key, sa.literal(reason), attempt, table.c.store_id)
+                    selected = sa.select(*columns, L.c.topic, L.c.ledger_id).where(where)
+                    queued += self._enqueue_select(conn, selected)
             conn.execute(
                 A.update()
                 .where(
@@ -1172,12 +1165,9 @@ def _newest_cut(
 def _end_of_sealed(conn: Connection, topic: Topic) -> Position:
     """Where the topic's sealed data ends: the first open ledger at entry 0, or the next
     ledger id to be allocated. Every ledger below it is sealed, its length recorded."""
-    # every ledger below the start or below a cut was sealed: look above them only
-    newest = _newest_cut(conn, topic.name)
-    since = max(topic.start_ledger_id, 0 if newest is None else newest.ledger_id)
     first_open = conn.execute(
         sa.select(sa.func.min(L.c.ledger_id)).where(
-            L.c.topic == topic.name, L.c.ledger_id >= since, L.c.state == LedgerState.OPEN
+            L.c.topic == topic.name, L.c.state == LedgerState.OPEN
         )
     ).scalar()
     end = topic.next_ledger_id if first_open is None else first_open

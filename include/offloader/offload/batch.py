@@ -69,14 +69,15 @@ class BatchOffloader:
             window = ids[start : start + self.window]
             if start:  # later windows: read again, another worker may have moved them
                 ledgers = self.metadata.get_ledgers(topic, window)
-            results.update(self._window([ledgers[i] for i in window]))
+            start = self.metadata.get_topic(topic).start_ledger_id  # a trim may move it
+            results.update(self._window([ledgers[i] for i in window], start))
         return [results[i] for i in ids]
 
-    def _window(self, ledgers: list[Ledger]) -> dict[int, OffloadResult]:
+    def _window(self, ledgers: list[Ledger], start_ledger_id: int) -> dict[int, OffloadResult]:
         results: dict[int, OffloadResult] = {}
         free = []
         for ledger in ledgers:
-            outcome = self._settled(ledger)
+            outcome = self._settled(ledger, start_ledger_id)
             if outcome is None:
                 free.append(ledger)
             else:
@@ -110,9 +111,9 @@ class BatchOffloader:
             raise
         return results
 
-    def _settled(self, ledger: Ledger) -> OffloadResult | None:
+    def _settled(self, ledger: Ledger, start_ledger_id: int) -> OffloadResult | None:
         """The outcome of a ledger that needs no new attempt; None if it needs one."""
-        if not ledger.is_live:
+        if not ledger.is_live or ledger.ledger_id < start_ledger_id:
             return OffloadResult(ledger.topic, ledger.ledger_id, Outcome.TRIMMED)
         if ledger.is_offloaded:
             return OffloadResult(

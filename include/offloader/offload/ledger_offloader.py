@@ -87,8 +87,8 @@ class LedgerOffloader:
     def offload_ledger(self, topic: str, ledger_id: int) -> OffloadResult:
         """Idempotent: run it any number of times, concurrently or after a crash."""
         ledger = self.metadata.get_ledger(topic, ledger_id)
-        if not ledger.is_live:
-            return OffloadResult(topic, ledger_id, Outcome.TRIMMED)
+        if not ledger.is_live or ledger_id < self.metadata.get_topic(topic).start_ledger_id:
+            return OffloadResult(topic, ledger_id, Outcome.TRIMMED)  # below the start
         if ledger.is_offloaded:
             return OffloadResult(topic, ledger_id, Outcome.ALREADY_OFFLOADED, ledger.offload_uuid)
         if ledger.state is not LedgerState.SEALED:

@@ -74,8 +74,8 @@ class TopicReader:
         before any byte is read (invariant 4). An empty ledger yields nothing for the
         default range and refuses an explicit one.
         """
-        owner = self.runtime.metadata.get_topic(topic)
         ledger = self.runtime.metadata.get_ledger(topic, ledger_id)
+        owner = self.runtime.metadata.get_topic(topic)
         readable = _check_start(owner, ledger, first)
         last_id = self._last_entry_id(ledger)
         if last_id < 0:
@@ -99,6 +99,14 @@ class TopicReader:
             except (HotLedgerMissingError, ObjectNotFoundError, StoreUnavailableError):
                 if position == len(sources) - 1:
                     raise
+
+    def read_entry(
+        self, topic: str, ledger_id: int, entry_id: int, source: Source = Source.AUTO
+    ) -> bytes:
+        """One entry's payload; TrimmedError if it lies below the topic's start."""
+        for _, payload in self.read(topic, ledger_id, entry_id, entry_id, source):
+            return payload
+        raise ValueError(f"ledger {ledger_id} of topic {topic!r} has no entry {entry_id}")
 
     def checksum(self, topic: str, source: Source = Source.AUTO) -> Checksum:
         """One SHA-256 over every readable entry (at or above the topic's start): (ledger

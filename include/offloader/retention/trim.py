@@ -10,6 +10,7 @@ finishes what a killed trim left undone, so repeating a trim is idempotent.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from offloader import failpoints
@@ -41,29 +42,56 @@ def trim_topic(rt: Runtime, topic: str, position: Position, *, dry_run: bool = F
     Beyond the end of the sealed data, or past a ledger's last entry, is a ValueError
     that changes nothing; a deleted topic is TopicDeletedError.
     """
-    for _ in range(MAX_TRIES):
-        current = rt.metadata.get_topic(topic)
+
+    def target(current: Topic) -> Position:
         if current.is_deleted:
             raise TopicDeletedError(f"topic {topic!r} was deleted; it cannot be trimmed")
-        before = current.start
-        target = normalize(rt.metadata, current, position)
-        if dry_run:
-            return _dry_run(rt, current, max(target, before))
-        if target <= before:
-            break
+        return normalize(rt.metadata, current, position)
+
+    if dry_run:
+        current = rt.metadata.get_topic(topic)
+        return _dry_run(rt, current, max(target(current), current.start))
+
+    def move(current: Topic) -> Topic | None:
+        wanted = target(current)
+        return rt.metadata.move_start(current, wanted) if wanted > current.start else None
+
+    return _finish(rt, *_commit_start(rt, topic, move, "move the start of"))
+
+
+def delete_topic(rt: Runtime, topic: str) -> TrimResult:
+    """`offloader topic delete`: fence the writer and move the start past every ledger
+    (one CAS), then delete every ledger as a trim does. A deleted topic's name is not
+    reused; deleting it again only finishes what a killed run left."""
+
+    def move(current: Topic) -> Topic | None:
+        return None if current.is_deleted else rt.metadata.delete_topic(current)
+
+    return _finish(rt, *_commit_start(rt, topic, move, "delete"))
+
+
+def _commit_start(
+    rt: Runtime, topic: str, move: Callable[[Topic], Topic | None], what: str
+) -> tuple[Topic, Position]:
+    """Step one of a trim: ``move`` the topic's start by CAS (None: nothing to move),
+    reading the topic again when a writer or another trim moved it first. Returns the
+    topic as it is now and its start before."""
+    for _ in range(MAX_TRIES):
+        current = rt.metadata.get_topic(topic)
         try:
-            current = rt.metadata.move_start(current, target)
+            moved = move(current)
         except CommitFailedError:
-            continue  # a writer or another trim moved the topic: read it again
-        log.info("topic %s start moved from %s to %s", topic, before, target)
+            continue
+        if moved is None:
+            return current, current.start
+        log.info("topic %s start moved from %s to %s", topic, current.start, moved.start)
         failpoints.reach("after-trim-start-moved")
-        break
-    else:
-        raise CommitFailedError(f"could not move the start of topic {topic!r}: too much contention")
-    return _finish(rt, current, before)
+        return moved, current.start
+    raise CommitFailedError(f"could not {what} topic {topic!r}: too much contention")
 
 
 def _finish(rt: Runtime, topic: Topic, before: Position) -> TrimResult:
+    """Steps two and three: mark what lies below the start, remove its hot copies."""
     done = finish_trim(rt, topic)
     return TrimResult(
         topic=topic.name,
@@ -81,27 +109,6 @@ def finish_trim(rt: Runtime, topic: Topic) -> Marked:
     done = mark_below_start(rt, topic)
     done.hot_deleted = delete_marked_hot_copies(rt, topic.name)
     return done
-
-
-def delete_topic(rt: Runtime, topic: str) -> TrimResult:
-    """`offloader topic delete`: fence the writer and move the start past every ledger
-    (one CAS), then delete every ledger as a trim does. A deleted topic's name is not
-    reused; deleting it again only finishes what a killed run left."""
-    for _ in range(MAX_TRIES):
-        current = rt.metadata.get_topic(topic)
-        before = current.start
-        if current.is_deleted:
-            break
-        try:
-            current = rt.metadata.delete_topic(current)
-        except CommitFailedError:
-            continue
-        log.info("topic %s deleted; its start is now %s", topic, current.start)
-        failpoints.reach("after-trim-start-moved")
-        break
-    else:
-        raise CommitFailedError(f"could not delete topic {topic!r}: too much contention")
-    return _finish(rt, current, before)
 
 
 def normalize(metadata: MetadataStore, topic: Topic, position: Position) -> Position:

@@ -6,7 +6,7 @@ fixtures).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,7 @@ from alembic.runtime.migration import MigrationContext
 
 from fixtures.databases import postgres_database, sqlite_url
 from offloader.exceptions import SchemaOutOfDateError
-from offloader.metadata import MetadataStore, schema
+from offloader.metadata import DeletionState, MetadataStore, Position, TopicState, schema
 from offloader.metadata.migrate import current_revision, head_revision, upgrade
 from offloader.metadata.store import create_metadata_engine
 from offloader.objectstore.location import StoreLocation
@@ -148,7 +148,11 @@ def test_rows_of_0001_are_recorded_as_written_to_the_store_configured_at_upgrade
     }
 
 
-def test_0002_downgrades_to_0001_and_upgrades_again(engine: sa.Engine) -> None:
+def downgrade_then_upgrade(
+    engine: sa.Engine, revision: str, check: Callable[[sa.Inspector], None]
+) -> None:
+    """From head down to ``revision`` (``check`` the schema there), then up again: the
+    schema must match the tables exactly."""
     from alembic import command
     from alembic.config import Config
 
@@ -159,9 +163,59 @@ def test_0002_downgrades_to_0001_and_upgrades_again(engine: sa.Engine) -> None:
     config.set_main_option("script_location", str(MIGRATIONS))
     with engine.begin() as conn:
         config.attributes["connection"] = conn
-        command.downgrade(config, "0001")
-    assert current_revision(engine) == "0001"
-    assert "object_stores" not in sa.inspect(engine).get_table_names()
+        command.downgrade(config, revision)
+    assert current_revision(engine) == revision
+    check(sa.inspect(engine))
     upgrade(engine, None)
     with engine.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), schema.metadata) == []
+
+
+def test_0002_downgrades_to_0001_and_upgrades_again(engine: sa.Engine) -> None:
+    def check(inspector: sa.Inspector) -> None:
+        assert "object_stores" not in inspector.get_table_names()
+
+    downgrade_then_upgrade(engine, "0001", check)
+
+
+def test_0003_upgrades_a_0002_database_with_data(engine: sa.Engine) -> None:
+    """Rows of 0002 get the retention defaults: start 0:0, active, live ledgers, queued keys
+    of no ledger; cuts and trims then work on them."""
+    upgrade(engine, None, target="0001")
+    _rows_of_0001(engine)
+    upgrade(engine, OLD_STORE, target="0002")
+    assert current_revision(engine) == "0002"
+    assert upgrade(engine, OLD_STORE) == ("0002", head_revision())
+    url = engine.url.render_as_string(hide_password=False)
+    store = MetadataStore.open(url)
+    try:
+        (topic,) = store.list_topics()
+        assert (topic.start, topic.state, topic.deleted_ms) == (
+            Position(ledger_id=0, entry_id=0),
+            TopicState.ACTIVE,
+            None,
+        )
+        ledgers = store.list_ledgers("t")
+        assert [x.deletion_state for x in ledgers] == [DeletionState.NONE] * 2
+        assert [(d.topic, d.ledger_id) for d in store.pending_deletions()] == [(None, None)]
+        assert store.list_cuts("t") == []
+        cut = store.create_cut("t")  # both ledgers sealed, 100 bytes each
+        assert (cut.position, cut.offset_bytes) == (Position(ledger_id=3, entry_id=0), 200)
+        store.move_start(topic, Position(ledger_id=2, entry_id=0))
+        ids, queued = store.mark_ledgers_deleting("t", 2, 10)
+        assert (ids, queued) == ([1], 2)
+        assert {(d.object_key, d.ledger_id) for d in store.pending_deletions()} >= {
+            ("u1-ledger-1", 1),
+            ("u1-ledger-1-index", 1),
+        }
+    finally:
+        store.close()
+
+
+def test_0003_downgrades_to_0002_and_upgrades_again(engine: sa.Engine) -> None:
+    def check(inspector: sa.Inspector) -> None:
+        assert "stream_cuts" not in inspector.get_table_names()
+        assert "start_ledger_id" not in {c["name"] for c in inspector.get_columns("topics")}
+        assert "deletion_state" not in {c["name"] for c in inspector.get_columns("ledgers")}
+
+    downgrade_then_upgrade(engine, "0002", check)

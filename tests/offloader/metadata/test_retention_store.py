@@ -1,0 +1,131 @@
+"""The retention steps of the metadata store on both databases: set-based marking in
+batches, the deletion states, the start's CAS, the topic's deletion."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from sqlalchemy import event
+
+from fixtures.counting import counting_transactions
+from fixtures.metadata import begin, sealed_ledger
+from offloader.exceptions import CommitFailedError
+from offloader.metadata import (
+    AttemptState,
+    DeletionState,
+    HotState,
+    MetadataStore,
+    OffloadState,
+    Position,
+)
+
+
+@contextmanager
+def counting_statements(store: MetadataStore) -> Iterator[list[str]]:
+    seen: list[str] = []
+
+    def count(_conn, _cursor, statement, *_args) -> None:  # type: ignore[no-untyped-def]
+        seen.append(statement)
+
+    event.listen(store.engine, "before_cursor_execute", count)
+    try:
+        yield seen
+    finally:
+        event.remove(store.engine, "before_cursor_execute", count)
+
+
+def topic_of(store: MetadataStore, topic: str, count: int, offloaded: set[int]) -> list[int]:
+    ids = []
+    for _ in range(count):
+        ledger = sealed_ledger(store, topic)
+        if ledger.ledger_id in offloaded:
+            _, attempt = begin(store, ledger, f"{topic}-{ledger.ledger_id}")
+            store.commit_offload(attempt, 10)
+        ids.append(ledger.ledger_id)
+    return ids
+
+
+def test_marking_is_batched_set_based_and_records_the_intent(store: MetadataStore) -> None:
+    ids = topic_of(store, "t", 20, offloaded={2, 3, 9, 15})
+    _, in_flight = begin(store, store.get_ledger("t", 5), "flying")
+    store.move_start(store.get_topic("t"), Position(ledger_id=13, entry_id=0))
+
+    with counting_transactions(store.engine) as transactions:
+        first = store.mark_ledgers_deleting("t", 13, 8)
+    assert transactions.count == 1
+    assert first == (ids[:8], 2 * 3)  # ledgers 2, 3 committed, 5 in flight
+    assert store.mark_ledgers_deleting("t", 13, 8) == (ids[8:12], 2)  # ledger 9
+    assert store.mark_ledgers_deleting("t", 13, 8) == ([], 0)
+    for ledger in store.list_ledgers("t"):
+        below = ledger.ledger_id < 13
+        assert ledger.deletion_state is (DeletionState.DELETING if below else DeletionState.NONE)
+        assert ledger.hot_state is (HotState.DELETING if below else HotState.PRESENT)
+    assert store.list_ledgers("t", live=True) == store.list_ledgers("t")[12:]
+
+    # the attempt in flight lost its ledger: superseded, its keys queued, the ledger freed
+    assert store.get_attempt("flying").state is AttemptState.SUPERSEDED
+    ledger5 = store.get_ledger("t", 5)
+    assert (ledger5.attempt_id, ledger5.offload_state) == (None, OffloadState.NONE)
+    with pytest.raises(CommitFailedError):
+        store.commit_offload(in_flight, 10)
+    queued = {(d.object_key, d.ledger_id, d.attempt_id) for d in store.pending_deletions()}
+    assert ("flying-d", 5, "flying") in queued and ("flying-i", 5, "flying") in queued
+    assert {d.ledger_id for d in store.pending_deletions()} == {2, 3, 5, 9}
+    assert all(d.store_id is not None for d in store.pending_deletions())
+
+
+def test_marking_costs_the_same_statements_for_10_or_100_ledgers(store: MetadataStore) -> None:
+    """Selection in SQL: the statements of one batch do not grow with the ledgers it marks."""
+    costs = []
+    for topic, count in (("small", 10), ("large", 100)):
+        topic_of(store, topic, count, offloaded={1, 2})
+        store.move_start(store.get_topic(topic), Position(ledger_id=count + 1, entry_id=0))
+        with counting_statements(store) as statements:
+            marked, _ = store.mark_ledgers_deleting(topic, count + 1, 1000)
+        assert len(marked) == count
+        costs.append(len(statements))
+    assert costs[0] == costs[1]
+
+
+def test_ledgers_become_deleted_only_when_hot_copy_and_keys_are_gone(
+    store: MetadataStore,
+) -> None:
+    topic_of(store, "t", 3, offloaded={1})
+    store.move_start(store.get_topic("t"), Position(ledger_id=3, entry_id=0))
+    assert [t.name for t in store.topics_with_unmarked_ledgers()] == ["t"]
+    store.mark_ledgers_deleting("t", 3, 10)
+    assert store.topics_with_unmarked_ledgers() == []
+    assert store.finish_deleted_ledgers() == 0  # hot copies only marked
+    assert [x.ledger_id for x in store.hot_copies_of_deleting(10)] == [1, 2]
+    store.mark_hot_copies_deleted("t", [1, 2])
+    assert store.hot_copies_of_deleting(10) == []
+    assert store.finish_deleted_ledgers() == 1  # ledger 2: nothing was queued
+    assert store.get_ledger("t", 1).deletion_state is DeletionState.DELETING
+    store.complete_deletions([d.id for d in store.pending_deletions()])
+    assert store.finish_deleted_ledgers() == 1
+    deleted = store.get_ledger("t", 1)
+    assert deleted.deletion_state is DeletionState.DELETED and deleted.deleted_ms is not None
+    assert store.finish_deleted_ledgers() == 0
+    assert store.get_ledger("t", 3).is_live
+
+
+def test_the_start_moves_forward_by_cas_and_a_deleted_topic_is_frozen(
+    store: MetadataStore,
+) -> None:
+    topic_of(store, "t", 3, offloaded=set())
+    seen = store.get_topic("t")
+    moved = store.move_start(seen, Position(ledger_id=2, entry_id=1))
+    assert moved.start == Position(ledger_id=2, entry_id=1) and moved.version == seen.version + 1
+    with pytest.raises(CommitFailedError, match="changed since version"):
+        store.move_start(seen, Position(ledger_id=3, entry_id=0))
+    with pytest.raises(ValueError, match="only moves forward"):
+        store.move_start(moved, Position(ledger_id=2, entry_id=0))
+    deleted = store.delete_topic(moved)
+    assert deleted.is_deleted and deleted.writer_epoch == moved.writer_epoch + 1
+    assert deleted.start == Position(ledger_id=4, entry_id=0)
+    with pytest.raises(CommitFailedError):
+        store.delete_topic(moved)  # stale
+    with pytest.raises(CommitFailedError):
+        store.move_start(deleted, Position(ledger_id=5, entry_id=0))

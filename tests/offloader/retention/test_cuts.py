@@ -1,0 +1,93 @@
+"""Stream cuts (PDP-19): a position with its time and the bytes before it. Both pairings."""
+
+from __future__ import annotations
+
+import pytest
+
+from fixtures.backends import make_topic
+from fixtures.cli import assert_one_line_error
+from fixtures.retention import cli, cli_json, mixed_topic
+from offloader.exceptions import NotFoundError
+from offloader.hottier.writer import ManagedLedgerWriter
+from offloader.metadata import Position
+from offloader.retention.cuts import take_cut
+from offloader.retention.trim import trim_topic
+from offloader.runtime import Runtime
+
+
+def test_cuts_record_the_end_of_the_sealed_data_and_the_bytes_before_it(
+    runtime: Runtime,
+) -> None:
+    rt = runtime
+    ids = mixed_topic(rt)  # offloaded, hot and offloaded-with-hot ledgers
+    sizes = {x.ledger_id: x.size_bytes for x in rt.metadata.list_ledgers("orders")}
+    assert len(set(sizes.values())) > 1  # sizes differ, so a wrong sum shows
+
+    first = take_cut(rt, "orders")
+    assert (first.topic, first.position) == ("orders", Position(ledger_id=ids[-1] + 1, entry_id=0))
+    assert first.offset_bytes == sum(sizes.values())
+
+    writer = ManagedLedgerWriter(rt.metadata, rt.hot, "orders")
+    writer.append(b"x" * 50)  # an open ledger: its entries have no recorded length yet
+    open_id = ids[-1] + 1
+    second = take_cut(rt, "orders")
+    assert second.position == Position(ledger_id=open_id, entry_id=0)
+    assert second.offset_bytes == first.offset_bytes
+    writer.close()  # sealed: one entry of 50 bytes
+    third = take_cut(rt, "orders")
+    assert third.position == Position(ledger_id=open_id + 1, entry_id=0)
+    assert third.offset_bytes == first.offset_bytes + 50
+
+    cuts = rt.metadata.list_cuts("orders")
+    assert cuts == [first, second, third]  # oldest first
+    assert first.created_ms <= second.created_ms <= third.created_ms
+    assert abs(rt.metadata.db_now_ms() - third.created_ms) < 60_000  # the database's clock
+    assert rt.metadata.get_cut("orders", second.cut_id) == second
+
+    # a cut partway: trimming keeps measuring from the first ever entry
+    trim_topic(rt, "orders", Position(ledger_id=ids[2], entry_id=0))
+    assert take_cut(rt, "orders").offset_bytes == third.offset_bytes
+
+    listed = cli_json(rt, "cut", "list", "orders")
+    assert [c["cut_id"] for c in listed] == [c.cut_id for c in rt.metadata.list_cuts("orders")]
+    made = cli_json(rt, "cut", "create", "orders")
+    assert (made["ledger_id"], made["entry_id"], made["offset_bytes"]) == (
+        open_id + 1,
+        0,
+        third.offset_bytes,
+    )
+
+
+def test_a_cut_on_an_empty_topic_is_at_its_first_ledger_with_no_bytes(runtime: Runtime) -> None:
+    make_topic(runtime, "empty")
+    cut = take_cut(runtime, "empty")
+    assert (cut.ledger_id, cut.entry_id, cut.offset_bytes) == (1, 0, 0)
+    assert runtime.metadata.list_cuts("empty") == [cut]
+    # trimming at it moves the start there and deletes nothing: nothing lies below
+    result = trim_topic(runtime, "empty", cut.position)
+    assert (result.start_after, result.ledgers_deleting, result.queued_keys) == (
+        cut.position,
+        [],
+        0,
+    )
+    assert runtime.metadata.pending_deletions() == []
+
+
+def test_cuts_of_an_unknown_topic_or_an_unknown_cut_are_clear_errors(runtime: Runtime) -> None:
+    make_topic(runtime)
+    for call in (
+        lambda: take_cut(runtime, "nope"),
+        lambda: runtime.metadata.list_cuts("nope"),
+        lambda: runtime.metadata.get_cut("nope", 1),
+    ):
+        with pytest.raises(NotFoundError, match="topic 'nope' does not exist"):
+            call()
+    with pytest.raises(NotFoundError, match="cut 7 of topic 'orders' does not exist"):
+        runtime.metadata.get_cut("orders", 7)
+    other = take_cut(runtime, "orders")
+    make_topic(runtime, "other")
+    with pytest.raises(NotFoundError, match=f"cut {other.cut_id} of topic 'other'"):
+        runtime.metadata.get_cut("other", other.cut_id)  # a cut belongs to its topic
+    for sub in ("create", "list"):
+        assert_one_line_error(cli(runtime, "cut", sub, "nope"), "topic 'nope' does not exist")
+    assert runtime.metadata.list_cuts("other") == []

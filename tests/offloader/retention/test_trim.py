@@ -1,0 +1,276 @@
+"""Trim (PDP-19): the start moves first by CAS, reads below it fail at once, ledgers wholly
+below go through the deletion states and the queue, nothing is leaked. Both pairings."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from fixtures.cli import assert_one_line_error
+from fixtures.retention import (
+    all_entries,
+    at_or_above,
+    cli,
+    cli_json,
+    digest_of,
+    live_object_keys,
+    mixed_topic,
+    stored_keys,
+)
+from offloader.exceptions import CommitFailedError, NotFoundError, TrimmedError
+from offloader.gc.deletion_queue import process_deletions
+from offloader.metadata import DeletionState, HotState, OffloadState, Position
+from offloader.offload.batch import BatchOffloader
+from offloader.offload.keys import ledger_object_keys
+from offloader.offload.ledger_offloader import LedgerOffloader, Outcome
+from offloader.read.topic_reader import Source, TopicReader
+from offloader.retention.cuts import take_cut
+from offloader.retention.deletion import finish_deleted_ledgers
+from offloader.retention.trim import resolve_target, trim_topic
+from offloader.runtime import Runtime
+
+
+def snapshot(rt: Runtime) -> tuple[object, ...]:
+    """Everything a refused or dry trim must leave as it was."""
+    return (
+        rt.metadata.get_topic("orders"),
+        rt.metadata.list_ledgers("orders"),
+        rt.metadata.pending_deletions(),
+        {lid: rt.hot.exists("orders", lid) for lid in range(1, 8)},
+        stored_keys(rt),
+    )
+
+
+def test_trim_moves_the_start_hides_the_head_and_deletes_what_is_wholly_below(
+    runtime: Runtime,
+) -> None:
+    rt = runtime
+    ids = mixed_topic(rt)
+    before = all_entries(rt, "orders")
+    start = Position(ledger_id=ids[3], entry_id=2)  # inside ledger 4
+    untouched = snapshot(rt)
+
+    dry = trim_topic(rt, "orders", start, dry_run=True)
+    assert (dry.dry_run, dry.changed, dry.start_before, dry.start_after) == (
+        True,
+        False,
+        Position(ledger_id=0, entry_id=0),
+        start,
+    )
+    assert (dry.ledgers_deleting, dry.queued_keys) == (ids[:3], 6)
+    assert snapshot(rt) == untouched
+
+    doomed = {lid: rt.metadata.get_ledger("orders", lid) for lid in ids[:3]}
+    result = trim_topic(rt, "orders", start)
+    assert (result.changed, result.start_before, result.start_after) == (
+        True,
+        Position(ledger_id=0, entry_id=0),
+        start,
+    )
+    assert (result.ledgers_deleting, result.queued_keys, result.hot_deleted) == (
+        ids[:3],
+        6,
+        [ids[2]],  # 1 and 2 had no hot copy left
+    )
+
+    # reads below the start fail at once, naming it; the head of ledger 4 is hidden
+    reader = TopicReader(rt)
+    named = rf"below the topic's start {ids[3]}:2"
+    for ledger_id in ids[:3]:
+        with pytest.raises(TrimmedError, match=rf"ledger {ledger_id} .*{named}"):
+            next(reader.read("orders", ledger_id))
+    with pytest.raises(TrimmedError, match=rf"ledger {ids[3]} entry 1 .*{named}"):
+        next(reader.read("orders", ids[3], first=1))
+    with pytest.raises(TrimmedError, match=rf"ledger {ids[3]} entry 1 .*{named}"):
+        reader.read_entry("orders", ids[3], 1)
+    with pytest.raises(TrimmedError, match=rf"ledger {ids[2]} entry 3 .*{named}"):
+        reader.read_entry("orders", ids[2], 3, Source.TIERED)  # its objects still exist
+    assert [e for e, _ in reader.read("orders", ids[3])] == [2, 3]
+    assert reader.read_entry("orders", ids[3], 2) == before[(ids[3], 2)]
+    kept = at_or_above(before, start)
+    assert all_entries(rt, "orders") == kept
+    for source in (Source.AUTO, Source.HOT):
+        checksum = reader.checksum("orders", source)
+        assert (checksum.digest, checksum.entries) == (digest_of(kept), len(kept))
+    line = assert_one_line_error(cli(rt, "read", "orders", "--ledger", str(ids[0])))
+    assert line == (
+        f"error: ledger {ids[0]} of topic 'orders' is below the topic's start {start}: trimmed"
+    )
+
+    # intent recorded: deleting, hot copies gone (mark first), committed keys queued with
+    # the store each offload recorded and the ledger they belong to
+    queued = {
+        (d.object_key, d.store_id, d.topic, d.ledger_id) for d in rt.metadata.pending_deletions()
+    }
+    expected = set()
+    for lid, ledger in doomed.items():
+        now = rt.metadata.get_ledger("orders", lid)
+        assert (now.deletion_state, now.hot_state) == (DeletionState.DELETING, HotState.DELETED)
+        assert not rt.hot.exists("orders", lid)
+        expected |= {
+            (k, ledger.store_id, "orders", lid) for k in (ledger.data_key, ledger.index_key)
+        }
+    assert queued == expected
+    assert all(rt.metadata.get_ledger("orders", i).is_live for i in ids[3:])
+    assert rt.hot.exists("orders", ids[3])  # partly below: stays whole
+
+    # the planner and the offloaders never touch a trimmed ledger
+    offloader = LedgerOffloader(rt)
+    assert [x.ledger_id for x in offloader.plan("orders", up_to=ids[-1])] == ids[3:5]
+    assert offloader.offload_ledger("orders", ids[0]).outcome is Outcome.TRIMMED
+    assert [r.outcome for r in BatchOffloader(offloader).offload("orders", ids[:2])] == [
+        Outcome.TRIMMED
+    ] * 2
+
+    # the GC drains the queue; then the ledgers are deleted and the store holds exactly
+    # what the metadata references
+    assert finish_deleted_ledgers(rt) == 0  # keys still queued
+    gc = process_deletions(rt.metadata, rt.stores, rt.settings)
+    assert (gc.deleted, gc.failed, gc.remaining) == (6, 0, 0)
+    assert finish_deleted_ledgers(rt) == 3
+    assert [rt.metadata.get_ledger("orders", i).deletion_state for i in ids] == [
+        DeletionState.DELETED
+    ] * 3 + [DeletionState.NONE] * 3
+    last = rt.metadata.get_ledger("orders", ids[5])
+    assert last.is_offloaded
+    assert stored_keys(rt) == live_object_keys(rt) == {last.data_key, last.index_key}
+    # a second GC pass changes nothing
+    again = process_deletions(rt.metadata, rt.stores, rt.settings)
+    assert (again.deleted, again.failed, again.remaining) == (0, 0, 0)
+    assert finish_deleted_ledgers(rt) == 0
+    assert all_entries(rt, "orders") == kept
+
+
+def test_trim_at_or_below_the_start_is_a_no_op_and_repeats_are_idempotent(
+    runtime: Runtime,
+) -> None:
+    rt = runtime
+    ids = mixed_topic(rt)
+    start = Position(ledger_id=ids[2], entry_id=0)
+    assert trim_topic(rt, "orders", start).changed
+    state = snapshot(rt)
+    for position in (
+        start,
+        Position(ledger_id=ids[1], entry_id=3),
+        Position(ledger_id=0, entry_id=0),
+    ):
+        result = trim_topic(rt, "orders", position)
+        assert not result.changed
+        assert (result.start_before, result.start_after) == (start, start)
+        assert (result.ledgers_deleting, result.queued_keys, result.hot_deleted) == ([], 0, [])
+        assert snapshot(rt) == state
+
+
+def test_a_position_past_a_ledgers_last_entry_is_the_next_ledger(runtime: Runtime) -> None:
+    rt = runtime
+    ids = mixed_topic(rt)
+    result = trim_topic(rt, "orders", Position(ledger_id=ids[1], entry_id=4))  # 4 entries
+    assert result.start_after == Position(ledger_id=ids[2], entry_id=0)
+    assert result.ledgers_deleting == ids[:2]
+
+
+def test_a_trim_beyond_the_end_or_at_an_unknown_cut_is_refused_and_changes_nothing(
+    runtime: Runtime,
+) -> None:
+    rt = runtime
+    ids = mixed_topic(rt)
+    state = snapshot(rt)
+    end = f"{ids[-1] + 1}:0"
+    with pytest.raises(ValueError, match=rf"position {ids[-1] + 1}:1 is beyond the end .*\({end}"):
+        trim_topic(rt, "orders", Position(ledger_id=ids[-1] + 1, entry_id=1))
+    with pytest.raises(ValueError, match=rf"beyond the end of ledger {ids[4]} .*4 entries"):
+        trim_topic(rt, "orders", Position(ledger_id=ids[4], entry_id=5))
+    with pytest.raises(NotFoundError, match="cut 99 of topic 'orders' does not exist"):
+        resolve_target(rt, "orders", cut_id=99)
+    with pytest.raises(NotFoundError, match="topic 'nope' does not exist"):
+        trim_topic(rt, "nope", Position(ledger_id=1, entry_id=0))
+    assert snapshot(rt) == state
+    for args, fragment in (
+        (["--position", f"{ids[-1] + 5}:0"], "is beyond the end of topic 'orders'"),
+        (["--cut", "99"], "cut 99 of topic 'orders' does not exist"),
+        (["--position", "3"], "position '3': expected LEDGER:ENTRY"),
+        (["--position=-1:0"], "expected LEDGER:ENTRY"),
+    ):
+        assert_one_line_error(cli(rt, "trim", "orders", *args), fragment)
+    assert snapshot(rt) == state
+
+
+def test_trim_at_a_cut_and_the_cli_dry_run(runtime: Runtime) -> None:
+    rt = runtime
+    ids = mixed_topic(rt)
+    cut = take_cut(rt, "orders")
+    state = snapshot(rt)
+    report = cli_json(rt, "trim", "orders", "--cut", str(cut.cut_id), "--dry-run")
+    assert report["dry_run"] and not report["changed"]
+    assert report["ledgers_deleting"] == ids and report["queued_keys"] == 8
+    assert snapshot(rt) == state
+    result = trim_topic(rt, "orders", resolve_target(rt, "orders", cut_id=cut.cut_id))
+    assert result.start_after == cut.position and result.ledgers_deleting == ids
+    assert TopicReader(rt).checksum("orders").entries == 0
+    # the history stays countable: a later cut still measures from the first ever entry
+    assert take_cut(rt, "orders").offset_bytes == cut.offset_bytes
+
+
+def test_a_racing_trim_with_a_stale_version_loses_cleanly(runtime: Runtime) -> None:
+    rt = runtime
+    ids = mixed_topic(rt)
+    seen = rt.metadata.get_topic("orders")
+    first = rt.metadata.move_start(seen, Position(ledger_id=ids[1], entry_id=0))
+    with pytest.raises(CommitFailedError, match=r"topic 'orders' changed since version"):
+        rt.metadata.move_start(seen, Position(ledger_id=ids[3], entry_id=0))
+    assert rt.metadata.get_topic("orders").start == first.start
+    assert rt.metadata.ledgers_to_trim("orders", ids[-1] + 1) == ids  # nothing marked yet
+    # trim_topic reads again and wins against a stale start
+    result = trim_topic(rt, "orders", Position(ledger_id=ids[3], entry_id=0))
+    assert result.start_before == first.start and result.ledgers_deleting == ids[:3]
+
+
+def test_an_offload_in_flight_when_its_ledger_is_trimmed_cannot_commit_or_leak(
+    runtime: Runtime,
+) -> None:
+    """Single and batched commits both lose; the zombie's objects, written even after the
+    GC ran, are queued again when it finds itself superseded, and removed."""
+    rt = runtime
+    from fixtures.backends import make_topic, produce_ledgers
+
+    make_topic(rt)
+    ids = produce_ledgers(rt, "orders", [(5, 2000), (5, 2000), (3, 100)])
+    offloader = LedgerOffloader(rt)
+    attempts = []
+    for lid in ids[:2]:
+        attempt_id = str(uuid.uuid4())
+        ledger, attempt = rt.metadata.begin_attempt(
+            rt.metadata.get_ledger("orders", lid),
+            attempt_id,
+            *ledger_object_keys(attempt_id, lid),
+            "test",
+            60_000,
+            store_id=rt.stores.default_id(),
+        )
+        attempts.append((ledger, attempt))
+    # the first uploads before the trim, the second (a zombie) only after the GC ran
+    first_len = offloader._upload(attempts[0][0], attempts[0][1], lambda: None)
+    result = trim_topic(rt, "orders", Position(ledger_id=ids[2], entry_id=0))
+    assert result.ledgers_deleting == ids[:2] and result.queued_keys == 4
+    for lid in ids[:2]:
+        ledger = rt.metadata.get_ledger("orders", lid)
+        assert (ledger.attempt_id, ledger.offload_state) == (None, OffloadState.NONE)
+    assert {a.state for a in rt.metadata.list_attempts("orders")} == {"superseded"}
+    process_deletions(rt.metadata, rt.stores, rt.settings)
+    # the zombie's PUTs land late (its hot copy is gone by now: it had read it earlier)
+    zombie = attempts[1][1]
+    for key in (zombie.data_key, zombie.index_key):
+        rt.objects.put(key, b"late bytes")
+    second_len = len(b"late bytes")
+    assert stored_keys(rt)  # the zombie's objects are there now
+
+    with pytest.raises(CommitFailedError):
+        rt.metadata.commit_offload(attempts[0][1], first_len)
+    assert rt.metadata.commit_offloads([(attempts[1][1], second_len)]) == set()
+    rt.metadata.fail_attempt(attempts[0][1], "lost")  # what the offloader does on a loss
+    assert not rt.metadata.renew_lease(attempts[1][1], 60_000)
+    process_deletions(rt.metadata, rt.stores, rt.settings)
+    assert finish_deleted_ledgers(rt) == 2
+    assert stored_keys(rt) == set()
+    assert all(not rt.metadata.get_ledger("orders", i).is_offloaded for i in ids[:2])
