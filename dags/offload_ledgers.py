@@ -11,10 +11,17 @@ delete_hot_copies -> summary
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
-from airflow.sdk import DAG, Param, TriggerRule
+from airflow.sdk import Param, TriggerRule
 
+from offloader_airflow.assets import DELETION_QUEUE
+from offloader_airflow.dag_defaults import (
+    dry_run_param,
+    offloader_dag,
+    optional_number_param,
+    topic_param,
+)
 from offloader_airflow.operators import (
     DeleteHotCopiesOperator,
     OffloadLedgersOperator,
@@ -22,46 +29,19 @@ from offloader_airflow.operators import (
     PlanOffloadOperator,
 )
 
-DEFAULT_ARGS = {
-    "owner": "storage",
-    "retries": 3,
-    "retry_delay": timedelta(seconds=20),
-    "retry_exponential_backoff": True,
-    "max_retry_delay": timedelta(minutes=10),
-    "execution_timeout": timedelta(hours=2),
-}
-
-with DAG(
-    dag_id="offload_ledgers",
+with offloader_dag(
+    "offload_ledgers",
     description="Offload sealed ledgers to object storage; delete hot copies after the lag",
     schedule=timedelta(minutes=10),
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
-    max_active_runs=1,
-    default_args=DEFAULT_ARGS,
-    render_template_as_native_obj=True,
-    tags=["offloader", "tiered-storage"],
     doc_md=__doc__,
     params={
-        "topic": Param(
-            "",
-            type="string",
-            maxLength=512,
-            title="Topic",
-            description="Offload this topic only; leave empty for every topic.",
+        "topic": topic_param("Offload this topic only; leave empty for every topic."),
+        "up_to_ledger": optional_number_param(
+            "Offload up to ledger",
+            "Offload every sealed ledger with an id <= this, whatever the policy.",
         ),
-        "up_to_ledger": Param(
-            None,
-            type=["null", "integer"],
-            minimum=0,
-            title="Offload up to ledger",
-            description="Offload every sealed ledger with an id <= this, whatever the policy.",
-        ),
-        "dry_run": Param(
-            False,
-            type="boolean",
-            title="Dry run",
-            description="Plan and log what would move and what would be deleted; change nothing.",
+        "dry_run": dry_run_param(
+            "Plan and log what would move and what would be deleted; change nothing."
         ),
         "batch_size": Param(
             500,
@@ -89,13 +69,17 @@ with DAG(
         dry_run="{{ params.dry_run }}",
     )
     offload = OffloadLedgersOperator.partial(
-        task_id="offload", pool="offload_uploads", max_active_tis_per_dagrun=4
+        task_id="offload",
+        pool="offload_uploads",
+        max_active_tis_per_dagrun=4,
+        outlets=[DELETION_QUEUE],  # a losing or stale attempt queues its objects
     ).expand(batch=plan.output)
     delete_hot = DeleteHotCopiesOperator(
         task_id="delete_hot_copies",
         topics="{{ ti.xcom_pull(task_ids='plan', key='topics') }}",
         dry_run="{{ params.dry_run }}",
         trigger_rule=TriggerRule.ALL_DONE,
+        outlets=[DELETION_QUEUE],
     )
     summary = OffloadSummaryOperator(task_id="summary", trigger_rule=TriggerRule.ALL_DONE)
 

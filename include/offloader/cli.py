@@ -29,6 +29,8 @@ from offloader.offload.ledger_offloader import LedgerOffloader
 from offloader.policy import OffloadPolicy
 from offloader.read.topic_reader import Source, TopicReader
 from offloader.retention.cuts import take_cut
+from offloader.retention.run import apply_retention
+from offloader.retention.run import describe as describe_retention
 from offloader.retention.trim import TrimResult, delete_topic, resolve_target, trim_topic
 from offloader.runtime import Runtime, check_database, upgrade_database
 from offloader.settings import Settings
@@ -271,6 +273,12 @@ def cmd_topic_delete(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     return result, f"deleted topic {args.name}: " + _trim_text(result).split(": ", 1)[1]
 
 
+# --- retention: apply a topic's policy once (R2) ----------------------------------------
+def cmd_retention(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
+    result = apply_retention(rt, args.topic, dry_run=args.dry_run)
+    return result, f"{args.topic}: {describe_retention(result)}"
+
+
 def cmd_db_upgrade(args: argparse.Namespace, settings: Settings) -> tuple[Any, str]:
     before, after = upgrade_database(settings)
     result = {"before": before, "revision": after}
@@ -397,6 +405,11 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--cut", type=ledger_or_entry_id, metavar="ID", help="a cut's id")
     where.add_argument("--position", metavar="L:E", help="ledger id:entry id")
     p.add_argument("--dry-run", action="store_true", help="report what would go, change nothing")
+
+    # retention (R2): apply a topic's policy once
+    p = command("retention", cmd_retention, "apply a topic's retention policy once (PDP-19)")
+    p.add_argument("topic")
+    p.add_argument("--dry-run", action="store_true", help="say where it would trim; change nothing")
 
     db = sub.add_parser("db", help="metadata schema: upgrade once per release, check")
     db_sub = db.add_subparsers(dest="db_command", required=True)

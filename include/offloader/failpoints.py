@@ -41,6 +41,8 @@ POINTS = (
     # metadata export (metadata/backup.py): the snapshot object is written, the manifest
     # that makes it the latest not yet
     "after-snapshot-upload",
+    # retention (retention/run.py): apply_retention took its cut, nothing trimmed yet
+    "after-retention-cut",
 )
 
 

@@ -28,6 +28,11 @@ class OffloadPolicy(BaseModel):
     ``offload_threshold_bytes`` of the topic in the hot tier (oldest sealed ledgers go
     first, Pulsar's offload threshold); the age rule offloads ledgers sealed longer than
     ``offload_age_seconds`` ago. ``None`` turns a rule off.
+
+    Retention (PDP-19) keeps at least ``retention_time_seconds`` of the topic's history
+    and at least ``retention_size_bytes`` of its committed bytes; ``None`` keeps forever.
+    Each retention threshold must sit above its offload threshold (PIP-17), or data would
+    be deleted before it is offloaded.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
@@ -41,6 +46,8 @@ class OffloadPolicy(BaseModel):
     ledger_max_entries: int = Field(default=50_000, ge=1)
     ledger_max_bytes: int = Field(default=2048 * MiB, ge=1)
     ledger_max_age_seconds: float | None = Field(default=4 * 3600, gt=0)
+    retention_time_seconds: float | None = Field(default=None, ge=0)
+    retention_size_bytes: int | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _buffer_within_block(self) -> OffloadPolicy:
@@ -49,6 +56,22 @@ class OffloadPolicy(BaseModel):
                 f"read_buffer_size ({self.read_buffer_size}) must not exceed "
                 f"max_block_size ({self.max_block_size})"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _offload_before_retention(self) -> OffloadPolicy:
+        """PIP-17: what retention deletes must have had its chance to be offloaded."""
+        pairs = (
+            ("offload_threshold_bytes", "retention_size_bytes"),
+            ("offload_age_seconds", "retention_time_seconds"),
+        )
+        for offload, retention in pairs:
+            low, high = getattr(self, offload), getattr(self, retention)
+            if low is not None and high is not None and not low < high:
+                raise ValueError(
+                    f"{offload} ({low}) must be below {retention} ({high}): "
+                    "data would be deleted before it is offloaded (PIP-17)"
+                )
         return self
 
     def updated(self, changes: dict[str, Any]) -> OffloadPolicy:

@@ -776,19 +776,7 @@ class MetadataStore:
         with self.transaction() as conn:
             current = self._topic(conn, topic)
             _refuse_deleted(current, "cut")
-            end = _end_of_sealed(conn, current)
-            last = conn.execute(
-                sa.select(C.c.ledger_id, C.c.offset_bytes)
-                .where(C.c.topic == topic)
-                .order_by(C.c.cut_id.desc())
-                .limit(1)
-            ).first()
-            since, offset = (0, 0) if last is None else (last.ledger_id, last.offset_bytes)
-            offset += conn.execute(
-                sa.select(sa.func.coalesce(sa.func.sum(L.c.size_bytes), 0)).where(
-                    L.c.topic == topic, L.c.ledger_id >= since, L.c.ledger_id < end.ledger_id
-                )
-            ).scalar_one()
+            end, offset = _end_and_offset(conn, current)
             cut_id = conn.execute(
                 C.insert()
                 .values(
@@ -801,6 +789,33 @@ class MetadataStore:
                 .returning(C.c.cut_id)
             ).scalar_one()
             return self._cut(conn, topic, cut_id)
+
+    def end_cut(self, topic: str) -> StreamCut:
+        """The cut :meth:`create_cut` would take now, not stored (``cut_id`` 0): what a
+        dry run of retention measures against."""
+        with self.engine.connect() as conn:
+            current = self._topic(conn, topic)
+            _refuse_deleted(current, "cut")
+            end, offset = _end_and_offset(conn, current)
+            return StreamCut(
+                topic=topic,
+                cut_id=0,
+                ledger_id=end.ledger_id,
+                entry_id=end.entry_id,
+                created_ms=db_now_ms(conn),
+                offset_bytes=offset,
+            )
+
+    def newest_cut(self, topic: str, field: str, at_most: int) -> StreamCut | None:
+        """The topic's newest cut whose ``field`` (``created_ms`` or ``offset_bytes``) is
+        at most ``at_most`` (retention's rules). Cuts of a topic grow in id, time, offset
+        and position together, so this walks the topic's cut index back from the newest
+        and stops at the first match: it reads the cuts newer than the bound, not the
+        topic's history."""
+        if field not in ("created_ms", "offset_bytes"):
+            raise ValueError(f"cuts are selected by created_ms or offset_bytes, not {field!r}")
+        with self.engine.connect() as conn:
+            return _newest_cut(conn, topic, C.c[field] <= at_most)
 
     def list_cuts(self, topic: str) -> list[StreamCut]:
         """The topic's cuts, oldest first."""
@@ -1118,6 +1133,33 @@ def _one_topic(topics: Iterable[str]) -> str:
 def _refuse_deleted(topic: Topic, what: str) -> None:
     if topic.is_deleted:
         raise TopicDeletedError(f"topic {topic.name!r} was deleted; it cannot be {what}")
+
+
+def _end_and_offset(conn: Connection, topic: Topic) -> tuple[Position, int]:
+    """The end of the topic's sealed data and its committed bytes from the first entry
+    (each ledger's recorded size once; nothing of an upload in flight).
+
+    Incremental from the topic's newest cut: every ledger below a cut was sealed when it
+    was taken, and sealed sizes never change, so only the ledgers since then are summed
+    and the cost does not grow with the topic's history."""
+    newest = _newest_cut(conn, topic.name)
+    since, base = (0, 0) if newest is None else (newest.ledger_id, newest.offset_bytes)
+    end = _end_of_sealed(conn, topic)
+    offset = conn.execute(
+        sa.select(sa.func.coalesce(sa.func.sum(L.c.size_bytes), 0)).where(
+            L.c.topic == topic.name, L.c.ledger_id >= since, L.c.ledger_id < end.ledger_id
+        )
+    ).scalar_one()
+    return end, base + int(offset)
+
+
+def _newest_cut(
+    conn: Connection, topic: str, *conditions: sa.ColumnElement[bool]
+) -> StreamCut | None:
+    """The topic's newest cut meeting ``conditions``, walking its cut index back."""
+    query = sa.select(C).where(C.c.topic == topic, *conditions)
+    row = conn.execute(query.order_by(C.c.cut_id.desc()).limit(1)).mappings().first()
+    return None if row is None else StreamCut.model_validate(dict(row))
 
 
 def _end_of_sealed(conn: Connection, topic: Topic) -> Position:

@@ -1,0 +1,61 @@
+"""What every offloader DAG shares, so a DAG file holds only its schedule, Params and
+wiring: owner, retries with exponential backoff, no catchup, one run at a time, Params
+rendered as native objects, the offloader tags."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from airflow.sdk import DAG, Param
+
+START_DATE = datetime(2026, 1, 1)
+TAGS = ("offloader", "tiered-storage")
+
+
+def offloader_dag(
+    dag_id: str,
+    *,
+    description: str,
+    schedule: Any,
+    doc_md: str | None,
+    params: dict[str, Any],
+    max_retry_delay: timedelta = timedelta(minutes=10),
+    execution_timeout: timedelta = timedelta(hours=2),
+    tags: tuple[str, ...] = (),
+) -> DAG:
+    """A DAG with the offloader's defaults; use it as ``with offloader_dag(...) as dag:``."""
+    return DAG(
+        dag_id=dag_id,
+        description=description,
+        schedule=schedule,
+        start_date=START_DATE,
+        catchup=False,
+        max_active_runs=1,
+        default_args={
+            "owner": "storage",
+            "retries": 3,
+            "retry_delay": timedelta(seconds=20),
+            "retry_exponential_backoff": True,
+            "max_retry_delay": max_retry_delay,
+            "execution_timeout": execution_timeout,
+        },
+        render_template_as_native_obj=True,
+        tags=[*TAGS, *tags],
+        doc_md=doc_md,
+        params=params,
+    )
+
+
+def topic_param(description: str) -> Param:
+    """The form field naming one topic; empty means every topic."""
+    return Param("", type="string", maxLength=512, title="Topic", description=description)
+
+
+def optional_number_param(title: str, description: str, kind: str = "integer") -> Param:
+    """A form field that may stay empty (None) or hold a number >= 0."""
+    return Param(None, type=["null", kind], minimum=0, title=title, description=description)
+
+
+def dry_run_param(description: str) -> Param:
+    return Param(False, type="boolean", title="Dry run", description=description)
