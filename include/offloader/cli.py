@@ -19,9 +19,10 @@ from pydantic import BaseModel
 
 from offloader.errors import describe_error
 from offloader.format import ENTRY_FRAME, HEADER_LEN
-from offloader.gc.deletion_queue import process_deletions
+from offloader.gc.deletion_queue import DEFAULT_PASS_LIMIT, process_deletions
 from offloader.hottier import MAX_ENTRY_BYTES
 from offloader.hottier.writer import ManagedLedgerWriter
+from offloader.metadata import DeletionBacklog
 from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.ledger_offloader import LedgerOffloader
 from offloader.policy import OffloadPolicy
@@ -165,18 +166,41 @@ def cmd_checksum(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
 
 
 def cmd_gc(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
-    result = process_deletions(rt.metadata, rt.stores, rt.settings)
-    return result, f"deleted {result.deleted}, failed {result.failed}, pending {result.remaining}"
+    result = process_deletions(rt.metadata, rt.stores, rt.settings, limit=args.limit)
+    text = (
+        f"deleted {result.deleted}, failed {result.failed}, pending {result.remaining} "
+        f"({result.delete_requests} delete requests)"
+    )
+    return result, "\n".join([text, *_backlog_lines(result.backlog)])
 
 
 def cmd_status(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
+    backlog = rt.metadata.deletion_backlog(rt.settings.gc_failing_tries)
     status = {
         "metadata_url": _redact_url(rt.settings.resolved_metadata_url),
         "object_store": rt.objects.url,
         "ledger_dir": str(rt.settings.resolved_ledger_dir),
         **rt.metadata.counts(),
+        "deletion_backlog": backlog,
     }
-    return status, "\n".join(f"{k}: {v}" for k, v in status.items())
+    lines = [f"{k}: {v}" for k, v in status.items() if k != "deletion_backlog"]
+    return status, "\n".join(lines + _backlog_lines(backlog))
+
+
+def _backlog_lines(backlog: DeletionBacklog) -> list[str]:
+    """The deletion queue for people: backlog, oldest item's age, keys that keep failing."""
+    age = "-" if backlog.oldest_age_ms is None else f"{backlog.oldest_age_ms / 1000:.0f}s"
+    lines = [
+        f"deletion backlog: {backlog.pending} pending ({backlog.due} due), oldest {age}, "
+        f"{backlog.failing_count} failing (>= {backlog.failing_tries} tries)"
+    ]
+    lines += [
+        f"  failing: {d.object_key} (store {d.store_id}, {d.tries} tries): {d.last_error}"
+        for d in backlog.failing
+    ]
+    if backlog.failing_count > len(backlog.failing):
+        lines.append(f"  ... and {backlog.failing_count - len(backlog.failing)} more")
+    return lines
 
 
 def cmd_db_upgrade(args: argparse.Namespace, settings: Settings) -> tuple[Any, str]:
@@ -211,6 +235,17 @@ def ledger_or_entry_id(text: str) -> int:
 
 
 ledger_or_entry_id.__name__ = "64-bit id"  # argparse names the type in its message
+
+
+def positive_int(text: str) -> int:
+    """A count of 1 or more."""
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+positive_int.__name__ = "positive integer"
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -292,7 +327,14 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         command(name, handler, help_, db_sub).set_defaults(without_runtime=True)  # type: ignore[arg-type]
 
-    command("gc", cmd_gc, "drain the deletion queue")
+    p = command("gc", cmd_gc, "one bounded pass over the deletion queue")
+    p.add_argument(
+        "--limit",
+        type=positive_int,
+        default=DEFAULT_PASS_LIMIT,
+        metavar="N",
+        help=f"take at most N queued keys in this pass (default {DEFAULT_PASS_LIMIT})",
+    )
     command("status", cmd_status, "counts of ledgers, attempts and queued deletions")
     return parser
 

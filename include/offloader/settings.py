@@ -39,6 +39,10 @@ class Settings(BaseSettings):
     attempt_lease_seconds: float = Field(default=300.0, gt=0)
     delete_retry_base_seconds: float = Field(default=5.0, ge=0)
     delete_retry_max_seconds: float = Field(default=3600.0, ge=0)
+    # one DeleteObjects request per batch: S3 takes at most 1,000 keys per request
+    gc_batch_keys: int = Field(default=1000, ge=1, le=1000)
+    # a queued key that failed this many times is reported as failing (status, GC summary)
+    gc_failing_tries: int = Field(default=5, ge=1)
 
     @field_validator("data_dir", "ledger_dir")
     @classmethod

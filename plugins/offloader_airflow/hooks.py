@@ -34,6 +34,8 @@ TUNING_KEYS = (
     "attempt_lease_seconds",
     "delete_retry_base_seconds",
     "delete_retry_max_seconds",
+    "gc_batch_keys",
+    "gc_failing_tries",
 )
 
 
