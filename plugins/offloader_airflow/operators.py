@@ -207,19 +207,24 @@ class OffloadSummaryOperator(BaseOperator):
             "dry_run": dry_run,
         }
         self.log.info("offload run summary: %s", summary)
-        upstream = [self.plan_task_id, self.offload_task_id, self.hot_task_id]
-        failed = ti.get_ti_count(
-            dag_id=ti.dag_id,
-            run_ids=[ti.run_id],
-            task_ids=upstream,
-            states=["failed", "upstream_failed"],
-        )
-        if failed:
-            raise RuntimeError(
-                f"{failed} task(s) of this run failed ({', '.join(upstream)}): see their logs; "
-                "every task is idempotent, so clear the failed ones to retry"
-            )
+        fail_if_upstream_failed(ti, [self.plan_task_id, self.offload_task_id, self.hot_task_id])
         return summary
+
+
+def fail_if_upstream_failed(ti: Any, upstream: list[str]) -> None:
+    """A summary runs whatever happened upstream (ALL_DONE) and, being the leaf, decides the
+    run's state: raise if any of ``upstream`` failed, so the run does not look green."""
+    failed = ti.get_ti_count(
+        dag_id=ti.dag_id,
+        run_ids=[ti.run_id],
+        task_ids=upstream,
+        states=["failed", "upstream_failed"],
+    )
+    if failed:
+        raise RuntimeError(
+            f"{failed} task(s) of this run failed ({', '.join(upstream)}): see their logs; "
+            "every task is idempotent, so clear the failed ones to retry"
+        )
 
 
 def _as_batches(pulled: Any) -> list[list[dict[str, Any]]]:

@@ -11,6 +11,7 @@ lists the bucket: unfinished multipart uploads are the orphan sweep's to abort.
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Protocol
@@ -139,3 +140,67 @@ def _retry_later(
             log.warning("delete of %s failed (try %d): %s", row.object_key, row.tries + 1, error)
             failures.append((row, error, backoff_ms(row.tries, settings)))
     metadata.retry_deletions_later(failures, not_before_ms)
+
+
+@dataclass(frozen=True)
+class DrainResult:
+    """Passes run until nothing more could be deleted, ``max_items`` rows were taken or the
+    time budget was spent (``stopped`` says which); ``backlog`` is what is left."""
+
+    passes: int
+    deleted: int
+    failed: int
+    delete_requests: int
+    seconds: float
+    stopped: str  # drained | max items | time budget | dry run
+    dry_run: bool
+    backlog: DeletionBacklog
+
+
+def drain_queue(
+    metadata: MetadataStore,
+    stores: Stores,
+    settings: Settings,
+    *,
+    max_items: int = 100_000,
+    time_budget_seconds: float = 1800.0,
+    dry_run: bool = False,
+) -> DrainResult:
+    """Run bounded passes back to back (the ``garbage_collection`` DAG's drain task).
+
+    A pass that deletes nothing ends the drain: nothing is due, or what is due keeps failing
+    and has been backed off. A dry run only reports the backlog. The budget is a duration on
+    this worker's monotonic clock, not an age, so the database's clock is not needed.
+    """
+    if max_items < 1:
+        raise ValueError(f"max_items must be >= 1, got {max_items}")
+    if time_budget_seconds <= 0:
+        raise ValueError(f"time_budget_seconds must be > 0, got {time_budget_seconds}")
+    started = time.monotonic()
+    passes = deleted = failed = requests = 0
+    stopped = "dry run" if dry_run else "drained"
+    while not dry_run:
+        if deleted + failed >= max_items:
+            stopped = "max items"
+            break
+        if time.monotonic() - started >= time_budget_seconds:
+            stopped = "time budget"
+            break
+        limit = min(DEFAULT_PASS_LIMIT, max_items - deleted - failed)
+        one = process_deletions(metadata, stores, settings, limit=limit)
+        passes += 1
+        deleted, failed = deleted + one.deleted, failed + one.failed
+        requests += one.delete_requests
+        log.info("pass %d: deleted %d, failed %d", passes, one.deleted, one.failed)
+        if one.deleted == 0:
+            break
+    return DrainResult(
+        passes=passes,
+        deleted=deleted,
+        failed=failed,
+        delete_requests=requests,
+        seconds=round(time.monotonic() - started, 3),
+        stopped=stopped,
+        dry_run=dry_run,
+        backlog=metadata.deletion_backlog(settings.gc_failing_tries),
+    )
