@@ -13,62 +13,21 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.airflow import connection_env
+from fixtures.airflow import DagFile, connection_env, return_value, task_states
 from fixtures.backends import make_topic, produce_ledgers, unaccounted_objects
 from offloader.gc.deletion_queue import process_deletions
 from offloader.metadata import AttemptState, HotState
 from offloader.read.topic_reader import Source, TopicReader
 from offloader.runtime import Runtime
 
-DAGS = Path(__file__).resolve().parents[2] / "dags"
-
-
-class OffloadDag:
-    """Runs offload_ledgers with dag.test(), parsing the file afresh for every run as the
-    dag-processor and workers do (an in-process run renders templates onto the tasks)."""
-
-    def test(self, run_conf: dict, retries: bool = True):  # type: ignore[no-untyped-def]
-        """``retries=False`` for runs expected to fail: dag.test() waits out retry delays."""
-        from airflow.dag_processing.dagbag import DagBag
-
-        bag = DagBag(dag_folder=str(DAGS / "offload_ledgers.py"))
-        assert bag.import_errors == {}
-        dag = bag.get_dag("offload_ledgers")
-        if not retries:
-            for task in dag.tasks:
-                task.retries = 0
-        return dag.test(run_conf=run_conf)
-
 
 @pytest.fixture
-def offload_dag() -> OffloadDag:
-    return OffloadDag()
-
-
-def task_states(run) -> dict[str, list[str]]:  # type: ignore[no-untyped-def]
-    states: dict[str, list[str]] = {}
-    for ti in run.get_task_instances():
-        states.setdefault(ti.task_id, []).append(str(ti.state))
-    return states
+def offload_dag() -> DagFile:
+    return DagFile("offload_ledgers")
 
 
 def summary_of(run) -> dict:  # type: ignore[no-untyped-def]
-    (ti,) = [ti for ti in run.get_task_instances() if ti.task_id == "summary"]
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        value = (
-            session.query(XComModel.value)
-            .filter(
-                XComModel.dag_id == ti.dag_id,
-                XComModel.run_id == ti.run_id,
-                XComModel.task_id == "summary",
-                XComModel.key == "return_value",
-            )
-            .scalar()
-        )
-    return json.loads(value) if isinstance(value, str) else value
+    return return_value(run, "summary")
 
 
 def stored_airflow_text() -> str:
