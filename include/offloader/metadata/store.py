@@ -284,6 +284,19 @@ class MetadataStore:
             ).mappings()
             return [Ledger.model_validate(dict(r)) for r in rows]
 
+    def ledgers_with_hot_copy(self, topic: str, *, offloaded: bool | None = None) -> list[Ledger]:
+        """The topic's ledgers whose hot copy is not deleted (optionally: only offloaded, or
+        only not offloaded ones), oldest first. Planning and hot deletion look at no others,
+        so they never load the topic's offloaded history (selected in SQL)."""
+        where = [L.c.topic == topic, L.c.hot_state != HotState.DELETED.value]
+        if offloaded is not None:
+            is_offloaded = L.c.offload_state == OffloadState.OFFLOADED.value
+            where.append(is_offloaded if offloaded else sa.not_(is_offloaded))
+        with self.engine.connect() as conn:
+            self._topic(conn, topic)
+            rows = conn.execute(sa.select(L).where(*where).order_by(L.c.ledger_id)).mappings()
+            return [Ledger.model_validate(dict(r)) for r in rows]
+
     # --- object stores (invariant 7) -----------------------------------------------------
     def record_store(self, location: StoreLocation) -> int:
         """The id of ``location`` in the metadata, recorded on first use."""

@@ -46,7 +46,9 @@ def delete_hot_copies(
     policy = metadata.get_topic(topic).policy
     lag_ms = int(policy.deletion_lag_seconds * 1000)
     due = hot_copies_due(
-        metadata.list_ledgers(topic), policy.deletion_lag_seconds, metadata.db_now_ms()
+        metadata.ledgers_with_hot_copy(topic, offloaded=True),
+        policy.deletion_lag_seconds,
+        metadata.db_now_ms(),
     )
     if dry_run:
         return [HotDeletion(topic, x.ledger_id, x.size_bytes) for x in due]
