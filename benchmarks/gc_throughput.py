@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -29,11 +28,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from benchmarks import use_test_fixtures
-from benchmarks.airflow_overhead import _postgres_url
+from benchmarks.small_ledgers import s3_postgres_runtime
 from offloader.gc.deletion_queue import drain_queue
 from offloader.objectstore.s3 import build_client
-from offloader.runtime import Runtime, upgrade_database
+from offloader.runtime import Runtime
 
 TARGET_RATIO = 0.8
 BATCH = 1000
@@ -131,22 +129,10 @@ def _bench(rt: Runtime, total: int) -> dict:
 
 def run(quick: bool = False, work_dir: Path | None = None) -> dict:
     """100,000 (quick: 5,000) deletions on SeaweedFS + PostgreSQL; skipped without PostgreSQL."""
-    use_test_fixtures()
-    from fixtures.seaweedfs_server import SeaweedS3
-
-    total = 5_000 if quick else 100_000
-    with tempfile.TemporaryDirectory(prefix="bench-gc-", dir=work_dir) as tmp:
-        base = Path(tmp)
-        with _postgres_url() as url:
-            if url is None:
-                return {"skipped": "PostgreSQL not reachable on 127.0.0.1:5432"}
-            with SeaweedS3.start(base / "seaweedfs") as server:
-                settings = server.make_settings(
-                    "bench-gc", data_dir=base / "data", metadata_url=url
-                )
-                upgrade_database(settings)  # `offloader db upgrade`: opening never migrates
-                with Runtime.open(settings) as rt:
-                    return _bench(rt, total)
+    with s3_postgres_runtime("bench-gc", work_dir) as rt:
+        if rt is None:
+            return {"skipped": "PostgreSQL not reachable on 127.0.0.1:5432"}
+        return _bench(rt, 5_000 if quick else 100_000)
 
 
 if __name__ == "__main__":

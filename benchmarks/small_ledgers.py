@@ -26,8 +26,9 @@ import json
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -162,22 +163,31 @@ def _bench(rt: Runtime, ledgers: int, rounds: int) -> dict:
 
 def run(quick: bool = False, work_dir: Path | None = None) -> dict:
     """1,000 (quick: 200) small ledgers on SeaweedFS + PostgreSQL; skipped without PostgreSQL."""
+    ledgers = 200 if quick else 1000
+    with s3_postgres_runtime("bench-small", work_dir) as rt:
+        if rt is None:
+            return {"skipped": "PostgreSQL not reachable on 127.0.0.1:5432"}
+        return _bench(rt, ledgers, rounds=ROUNDS)
+
+
+@contextmanager
+def s3_postgres_runtime(bucket: str, work_dir: Path | None = None) -> Iterator[Runtime | None]:
+    """A Runtime on a fresh SeaweedFS bucket and a fresh PostgreSQL database (upgraded, as
+    `offloader db upgrade` does: opening never migrates), or None without PostgreSQL."""
     use_test_fixtures()
     from fixtures.seaweedfs_server import SeaweedS3
 
-    ledgers = 200 if quick else 1000
-    with tempfile.TemporaryDirectory(prefix="bench-small-", dir=work_dir) as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"{bucket}-", dir=work_dir) as tmp:
         base = Path(tmp)
         with _postgres_url() as url:
             if url is None:
-                return {"skipped": "PostgreSQL not reachable on 127.0.0.1:5432"}
+                yield None
+                return
             with SeaweedS3.start(base / "seaweedfs") as server:
-                settings = server.make_settings(
-                    "bench-small", data_dir=base / "data", metadata_url=url
-                )
-                upgrade_database(settings)  # `offloader db upgrade`: opening never migrates
+                settings = server.make_settings(bucket, data_dir=base / "data", metadata_url=url)
+                upgrade_database(settings)
                 with Runtime.open(settings) as rt:
-                    return _bench(rt, ledgers, rounds=ROUNDS)
+                    yield rt
 
 
 if __name__ == "__main__":

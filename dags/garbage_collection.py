@@ -20,16 +20,10 @@ from datetime import datetime, timedelta
 from airflow.sdk import DAG, AssetOrTimeSchedule, CronTriggerTimetable, Param, TriggerRule
 
 from offloader_airflow.assets import DELETION_QUEUE
+from offloader_airflow.dag_defaults import default_args
 from offloader_airflow.gc_operators import DeletionQueueSummaryOperator, DrainDeletionQueueOperator
 
-DEFAULT_ARGS = {
-    "owner": "storage",
-    "retries": 3,
-    "retry_delay": timedelta(seconds=20),
-    "retry_exponential_backoff": True,
-    "max_retry_delay": timedelta(minutes=10),
-    "execution_timeout": timedelta(hours=1),
-}
+DEFAULT_ARGS = default_args(execution_timeout=timedelta(hours=1))
 
 with DAG(
     dag_id="garbage_collection",

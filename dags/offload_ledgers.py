@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, Param, TriggerRule
 
+from offloader_airflow.dag_defaults import default_args
 from offloader_airflow.operators import (
     DeleteHotCopiesOperator,
     OffloadLedgersOperator,
@@ -22,14 +23,7 @@ from offloader_airflow.operators import (
     PlanOffloadOperator,
 )
 
-DEFAULT_ARGS = {
-    "owner": "storage",
-    "retries": 3,
-    "retry_delay": timedelta(seconds=20),
-    "retry_exponential_backoff": True,
-    "max_retry_delay": timedelta(minutes=10),
-    "execution_timeout": timedelta(hours=2),
-}
+DEFAULT_ARGS = default_args(execution_timeout=timedelta(hours=2))
 
 with DAG(
     dag_id="offload_ledgers",
