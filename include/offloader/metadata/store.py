@@ -287,11 +287,13 @@ class MetadataStore:
     def ledgers_with_hot_copy(self, topic: str, *, offloaded: bool | None = None) -> list[Ledger]:
         """The topic's ledgers whose hot copy is not deleted (optionally: only offloaded, or
         only not offloaded ones), oldest first. Planning and hot deletion look at no others,
-        so they never load the topic's offloaded history (selected in SQL)."""
-        where = [L.c.topic == topic, L.c.hot_state != HotState.DELETED.value]
+        so they never load the topic's offloaded history (selected in SQL, as IN lists so an
+        index on (topic, hot_state) can serve them)."""
+        hot = [s.value for s in HotState if s is not HotState.DELETED]
+        where = [L.c.topic == topic, L.c.hot_state.in_(hot)]
         if offloaded is not None:
-            is_offloaded = L.c.offload_state == OffloadState.OFFLOADED.value
-            where.append(is_offloaded if offloaded else sa.not_(is_offloaded))
+            states = [s.value for s in OffloadState if (s is OffloadState.OFFLOADED) == offloaded]
+            where.append(L.c.offload_state.in_(states))
         with self.engine.connect() as conn:
             self._topic(conn, topic)
             rows = conn.execute(sa.select(L).where(*where).order_by(L.c.ledger_id)).mappings()
