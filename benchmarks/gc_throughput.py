@@ -1,7 +1,7 @@
 """Garbage collection throughput on SeaweedFS + PostgreSQL, next to raw boto3 DeleteObjects.
 
-100,000 (quick: 5,000) objects of 100 bytes are written, half for each path, then deleted
-in ``ROUNDS`` interleaved rounds so both paths see the same server in the same state:
+100,000 (quick: 5,000) objects of 100 bytes are written for each path, then deleted in
+``ROUNDS`` interleaved rounds so both paths see the same server in the same state:
 
 - ours: the keys are queued (``enqueue_deletions``, untimed) and ``drain_queue`` empties
   the queue: bounded passes reading due rows through the index, one DeleteObjects of
@@ -77,7 +77,7 @@ def _bench(rt: Runtime, total: int) -> dict:
     client = build_client(rt.settings)
     ours_http = _http_requests(store._client)  # type: ignore[attr-defined]
     store_id = rt.stores.default_id()
-    per_round = total // 2 // ROUNDS
+    per_round = total // ROUNDS
     ours_s = raw_s = 0.0
     ours_requests = raw_requests = deleted = passes = 0
     for r in range(ROUNDS):
@@ -128,7 +128,8 @@ def _bench(rt: Runtime, total: int) -> dict:
 
 
 def run(quick: bool = False, work_dir: Path | None = None) -> dict:
-    """100,000 (quick: 5,000) deletions on SeaweedFS + PostgreSQL; skipped without PostgreSQL."""
+    """100,000 (quick: 5,000) deletions per path on SeaweedFS + PostgreSQL; skipped without
+    PostgreSQL."""
     with s3_postgres_runtime("bench-gc", work_dir) as rt:
         if rt is None:
             return {"skipped": "PostgreSQL not reachable on 127.0.0.1:5432"}
