@@ -27,7 +27,10 @@ from benchmarks import (
     ROOT,
     airflow_overhead,
     format_codec,
+    gc_throughput,
+    metadata_scale,
     offload_s3,
+    retention_scale,
     small_ledgers,
     sweep_scale,
 )
@@ -162,6 +165,7 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str]]:
             )
         )
     out.append(_sweep_row(results.get("sweep_scale", {})))
+    out += _retention_rows(results.get("retention_scale", {}))
     for backend in ("fs-sqlite", "s3-postgres"):
         a = results["airflow_overhead"].get(backend, {})
         if "skipped" in a or not a:
@@ -174,6 +178,67 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str]]:
                 f"{a['library_s']} s (library), {a['cli_s']} s (CLI)",
                 f"{a['ratio_dag_to_library']:.2f}",
                 _target("< 2x", a["met"]),
+            )
+        )
+    out += _gc_rows(results)
+    return out
+
+
+def _gc_rows(results: dict) -> list[tuple[str, str, str, str, str]]:
+    """Rows of the garbage-collection and metadata-scale benchmarks (when they ran)."""
+    out = []
+    gc = results.get("gc_throughput", {})
+    if "skipped" in gc:
+        out.append(("GC throughput (s3-postgres)", "skipped", gc["skipped"], "-", "-"))
+    elif gc:
+        out.append(
+            (
+                f"GC of {gc['deletions_per_path']} queued deletions (s3-postgres)",
+                f"{gc['ours']['deletions_per_s']} deletions/s, "
+                f"{gc['ours']['delete_requests']} DeleteObjects",
+                f"{gc['raw']['deletions_per_s']} deletions/s, "
+                f"{gc['raw']['delete_requests']} DeleteObjects (raw boto3)",
+                f"{gc['ratio']:.2f}",
+                _target(f">= {gc['target_ratio']}", gc["met"]),
+            )
+        )
+    scale = results.get("metadata_scale", {})
+    if "skipped" in scale:
+        out.append(("plan and GC batch vs ledger rows", "skipped", scale["skipped"], "-", "-"))
+    elif scale:
+        first, last = scale["sizes"][0], scale["sizes"][-1]
+        for what, label in (("plan", "offload plan"), ("gc_batch", "one GC batch")):
+            growth = scale["growth_first_to_last"][what]
+            out.append(
+                (
+                    f"{label}, {last['rows']:,} ledger rows (postgres)",
+                    f"{last[what]['seconds']} s, {last[what]['peak_kib']} KiB peak",
+                    f"{first[what]['seconds']} s, {first[what]['peak_kib']} KiB at "
+                    f"{first['rows']:,} rows",
+                    f"time x{growth['time']}, memory x{growth['memory']}",
+                    _target("< 1 s", last[what]["seconds"] < 1.0),
+                )
+            )
+    return out
+
+
+def _retention_rows(ret: dict) -> list[tuple[str, str, str, str, str]]:
+    """apply_retention's planning and take_cut against history (when they ran)."""
+    if not ret or "skipped" in ret:
+        reason = ret.get("skipped", "not run")
+        return [("retention plan vs ledger rows", "skipped", reason, "-", "-")]
+    first, last = ret["sizes"][0], ret["sizes"][-1]
+    out = []
+    for what, label in (("plan", "retention plan (dry run)"), ("cut", "take_cut")):
+        growth = ret["growth_first_to_last"][what]
+        out.append(
+            (
+                f"{label}, {last['rows']:,} ledger rows (postgres)",
+                f"{last[what]['seconds']} s, {last[what]['peak_kib']} KiB peak",
+                f"{first[what]['seconds']} s, {first[what]['peak_kib']} KiB at "
+                f"{first['rows']:,} rows",
+                f"time x{growth['time']}, memory x{growth['memory']}",
+                _target("< 1 s", last[what]["seconds"] < 1.0),
             )
         )
     return out
@@ -293,7 +358,15 @@ def document(results: dict) -> str:
         "",
         _small_prose(results.get("small_ledgers", {})),
         "",
-        "## 7. Orphan sweep (benchmarks/sweep_scale.py)",
+        "## 7. Garbage collection (benchmarks/gc_throughput.py)",
+        "",
+        _gc_prose(results.get("gc_throughput", {})),
+        "",
+        "## 8. Plan and GC batch against history (benchmarks/metadata_scale.py)",
+        "",
+        _scale_prose(results.get("metadata_scale", {})),
+        "",
+        "## 9. Orphan sweep (benchmarks/sweep_scale.py)",
         "",
         _sweep_prose(results.get("sweep_scale", {})),
         "",
@@ -309,7 +382,10 @@ def document(results: dict) -> str:
         ".venv/bin/python -m benchmarks.offload_s3    # one benchmark alone, JSON out",
         ".venv/bin/python -m benchmarks.airflow_overhead",
         ".venv/bin/python -m benchmarks.small_ledgers --quick",
+        ".venv/bin/python -m benchmarks.gc_throughput --quick",
+        ".venv/bin/python -m benchmarks.metadata_scale --quick",
         ".venv/bin/python -m benchmarks.sweep_scale --quick",
+        ".venv/bin/python -m benchmarks.retention_scale --quick",
         ".venv/bin/python benchmarks/format_codec.py 64",
         "```",
         "",
@@ -368,7 +444,81 @@ def _findings(results: dict) -> list[str]:
             f"- Airflow overhead ({backend}) DAG/library {a['ratio_dag_to_library']:.2f} "
             f"(target < 2): {_verdict(a['met'])}."
         )
+    gc = results.get("gc_throughput", {})
+    if gc and "skipped" not in gc:
+        lines.append(
+            f"- GC ours/raw {gc['ratio']:.2f} (target >= {gc['target_ratio']}): "
+            f"{_verdict(gc['met'])}; {gc['ours']['delete_requests']} DeleteObjects for "
+            f"{gc['deletions_per_path']} keys (raw: {gc['raw']['delete_requests']})."
+        )
+    else:
+        lines.append(f"- GC throughput: not measured ({gc.get('skipped', 'not run')}).")
+    scale = results.get("metadata_scale", {})
+    if scale and "skipped" not in scale:
+        lines.append(
+            f"- Plan and one GC batch under a second at every size up to "
+            f"{scale['sizes'][-1]['rows']:,} ledger rows: {_verdict(scale['under_a_second'])}."
+        )
+    else:
+        lines.append(
+            f"- Plan and GC batch at scale: not measured ({scale.get('skipped', 'not run')})."
+        )
     return lines
+
+
+def _gc_prose(gc: dict) -> str:
+    if not gc:
+        return "Not run."
+    if "skipped" in gc:
+        return f"Skipped: {gc['skipped']}."
+    o, r = gc["ours"], gc["raw"]
+    return (
+        f"{gc['deletions_per_path']} objects per path (100 bytes each) on SeaweedFS, the queue "
+        f"on PostgreSQL, in {gc['rounds']} interleaved rounds. Ours: the keys are queued "
+        "(untimed) and `drain_queue` empties the queue (bounded passes reading due rows "
+        f"through the index, one DeleteObjects of up to {gc['batch_keys']} keys per batch, "
+        "each batch marked done in one transaction). Raw: boto3 `delete_objects` of the "
+        "same number of keys in batches of 1,000, one request after another. Ours: "
+        f"{o['seconds']} s, {o['deletions_per_s']} deletions/s, {o['delete_requests']} "
+        f"DeleteObjects ({o['http_delete_objects']} counted at the HTTP layer, "
+        f"{o['http_other']} other requests), {o['passes']} passes. Raw: {r['seconds']} s, "
+        f"{r['deletions_per_s']} deletions/s, {r['delete_requests']} DeleteObjects. "
+        f"Afterwards {gc['objects_left']} objects left, {gc['pending_left']} queued. "
+        f"Target ours/raw >= {gc['target_ratio']}: {_verdict(gc['met'])} "
+        f"(ratio {gc['ratio']:.2f})."
+    )
+
+
+def _scale_prose(scale: dict) -> str:
+    if not scale:
+        return "Not run."
+    if "skipped" in scale:
+        return f"Skipped: {scale['skipped']}."
+    text = [
+        "One topic per size in a fresh PostgreSQL database, filled with SQL: every ledger "
+        f"but the newest {scale['hot_ledgers']} offloaded with its hot copy deleted, the "
+        f"newest {scale['hot_ledgers']} sealed and due; the deletion queue holds one done "
+        f"row per offloaded ledger plus {scale['pending_deletions']} pending. Plan = "
+        "`plan_batches` for the topic; GC batch = `due_deletions(1000)` + "
+        f"`complete_deletions`. Best of {scale['repeats']}; peak = Python allocations "
+        "during one more call (tracemalloc).",
+        "",
+        "| ledger rows | plan s | plan peak KiB | GC batch s | GC batch peak KiB |",
+        "|---|---|---|---|---|",
+    ]
+    for s in scale["sizes"]:
+        text.append(
+            f"| {s['rows']:,} | {s['plan']['seconds']} | {s['plan']['peak_kib']} | "
+            f"{s['gc_batch']['seconds']} | {s['gc_batch']['peak_kib']} |"
+        )
+    g = scale["growth_first_to_last"]
+    text += [
+        "",
+        f"Growth from the smallest to the largest size: plan time x{g['plan']['time']}, "
+        f"memory x{g['plan']['memory']}; GC batch time x{g['gc_batch']['time']}, memory "
+        f"x{g['gc_batch']['memory']}.",
+    ]
+    return "\n".join(text)
 
 
 def _verdict(met: bool) -> str:
@@ -514,6 +664,11 @@ def main(argv: list[str] | None = None) -> int:
     results["sweep_scale"], _ = _timed("sweep_scale", lambda: sweep_scale.run(args.quick))
     results["airflow_overhead"], _ = _timed(
         "airflow_overhead", lambda: airflow_overhead.run(args.quick)
+    )
+    results["gc_throughput"], _ = _timed("gc_throughput", lambda: gc_throughput.run(args.quick))
+    results["metadata_scale"], _ = _timed("metadata_scale", lambda: metadata_scale.run(args.quick))
+    results["retention_scale"], _ = _timed(
+        "retention_scale", lambda: retention_scale.run(args.quick)
     )
     results["seconds"] = round(time.perf_counter() - started, 1)
     print(table(results))

@@ -19,16 +19,17 @@ from pydantic import BaseModel
 
 from offloader.errors import describe_error
 from offloader.format import ENTRY_FRAME, HEADER_LEN
-from offloader.gc.deletion_queue import process_deletions
+from offloader.gc.deletion_queue import DEFAULT_PASS_LIMIT, process_deletions
 from offloader.gc.sweep import SweepResult, sweep
 from offloader.hottier import MAX_ENTRY_BYTES
 from offloader.hottier.writer import ManagedLedgerWriter
-from offloader.metadata import StreamCut, backup
+from offloader.metadata import DeletionBacklog, StreamCut, backup
 from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.ledger_offloader import LedgerOffloader
 from offloader.policy import OffloadPolicy
 from offloader.read.topic_reader import Source, TopicReader
 from offloader.retention.cuts import take_cut
+from offloader.retention.deletion import finish_deleted_ledgers
 from offloader.retention.run import apply_retention
 from offloader.retention.run import describe as describe_retention
 from offloader.retention.trim import TrimResult, delete_topic, resolve_target, trim_topic
@@ -177,8 +178,15 @@ def cmd_checksum(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
 
 
 def cmd_gc(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
-    result = process_deletions(rt.metadata, rt.stores, rt.settings)
-    return result, f"deleted {result.deleted}, failed {result.failed}, pending {result.remaining}"
+    result = process_deletions(rt.metadata, rt.stores, rt.settings, limit=args.limit)
+    finished = finish_deleted_ledgers(rt)  # ledgers whose queued keys are now all gone
+    text = (
+        f"deleted {result.deleted}, failed {result.failed}, pending {result.remaining} "
+        f"({result.delete_requests} delete requests); {finished} trimmed ledgers now deleted"
+    )
+    return {**_jsonable(result), "ledgers_deleted": finished}, "\n".join(
+        [text, *_backlog_lines(result.backlog)]
+    )
 
 
 # --- orphan sweep and metadata backup (gc/sweep.py, metadata/backup.py) --------------------
@@ -224,13 +232,32 @@ def cmd_metadata_rebuild(args: argparse.Namespace, rt: Runtime) -> tuple[Any, st
 
 
 def cmd_status(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
+    backlog = rt.metadata.deletion_backlog(rt.settings.gc_failing_tries)
     status = {
         "metadata_url": _redact_url(rt.settings.resolved_metadata_url),
         "object_store": rt.objects.url,
         "ledger_dir": str(rt.settings.resolved_ledger_dir),
         **rt.metadata.counts(),
+        "deletion_backlog": backlog,
     }
-    return status, "\n".join(f"{k}: {v}" for k, v in status.items())
+    lines = [f"{k}: {v}" for k, v in status.items() if k != "deletion_backlog"]
+    return status, "\n".join(lines + _backlog_lines(backlog))
+
+
+def _backlog_lines(backlog: DeletionBacklog) -> list[str]:
+    """The deletion queue for people: backlog, oldest item's age, keys that keep failing."""
+    age = "-" if backlog.oldest_age_ms is None else f"{backlog.oldest_age_ms / 1000:.0f}s"
+    lines = [
+        f"deletion backlog: {backlog.pending} pending ({backlog.due} due), oldest {age}, "
+        f"{backlog.failing_count} failing (>= {backlog.failing_tries} tries)"
+    ]
+    lines += [
+        f"  failing: {d.object_key} (store {d.store_id}, {d.tries} tries): {d.last_error}"
+        for d in backlog.failing
+    ]
+    if backlog.failing_count > len(backlog.failing):
+        lines.append(f"  ... and {backlog.failing_count - len(backlog.failing)} more")
+    return lines
 
 
 # --- retention: cuts, trim, topic delete (R1) ------------------------------------------------
@@ -311,6 +338,17 @@ def ledger_or_entry_id(text: str) -> int:
 
 
 ledger_or_entry_id.__name__ = "64-bit id"  # argparse names the type in its message
+
+
+def positive_int(text: str) -> int:
+    """A count of 1 or more."""
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+positive_int.__name__ = "positive integer"
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -436,7 +474,16 @@ def build_parser() -> argparse.ArgumentParser:
         "rebuild", cmd_metadata_rebuild, "rebuild topics and ledgers from the objects", meta_sub
     )
 
-    command("gc", cmd_gc, "drain the deletion queue")
+    p = command(
+        "gc", cmd_gc, "one bounded pass over the deletion queue; records finished ledger deletions"
+    )
+    p.add_argument(
+        "--limit",
+        type=positive_int,
+        default=DEFAULT_PASS_LIMIT,
+        metavar="N",
+        help=f"take at most N queued keys in this pass (default {DEFAULT_PASS_LIMIT})",
+    )
     command("status", cmd_status, "counts of ledgers, attempts and queued deletions")
     return parser
 

@@ -46,6 +46,10 @@ class Settings(BaseSettings):
     sweep_grace_seconds: float = Field(default=86400.0, ge=0)
     multipart_max_age_seconds: float = Field(default=86400.0, ge=0)
     metadata_snapshots_keep: int = Field(default=7, ge=1, le=1000)
+    # one DeleteObjects request per batch: S3 takes at most 1,000 keys per request
+    gc_batch_keys: int = Field(default=1000, ge=1, le=1000)
+    # a queued key that failed this many times is reported as failing (status, GC summary)
+    gc_failing_tries: int = Field(default=5, ge=1)
 
     @field_validator("data_dir", "ledger_dir")
     @classmethod

@@ -38,6 +38,8 @@ TUNING_KEYS = (
     "sweep_grace_seconds",
     "multipart_max_age_seconds",
     "metadata_snapshots_keep",
+    "gc_batch_keys",
+    "gc_failing_tries",
 )
 
 

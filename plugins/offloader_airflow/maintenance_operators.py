@@ -55,13 +55,26 @@ class SweepOrphansOperator(BaseOperator):
 
 class ExportMetadataOperator(BaseOperator):
     """Write a metadata snapshot to the default store and keep the newest
-    ``metadata_snapshots_keep`` (older ones go through the deletion queue)."""
+    ``metadata_snapshots_keep`` (older ones go through the deletion queue). A dry run
+    writes nothing."""
 
-    def __init__(self, *, offloader_conn_id: str = "offloader_default", **kwargs: Any) -> None:
+    template_fields: Sequence[str] = ("dry_run",)
+
+    def __init__(
+        self,
+        *,
+        dry_run: Any = False,
+        offloader_conn_id: str = "offloader_default",
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
+        self.dry_run = dry_run
         self.offloader_conn_id = offloader_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
+        if _bool(self.dry_run, "dry_run"):
+            self.log.info("dry run: no metadata snapshot written")
+            return {"dry_run": True}
         with OffloaderHook(self.offloader_conn_id).get_runtime() as runtime:
             result = export_from(runtime)
         self.log.info("wrote metadata snapshot %s", result.snapshot.key)

@@ -196,3 +196,20 @@ class StreamCut(Record):
     @property
     def position(self) -> Position:
         return Position(ledger_id=self.ledger_id, entry_id=self.entry_id)
+
+
+class DeletionBacklog(Record):
+    """What the deletion queue still holds (invariant 5: bounded and visible).
+
+    Counts are SQL COUNTs over pending rows; ``oldest_age_ms`` is measured on the database's
+    clock. ``failing`` lists at most a few items that failed ``failing_tries`` times or more,
+    most tried first, each with its last error; ``failing_count`` counts all of them.
+    """
+
+    pending: int
+    due: int
+    oldest_enqueued_ms: int | None
+    oldest_age_ms: int | None
+    failing_tries: int
+    failing_count: int
+    failing: list[Deletion]

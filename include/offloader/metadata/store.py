@@ -36,6 +36,7 @@ from offloader.metadata.records import (
     Attempt,
     AttemptState,
     Deletion,
+    DeletionBacklog,
     DeletionState,
     HotState,
     Ledger,
@@ -306,6 +307,26 @@ class MetadataStore:
                     L.c.deletion_state == DeletionState.NONE,
                 )
             rows = conn.execute(query.order_by(L.c.ledger_id)).mappings()
+            return [Ledger.model_validate(dict(r)) for r in rows]
+
+    def ledgers_with_hot_copy(self, topic: str, *, offloaded: bool | None = None) -> list[Ledger]:
+        """The topic's live ledgers (at or above its start, not marked by a trim) whose hot
+        copy is not deleted, optionally only offloaded or only not offloaded ones, oldest
+        first. Planning and hot deletion look at no others, so they never load the topic's
+        offloaded history (selected in SQL, as IN lists that ``ix_ledgers_hot`` serves)."""
+        hot = [s.value for s in HotState if s is not HotState.DELETED]
+        where = [L.c.topic == topic, L.c.hot_state.in_(hot)]
+        if offloaded is not None:
+            states = [s.value for s in OffloadState if (s is OffloadState.OFFLOADED) == offloaded]
+            where.append(L.c.offload_state.in_(states))
+        with self.engine.connect() as conn:
+            current = self._topic(conn, topic)
+            # what a trim removes takes retention's path, never the planner's or hot deletion's
+            where += [
+                L.c.ledger_id >= current.start_ledger_id,
+                L.c.deletion_state == DeletionState.NONE,
+            ]
+            rows = conn.execute(sa.select(L).where(*where).order_by(L.c.ledger_id)).mappings()
             return [Ledger.model_validate(dict(r)) for r in rows]
 
     # --- object stores (invariant 7) -----------------------------------------------------
@@ -702,18 +723,15 @@ class MetadataStore:
 
     def due_deletions(self, limit: int, at_ms: int | None = None) -> list[Deletion]:
         """Pending deletions whose retry time has come: now on the database's clock, or
-        ``at_ms`` when given."""
+        ``at_ms`` when given. Read in the order of the index on (state, next_try_ms), so a
+        batch costs ``limit`` rows however long the queue's history."""
         at = db_now() if at_ms is None else sa.literal(at_ms, sa.BigInteger)
         with self.engine.connect() as conn:
-            rows = conn.execute(
-                sa.select(D)
-                .where(D.c.state == "pending", D.c.next_try_ms <= at)
-                .order_by(D.c.next_try_ms, D.c.id)
-                .limit(limit)
-            ).mappings()
+            rows = conn.execute(due_deletions_query(limit, at)).mappings()
             return [Deletion.model_validate(dict(r)) for r in rows]
 
     def pending_deletions(self) -> list[Deletion]:
+        """Every pending row: for tests and small queues; counts use :meth:`deletion_backlog`."""
         with self.engine.connect() as conn:
             rows = conn.execute(
                 sa.select(D).where(D.c.state == "pending").order_by(D.c.id)
@@ -733,16 +751,69 @@ class MetadataStore:
 
     def retry_deletion_later(self, deletion: Deletion, error: str, delay_ms: int) -> None:
         """Record a failed try; the next one is due ``delay_ms`` after the database's now."""
+        self.retry_deletions_later([(deletion, error, delay_ms)])
+
+    def retry_deletions_later(
+        self, failures: Sequence[tuple[Deletion, str, int]], not_before_ms: int = 0
+    ) -> None:
+        """Record failed tries (row, error, delay in ms) in one transaction: each row's
+        tries and last error, and its next try ``delay`` after the database's now but never
+        before ``not_before_ms`` (a pass uses this so it does not retry a row it just tried).
+        """
+        if not failures:
+            return
+        next_try = db_now() + sa.bindparam("delay", type_=sa.BigInteger)
+        floor = sa.literal(not_before_ms, sa.BigInteger)
         with self.transaction() as conn:
             conn.execute(
                 D.update()
-                .where(D.c.id == deletion.id, D.c.state == "pending")
+                .where(D.c.id == sa.bindparam("row_id"), D.c.state == "pending")
                 .values(
                     tries=D.c.tries + 1,
-                    last_error=error[:2000],
-                    next_try_ms=db_now() + delay_ms,
-                )
+                    last_error=sa.bindparam("error"),
+                    next_try_ms=sa.case((next_try < floor, floor), else_=next_try),
+                ),
+                [
+                    {"row_id": row.id, "error": error[:2000], "delay": delay}
+                    for row, error, delay in failures
+                ],
             )
+
+    def count_pending_deletions(self) -> int:
+        """How many keys the queue still holds (a COUNT, served by the index)."""
+        with self.engine.connect() as conn:
+            query = sa.select(sa.func.count()).select_from(D).where(D.c.state == "pending")
+            return int(conn.execute(query).scalar_one())
+
+    def deletion_backlog(self, failing_tries: int, failing_shown: int = 20) -> DeletionBacklog:
+        """The queue's backlog, oldest item (age on the database's clock) and the items
+        that keep failing (``tries >= failing_tries``, at most ``failing_shown`` listed)."""
+        pending = D.c.state == "pending"
+        failing = sa.and_(pending, D.c.tries >= failing_tries)
+        with self.engine.connect() as conn:
+            now = db_now_ms(conn)
+            counts = conn.execute(
+                sa.select(
+                    sa.func.count(),
+                    sa.func.count().filter(D.c.next_try_ms <= now),
+                    sa.func.count().filter(D.c.tries >= failing_tries),
+                    sa.func.min(D.c.enqueued_ms),
+                ).where(pending)
+            ).one()
+            rows = conn.execute(
+                sa.select(D).where(failing).order_by(D.c.tries.desc(), D.c.id).limit(failing_shown)
+            ).mappings()
+            shown = [Deletion.model_validate(dict(r)) for r in rows]
+        oldest = counts[3]
+        return DeletionBacklog(
+            pending=counts[0],
+            due=counts[1],
+            oldest_enqueued_ms=oldest,
+            oldest_age_ms=None if oldest is None else max(0, now - oldest),
+            failing_tries=failing_tries,
+            failing_count=counts[2],
+            failing=shown,
+        )
 
     def _enqueue(
         self,
@@ -1083,6 +1154,16 @@ class MetadataStore:
         if row is None:
             raise NotFoundError(f"offload attempt {attempt_id} does not exist")
         return Attempt.model_validate(dict(row))
+
+
+def due_deletions_query(limit: int, at: sa.ColumnElement[int]) -> sa.Select[tuple[object, ...]]:
+    """Due rows in index order (state, next_try_ms): no sort, no scan of done rows."""
+    return (
+        sa.select(D)
+        .where(D.c.state == "pending", D.c.next_try_ms <= at)
+        .order_by(D.c.next_try_ms)
+        .limit(limit)
+    )
 
 
 def _ledger_key(topic: str, ledger_id: int) -> sa.ColumnElement[bool]:

@@ -46,7 +46,7 @@ def delete_hot_copies(
     policy = metadata.get_topic(topic).policy
     lag_ms = int(policy.deletion_lag_seconds * 1000)
     due = hot_copies_due(
-        metadata.list_ledgers(topic, live=True),  # trimmed ledgers: retention's path
+        metadata.ledgers_with_hot_copy(topic, offloaded=True),
         policy.deletion_lag_seconds,
         metadata.db_now_ms(),
     )

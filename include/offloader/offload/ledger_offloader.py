@@ -75,7 +75,7 @@ class LedgerOffloader:
         return self._policies[topic]
 
     def plan(self, topic: str, up_to: int | None = None) -> list[Ledger]:
-        ledgers = self.metadata.list_ledgers(topic, live=True)  # never what a trim removes
+        ledgers = self.metadata.ledgers_with_hot_copy(topic, offloaded=False)
         return due_ledgers(ledgers, self.policy(topic), self.metadata.db_now_ms(), up_to)
 
     def offload_topic(self, topic: str, up_to: int | None = None) -> list[OffloadResult]:

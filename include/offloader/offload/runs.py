@@ -60,7 +60,8 @@ def plan_batches(
         policy = metadata.get_topic(name).policy  # NotFoundError names a missing topic
         current: list[int] = []
         size = 0
-        for ledger in due_ledgers(metadata.list_ledgers(name), policy, now, up_to):
+        hot = metadata.ledgers_with_hot_copy(name, offloaded=False)
+        for ledger in due_ledgers(hot, policy, now, up_to):
             too_big = batch_bytes is not None and size + ledger.size_bytes > batch_bytes
             if current and (len(current) >= batch_size or too_big):
                 batches.append(Batch(name, current, size))

@@ -1,14 +1,18 @@
-"""The deletion queue: nothing dropped on failure, retries back off, uploads are aborted."""
+"""The deletion queue: nothing dropped on failure, retries back off, the bucket never listed."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import signal
 
 import pytest
 
 from fixtures.backends import run_cli
-from fixtures.faults import FlakyDeletes, OnlyStore
+from fixtures.counting import CountingStore
+from fixtures.faults import FaultyStore, FlakyDeletes, OnlyStore
+from offloader.exceptions import ObjectStoreError
 from offloader.gc.deletion_queue import backoff_ms, process_deletions
 from offloader.runtime import Runtime
 from offloader.settings import Settings
@@ -60,15 +64,26 @@ def test_per_key_refusals_are_retried_not_dropped(runtime: Runtime) -> None:
     assert list(rt.objects.list()) == []
 
 
-def test_unfinished_uploads_of_queued_keys_are_aborted(runtime: Runtime) -> None:
+def test_a_pass_never_lists_the_bucket_and_leaves_uploads_to_the_sweep(
+    runtime: Runtime, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Only the orphan sweep lists the store: a pass makes one delete request per batch and
+    nothing else, even for a key with an unfinished multipart upload."""
     rt = runtime
+    rt.objects.put("k", b"x")
     upload = rt.objects.create_multipart("half-written")
     rt.objects.upload_part(upload, 1, b"x" * 1024)
-    other = rt.objects.create_multipart("keep-me")
-    enqueue(rt, ["half-written"], "crashed attempt")
-    process_deletions(rt.metadata, rt.stores, rt.settings)
-    assert [u.key for u in rt.objects.list_multipart_uploads()] == ["keep-me"]
-    rt.objects.abort_multipart(other)
+    enqueue(rt, ["k", "half-written"], "crashed attempt")
+    counting = CountingStore(rt.objects)
+    no_listing = FaultyStore(counting, listing_error=ObjectStoreError("the GC listed uploads"))
+    with caplog.at_level(logging.WARNING):
+        result = process_deletions(rt.metadata, OnlyStore(no_listing), rt.settings)
+    assert (result.deleted, result.failed, result.remaining) == (2, 0, 0)
+    assert counting.requests == {"delete_many": 1} and result.delete_requests == 1
+    assert caplog.records == []
+    assert not rt.objects.exists("k")
+    assert [u.key for u in rt.objects.list_multipart_uploads()] == ["half-written"]
+    rt.objects.abort_multipart(upload)
 
 
 @pytest.mark.parametrize(
@@ -102,6 +117,41 @@ def test_sigkill_between_store_delete_and_queue_update_loses_nothing(runtime: Ru
     rerun = run_cli(rt, "gc", "--json")
     out, err = rerun.communicate(timeout=120)
     assert rerun.returncode == 0, err.decode()
-    assert json.loads(out) == {"deleted": 3, "failed": 0, "remaining": 0}
+    result = json.loads(out)
+    assert (result["deleted"], result["failed"], result["remaining"]) == (3, 0, 0)
+    assert result["backlog"]["pending"] == 0 and result["delete_requests"] == 1
     assert rt.metadata.pending_deletions() == []
     assert [i.key for i in rt.objects.list()] == ["keep"]
+
+
+def test_sigkill_after_the_first_of_several_batches_then_rerun_converges(
+    runtime: Runtime,
+) -> None:
+    """Batches of two: the kill comes after the first request; the first batch is gone from
+    the store but still queued, the rest untouched; the rerun finishes and leaves nothing."""
+    rt = dataclasses.replace(
+        runtime, settings=runtime.settings.model_copy(update={"gc_batch_keys": 2})
+    )
+    keys = [f"k{n}" for n in range(5)]
+    for key in [*keys, "keep"]:
+        rt.objects.put(key, b"x")
+    enqueue(rt, keys, "test")
+    first = [d.object_key for d in rt.metadata.due_deletions(2)]
+
+    killed = run_cli(rt, "gc", failpoints="after-store-delete")
+    killed.communicate(timeout=120)
+    assert killed.returncode == -signal.SIGKILL, "after-store-delete was never reached"
+    left = {i.key for i in rt.objects.list()}
+    assert left == {"keep", *keys} - set(first)
+    assert sorted(d.object_key for d in rt.metadata.pending_deletions()) == keys
+    assert all(d.tries == 0 for d in rt.metadata.pending_deletions())
+
+    rerun = run_cli(rt, "gc", "--json")
+    out, err = rerun.communicate(timeout=120)
+    assert rerun.returncode == 0, err.decode()
+    result = json.loads(out)
+    assert (result["deleted"], result["failed"], result["delete_requests"]) == (5, 0, 3)
+    assert rt.metadata.count_pending_deletions() == 0
+    assert [i.key for i in rt.objects.list()] == ["keep"]
+    again = process_deletions(rt.metadata, rt.stores, rt.settings)
+    assert (again.deleted, again.failed, again.delete_requests) == (0, 0, 0)

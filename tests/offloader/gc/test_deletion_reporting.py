@@ -49,19 +49,3 @@ def test_a_failed_delete_is_recorded_and_logged_with_key_try_and_error(
         "delete of k failed (try 1): ObjectStoreError: 503 SlowDown",
         "delete of k failed (try 2): ObjectStoreError: 503 SlowDown",
     ]
-
-
-def test_a_failed_listing_of_uploads_is_logged_and_the_deletes_go_on(
-    runtime: Runtime, caplog: pytest.LogCaptureFixture
-) -> None:
-    rt = runtime
-    rt.objects.put("k", b"x")
-    rt.metadata.enqueue_deletions(["k"], "test", store_id=rt.stores.default_id())
-    failing = FaultyStore(rt.objects, listing_error=ObjectStoreError("listing refused"))
-    with caplog.at_level(logging.WARNING, logger=LOGGER):
-        result = process_deletions(rt.metadata, OnlyStore(failing), rt.settings)
-    assert (result.deleted, result.remaining) == (1, 0)
-    assert not rt.objects.exists("k")
-    (record,) = [r for r in caplog.records if r.name == LOGGER]
-    assert record.getMessage() == "could not abort multipart uploads of queued keys"
-    assert record.exc_info is not None and "listing refused" in str(record.exc_info[1])

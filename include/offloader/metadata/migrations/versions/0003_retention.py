@@ -43,6 +43,7 @@ def upgrade() -> None:
         batch.add_column(sa.Column("deleted_ms", sa.BigInteger))
     op.create_index("ix_ledgers_deletion", "ledgers", ["deletion_state", "topic", "ledger_id"])
     op.create_index("ix_ledgers_state", "ledgers", ["topic", "state", "ledger_id"])
+    op.create_index("ix_ledgers_hot", "ledgers", ["topic", "hot_state"])
     with op.batch_alter_table("deletion_queue") as batch:
         batch.add_column(sa.Column("topic", sa.String(512)))
         batch.add_column(sa.Column("ledger_id", sa.BigInteger))
@@ -71,6 +72,7 @@ def downgrade() -> None:
     with op.batch_alter_table("deletion_queue") as batch:
         batch.drop_column("ledger_id")
         batch.drop_column("topic")
+    op.drop_index("ix_ledgers_hot", "ledgers")
     op.drop_index("ix_ledgers_state", "ledgers")
     op.drop_index("ix_ledgers_deletion", "ledgers")
     with op.batch_alter_table("ledgers") as batch:

@@ -1,0 +1,90 @@
+"""
+### garbage_collection
+
+Drains the deletion queue: objects of trimmed or deleted ledgers, of lost or stale offload
+attempts, and hot copies' leftovers, each deleted in the store it was written to, in
+batches of up to 1,000 keys per DeleteObjects request, with backoff and the last error kept
+per key. A key the store no longer has counts as deleted.
+
+Runs every hour, and as soon as a task that queues deletions (offload, retention's trim, a
+topic delete) updates the `offloader_deletion_queue` asset. Trigger it from the UI to
+drain up to a number of keys, or as a dry run that only reports the backlog.
+
+sweep -> drain -> export_metadata -> summary
+
+- sweep: the orphan sweep, the only task that lists the bucket. Objects nothing references
+  and older than `sweep_grace_seconds` are queued; stale multipart uploads no live attempt
+  owns are aborted.
+- drain: bounded passes over the queue, then trimmed ledgers whose keys are all gone are
+  recorded `deleted`.
+- export_metadata: a metadata snapshot into the object store, keeping the newest
+  `metadata_snapshots_keep`.
+- summary: backlog, oldest item, items that keep failing (those fail the run), and any
+  failed task above.
+
+A dry run changes nothing: the sweep only reports, the drain only counts, no snapshot.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, Param, TriggerRule
+
+from offloader_airflow.assets import DELETION_QUEUE
+from offloader_airflow.dag_defaults import dry_run_param, offloader_dag
+from offloader_airflow.gc_operators import DeletionQueueSummaryOperator, DrainDeletionQueueOperator
+from offloader_airflow.maintenance_operators import ExportMetadataOperator, SweepOrphansOperator
+
+with offloader_dag(
+    "garbage_collection",
+    description="Sweep orphans, drain the deletion queue, snapshot the metadata; report failures",
+    schedule=AssetOrTimeSchedule(
+        timetable=CronTriggerTimetable("0 * * * *", timezone="UTC"), assets=DELETION_QUEUE
+    ),
+    doc_md=__doc__,
+    execution_timeout=timedelta(hours=1),
+    tags=("gc",),
+    params={
+        "max_items": Param(
+            100_000,
+            type="integer",
+            minimum=1,
+            maximum=10_000_000,
+            title="Most keys to take",
+            description="Stop after this many queued keys were tried in this run.",
+        ),
+        "time_budget_seconds": Param(
+            1800,
+            type="integer",
+            minimum=1,
+            maximum=3300,
+            title="Time budget (seconds)",
+            description="Start no new pass after this long; the next run goes on.",
+        ),
+        "dry_run": dry_run_param(
+            "Only report: orphans the sweep would queue, the backlog, failing items."
+        ),
+    },
+) as dag:
+    sweep = SweepOrphansOperator(task_id="sweep", dry_run="{{ params.dry_run }}")
+    drain = DrainDeletionQueueOperator(
+        task_id="drain",
+        max_items="{{ params.max_items }}",
+        time_budget_seconds="{{ params.time_budget_seconds }}",
+        dry_run="{{ params.dry_run }}",
+        trigger_rule=TriggerRule.ALL_DONE,  # a store the sweep could not list blocks nothing
+    )
+    export = ExportMetadataOperator(
+        task_id="export_metadata",
+        dry_run="{{ params.dry_run }}",
+        outlets=[DELETION_QUEUE],  # older snapshots are queued
+        trigger_rule=TriggerRule.ALL_DONE,
+    )
+    summary = DeletionQueueSummaryOperator(
+        task_id="summary",
+        upstream_task_ids=("sweep", "drain", "export_metadata"),
+        trigger_rule=TriggerRule.ALL_DONE,
+    )
+
+    sweep >> drain >> export >> summary

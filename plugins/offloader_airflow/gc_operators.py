@@ -1,0 +1,147 @@
+"""Thin operators of the ``garbage_collection`` DAG: drain the deletion queue, summarise it.
+
+The work is the library's (``offloader.gc.deletion_queue``); these validate the run's
+params, open a Runtime from the connection, call it and log what happened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+from airflow.sdk.exceptions import AirflowFailException
+
+from offloader.gc.deletion_queue import drain_queue
+from offloader.metadata import Deletion, DeletionBacklog
+from offloader.retention.deletion import finish_deleted_ledgers
+from offloader_airflow.hooks import OffloaderHook
+from offloader_airflow.operators import _bool, _optional_int, raise_if_failed
+
+
+def _at_least_one(value: Any, name: str) -> int:
+    number = _optional_int(value, name)
+    if number is None or number < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return number
+
+
+class DrainDeletionQueueOperator(BaseOperator):
+    """Run deletion passes until nothing more is deleted, ``max_items`` keys were taken or
+    ``time_budget_seconds`` is spent. A dry run only reports the backlog. Idempotent: a key
+    leaves the queue only once the store confirmed it gone."""
+
+    template_fields: Sequence[str] = ("max_items", "time_budget_seconds", "dry_run")
+
+    def __init__(
+        self,
+        *,
+        max_items: Any = 100_000,
+        time_budget_seconds: Any = 1800,
+        dry_run: Any = False,
+        offloader_conn_id: str = "offloader_default",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.max_items = max_items
+        self.time_budget_seconds = time_budget_seconds
+        self.dry_run = dry_run
+        self.offloader_conn_id = offloader_conn_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        max_items = _at_least_one(self.max_items, "max_items")
+        budget = _at_least_one(self.time_budget_seconds, "time_budget_seconds")
+        dry_run = _bool(self.dry_run, "dry_run")
+        with OffloaderHook(self.offloader_conn_id).get_runtime() as rt:
+            result = drain_queue(
+                rt.metadata,
+                rt.stores,
+                rt.settings,
+                max_items=max_items,
+                time_budget_seconds=budget,
+                dry_run=dry_run,
+            )
+            # trimmed ledgers whose keys are now gone become `deleted` (and trims cut short
+            # are finished first)
+            finished = 0 if dry_run else finish_deleted_ledgers(rt)
+        self.log.info(
+            "%d passes: deleted %d, failed %d in %d delete requests, %.1fs (stopped: %s)",
+            result.passes,
+            result.deleted,
+            result.failed,
+            result.delete_requests,
+            result.seconds,
+            result.stopped,
+        )
+        return {
+            **asdict(result),
+            "backlog": result.backlog.model_dump(mode="json"),
+            "ledgers_deleted": finished,
+        }
+
+
+class DeletionQueueSummaryOperator(BaseOperator):
+    """Report the queue after the drain: backlog, oldest item's age, items that keep
+    failing. Items that failed ``gc_failing_tries`` times or more fail this task (no
+    retries: retrying does not fix them), so a stuck deletion shows as a failed run; so
+    does a failure of any of ``upstream_task_ids`` (the drain by default)."""
+
+    def __init__(
+        self,
+        *,
+        drain_task_id: str = "drain",
+        upstream_task_ids: Sequence[str] = ("drain",),
+        offloader_conn_id: str = "offloader_default",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.drain_task_id = drain_task_id
+        self.upstream_task_ids = list(upstream_task_ids)
+        self.offloader_conn_id = offloader_conn_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        drained = context["ti"].xcom_pull(task_ids=self.drain_task_id) or {}
+        with OffloaderHook(self.offloader_conn_id).get_runtime() as rt:
+            backlog = rt.metadata.deletion_backlog(rt.settings.gc_failing_tries)
+        summary = {
+            "deleted": drained.get("deleted", 0),
+            "failed": drained.get("failed", 0),
+            "delete_requests": drained.get("delete_requests", 0),
+            "stopped": drained.get("stopped", f"{self.drain_task_id} did not finish"),
+            "dry_run": drained.get("dry_run", False),
+            "backlog": backlog.pending,
+            "due": backlog.due,
+            "oldest_age_seconds": _seconds(backlog.oldest_age_ms),
+            "failing_count": backlog.failing_count,
+            "failing": [_failing(d) for d in backlog.failing],
+        }
+        self.log.info("garbage collection summary: %s", summary)
+        if backlog.failing_count:
+            raise AirflowFailException(_failing_message(backlog))
+        raise_if_failed(context, self.upstream_task_ids)
+        return summary
+
+
+def _seconds(ms: int | None) -> float | None:
+    return None if ms is None else round(ms / 1000, 3)
+
+
+def _failing(d: Deletion) -> dict[str, Any]:
+    return {
+        "object_key": d.object_key,
+        "store_id": d.store_id,
+        "tries": d.tries,
+        "last_error": d.last_error,
+        "reason": d.reason,
+    }
+
+
+def _failing_message(backlog: DeletionBacklog) -> str:
+    shown = "; ".join(f"{d.object_key} ({d.tries} tries): {d.last_error}" for d in backlog.failing)
+    more = backlog.failing_count - len(backlog.failing)
+    return (
+        f"{backlog.failing_count} queued deletion(s) failed >= {backlog.failing_tries} times "
+        f"and stay queued: {shown}{f'; and {more} more' if more else ''}. See `offloader "
+        "status` and OPERATIONS.md (garbage collection: failing deletions)"
+    )

@@ -1,0 +1,139 @@
+"""garbage_collection end to end through Airflow, on both backends (SeaweedFS + PostgreSQL
+too): the queue drains, a dry run only reports, deletions that keep failing fail the run
+visibly, bad Params are refused before anything changes; the schedule is asset-or-time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fixtures.airflow import DagFile, connection_env, return_value, task_states
+from offloader.objectstore.location import FILE, S3, StoreLocation
+from offloader.runtime import Runtime
+
+KEYS = [f"gc/{n:03}" for n in range(25)]
+
+
+@pytest.fixture
+def gc_dag() -> DagFile:
+    return DagFile("garbage_collection")
+
+
+def queue_objects(rt: Runtime, written: list[str], missing: list[str]) -> None:
+    """Objects that exist and keys that do not (both must leave the queue as deleted)."""
+    for key in written:
+        rt.objects.put(key, b"x" * 100)
+    rt.metadata.enqueue_deletions([*written, *missing], "test", store_id=rt.stores.default_id())
+
+
+def test_the_schedule_is_hourly_or_on_the_deletion_queue_asset(gc_dag: DagFile) -> None:
+    from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable
+
+    from offloader_airflow.assets import DELETION_QUEUE
+
+    dag = gc_dag.parse()
+    schedule = dag.timetable
+    assert isinstance(schedule, AssetOrTimeSchedule)
+    assert isinstance(schedule.timetable, CronTriggerTimetable)
+    assert (schedule.timetable.expression, str(schedule.timetable.timezone)) == ("0 * * * *", "UTC")
+    assert schedule.asset_condition == DELETION_QUEUE
+    assert (dag.catchup, dag.max_active_runs) == (False, 1)
+    assert [t.task_id for t in dag.tasks] == ["drain", "summary"]
+    assert set(dag.params.keys()) == {"max_items", "time_budget_seconds", "dry_run"}
+
+
+@pytest.mark.usefixtures("airflow_db", "airflow_connections")
+def test_a_run_drains_the_queue_and_a_second_changes_nothing(
+    runtime: Runtime, gc_dag: DagFile
+) -> None:
+    queue_objects(runtime, KEYS[:20], KEYS[20:])
+    runtime.objects.put("kept", b"y")
+
+    run = gc_dag.test(run_conf={})
+    assert str(run.state) == "success", task_states(run)
+    drained = return_value(run, "drain")
+    assert (drained["deleted"], drained["failed"], drained["stopped"]) == (25, 0, "drained")
+    assert drained["delete_requests"] == 1
+    summary = return_value(run, "summary")
+    assert (summary["backlog"], summary["failing_count"], summary["oldest_age_seconds"]) == (
+        0,
+        0,
+        None,
+    )
+    assert [i.key for i in runtime.objects.list()] == ["kept"]
+    assert runtime.metadata.count_pending_deletions() == 0
+
+    again = gc_dag.test(run_conf={})
+    assert str(again.state) == "success", task_states(again)
+    assert return_value(again, "drain")["deleted"] == 0
+    assert [i.key for i in runtime.objects.list()] == ["kept"]
+
+
+@pytest.mark.usefixtures("airflow_db", "airflow_connections")
+def test_dry_run_only_reports_and_max_items_bounds_a_run(runtime: Runtime, gc_dag: DagFile) -> None:
+    queue_objects(runtime, KEYS[:5], [])
+    dry = gc_dag.test(run_conf={"dry_run": True})
+    assert str(dry.state) == "success", task_states(dry)
+    summary = return_value(dry, "summary")
+    assert (summary["dry_run"], summary["deleted"], summary["backlog"]) == (True, 0, 5)
+    assert summary["oldest_age_seconds"] >= 0
+    assert sorted(i.key for i in runtime.objects.list()) == KEYS[:5]
+
+    bounded = gc_dag.test(run_conf={"max_items": 3})
+    assert str(bounded.state) == "success", task_states(bounded)
+    assert return_value(bounded, "drain")["stopped"] == "max items"
+    assert return_value(bounded, "summary")["backlog"] == 2
+    assert len(list(runtime.objects.list())) == 2
+
+
+@pytest.mark.usefixtures("airflow_db")
+def test_deletions_that_keep_failing_fail_the_run_and_stay_queued(
+    runtime: Runtime, gc_dag: DagFile, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capfd
+) -> None:
+    """A key queued for a store that is gone (a deleted directory or bucket) cannot be
+    deleted: the rest drains, the key stays queued with its try and error, and the summary
+    fails the run naming it."""
+    for name, value in connection_env(runtime.settings, gc_failing_tries=1).items():
+        monkeypatch.setenv(name, value)
+    if runtime.settings.resolved_object_store_url.startswith("s3://"):
+        gone = StoreLocation(S3, "gc-no-such-bucket", "", runtime.settings.s3_endpoint_url or "")
+    else:
+        gone = StoreLocation(FILE, str(tmp_path / "gone"))
+    gone_id = runtime.metadata.record_store(gone)
+    runtime.metadata.enqueue_deletions(["lost/key"], "test", store_id=gone_id)
+    queue_objects(runtime, KEYS[:3], [])
+
+    run = gc_dag.test(run_conf={}, retries=False)
+    assert str(run.state) == "failed"
+    assert task_states(run) == {"drain": ["success"], "summary": ["failed"]}
+    assert list(runtime.objects.list()) == []
+    (stuck,) = runtime.metadata.pending_deletions()
+    assert (stuck.object_key, stuck.tries) == ("lost/key", 1)
+    assert str(gone) in (stuck.last_error or "")
+    out, err = capfd.readouterr()
+    assert "1 queued deletion(s) failed >= 1 times and stay queued: lost/key (1 tries)" in (
+        out + err
+    )
+
+
+@pytest.mark.parametrize(
+    ("conf", "message"),
+    [
+        ({"max_items": 0}, "max_items"),
+        ({"time_budget_seconds": -5}, "time_budget_seconds"),
+        ({"dry_run": "maybe"}, "dry_run"),
+        ({"max_items": "lots"}, "max_items"),
+    ],
+)
+@pytest.mark.usefixtures("airflow_db", "airflow_connections")
+def test_bad_params_are_refused_before_anything_changes(
+    runtime: Runtime, gc_dag: DagFile, conf: dict, message: str
+) -> None:
+    from airflow.sdk.definitions.param import ParamValidationError
+
+    queue_objects(runtime, KEYS[:2], [])
+    with pytest.raises(ParamValidationError, match=message):
+        gc_dag.test(run_conf=conf)
+    assert sorted(i.key for i in runtime.objects.list()) == KEYS[:2]
+    assert [d.tries for d in runtime.metadata.pending_deletions()] == [0, 0]

@@ -1,0 +1,39 @@
+"""Planning and hot deletion read only the ledgers they can act on (selected in SQL), and
+plan exactly what the planner plans over the whole topic."""
+
+from __future__ import annotations
+
+from fixtures.backends import make_topic, produce_ledgers
+from offloader.metadata import HotState
+from offloader.offload.hot_deletion import delete_hot_copies, hot_copies_due
+from offloader.offload.ledger_offloader import LedgerOffloader
+from offloader.offload.planner import due_ledgers
+from offloader.runtime import Runtime
+
+
+def test_plan_and_hot_deletion_see_only_ledgers_with_a_hot_copy(runtime: Runtime) -> None:
+    rt = runtime
+    make_topic(rt, offload_threshold_bytes=0, deletion_lag_seconds=3600)
+    ids = produce_ledgers(rt, "orders", [(5, 100)] * 6)
+    offloader = LedgerOffloader(rt)
+    offloader.offload_topic("orders", up_to=ids[3])  # 1..4 offloaded, hot copies kept
+    for ledger in rt.metadata.list_ledgers("orders")[:2]:  # 1..2: hot copies deleted
+        rt.metadata.mark_hot_deleted(rt.metadata.mark_hot_deleting(ledger))
+
+    everything = rt.metadata.list_ledgers("orders")
+    assert [x.hot_state for x in everything[:2]] == [HotState.DELETED] * 2
+    not_offloaded = rt.metadata.ledgers_with_hot_copy("orders", offloaded=False)
+    offloaded = rt.metadata.ledgers_with_hot_copy("orders", offloaded=True)
+    assert [x.ledger_id for x in not_offloaded] == ids[4:]
+    assert [x.ledger_id for x in offloaded] == ids[2:4]
+    assert [x.ledger_id for x in rt.metadata.ledgers_with_hot_copy("orders")] == [
+        x.ledger_id for x in everything[2:]
+    ]
+
+    now = rt.metadata.db_now_ms()
+    policy = rt.metadata.get_topic("orders").policy
+    assert offloader.plan("orders") == due_ledgers(everything, policy, now)
+    assert [x.ledger_id for x in offloader.plan("orders")] == ids[4:]
+    later = now + 2 * 3600 * 1000
+    assert hot_copies_due(offloaded, 3600, later) == hot_copies_due(everything, 3600, later)
+    assert delete_hot_copies(rt.metadata, rt.hot, "orders", dry_run=True) == []  # lag not over
