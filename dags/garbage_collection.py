@@ -83,7 +83,7 @@ with offloader_dag(
     )
     summary = DeletionQueueSummaryOperator(
         task_id="summary",
-        upstream_task_ids=("sweep", "drain", "export_metadata"),
+        fail_with_task_ids=("sweep", "drain", "export_metadata"),
         trigger_rule=TriggerRule.ALL_DONE,
     )
 

@@ -85,19 +85,19 @@ class DeletionQueueSummaryOperator(BaseOperator):
     """Report the queue after the drain: backlog, oldest item's age, items that keep
     failing. Items that failed ``gc_failing_tries`` times or more fail this task (no
     retries: retrying does not fix them), so a stuck deletion shows as a failed run; so
-    does a failure of any of ``upstream_task_ids`` (the drain by default)."""
+    does a failure of any of ``fail_with_task_ids`` (the drain by default)."""
 
     def __init__(
         self,
         *,
         drain_task_id: str = "drain",
-        upstream_task_ids: Sequence[str] = ("drain",),
+        fail_with_task_ids: Sequence[str] = ("drain",),
         offloader_conn_id: str = "offloader_default",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.drain_task_id = drain_task_id
-        self.upstream_task_ids = list(upstream_task_ids)
+        self.fail_with_task_ids = list(fail_with_task_ids)
         self.offloader_conn_id = offloader_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
@@ -119,7 +119,7 @@ class DeletionQueueSummaryOperator(BaseOperator):
         self.log.info("garbage collection summary: %s", summary)
         if backlog.failing_count:
             raise AirflowFailException(_failing_message(backlog))
-        raise_if_failed(context, self.upstream_task_ids)
+        raise_if_failed(context, self.fail_with_task_ids)
         return summary
 
 

@@ -13,6 +13,7 @@ from offloader.objectstore.location import FILE, S3, StoreLocation
 from offloader.runtime import Runtime
 
 KEYS = [f"gc/{n:03}" for n in range(25)]
+SNAPSHOTS = "_metadata/"
 
 
 @pytest.fixture
@@ -27,6 +28,15 @@ def queue_objects(rt: Runtime, written: list[str], missing: list[str]) -> None:
     rt.metadata.enqueue_deletions([*written, *missing], "test", store_id=rt.stores.default_id())
 
 
+def data_keys(rt: Runtime) -> list[str]:
+    """The store's keys without the metadata snapshots every (non-dry) run writes."""
+    return sorted(i.key for i in rt.objects.list() if not i.key.startswith(SNAPSHOTS))
+
+
+def snapshot_count(rt: Runtime) -> int:
+    return sum(1 for i in rt.objects.list() if i.key.endswith(".jsonl.gz"))
+
+
 def test_the_schedule_is_hourly_or_on_the_deletion_queue_asset(gc_dag: DagFile) -> None:
     from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable
 
@@ -39,7 +49,8 @@ def test_the_schedule_is_hourly_or_on_the_deletion_queue_asset(gc_dag: DagFile) 
     assert (schedule.timetable.expression, str(schedule.timetable.timezone)) == ("0 * * * *", "UTC")
     assert schedule.asset_condition == DELETION_QUEUE
     assert (dag.catchup, dag.max_active_runs) == (False, 1)
-    assert [t.task_id for t in dag.tasks] == ["drain", "summary"]
+    assert [t.task_id for t in dag.tasks] == ["sweep", "drain", "export_metadata", "summary"]
+    assert [t.task_id for t in dag.get_task("summary").upstream_list] == ["export_metadata"]
     assert set(dag.params.keys()) == {"max_items", "time_budget_seconds", "dry_run"}
 
 
@@ -61,13 +72,17 @@ def test_a_run_drains_the_queue_and_a_second_changes_nothing(
         0,
         None,
     )
-    assert [i.key for i in runtime.objects.list()] == ["kept"]
+    # "kept" is an orphan, but younger than the sweep's grace period
+    assert return_value(run, "sweep")["orphans"] == 0
+    assert data_keys(runtime) == ["kept"]
     assert runtime.metadata.count_pending_deletions() == 0
+    assert snapshot_count(runtime) == 1
 
     again = gc_dag.test(run_conf={})
     assert str(again.state) == "success", task_states(again)
     assert return_value(again, "drain")["deleted"] == 0
-    assert [i.key for i in runtime.objects.list()] == ["kept"]
+    assert data_keys(runtime) == ["kept"]
+    assert snapshot_count(runtime) == 2
 
 
 @pytest.mark.usefixtures("airflow_db", "airflow_connections")
@@ -78,13 +93,14 @@ def test_dry_run_only_reports_and_max_items_bounds_a_run(runtime: Runtime, gc_da
     summary = return_value(dry, "summary")
     assert (summary["dry_run"], summary["deleted"], summary["backlog"]) == (True, 0, 5)
     assert summary["oldest_age_seconds"] >= 0
-    assert sorted(i.key for i in runtime.objects.list()) == KEYS[:5]
+    assert sorted(i.key for i in runtime.objects.list()) == KEYS[:5]  # no snapshot either
+    assert return_value(dry, "export_metadata") == {"dry_run": True}
 
     bounded = gc_dag.test(run_conf={"max_items": 3})
     assert str(bounded.state) == "success", task_states(bounded)
     assert return_value(bounded, "drain")["stopped"] == "max items"
     assert return_value(bounded, "summary")["backlog"] == 2
-    assert len(list(runtime.objects.list())) == 2
+    assert len(data_keys(runtime)) == 2
 
 
 @pytest.mark.usefixtures("airflow_db")
@@ -106,8 +122,15 @@ def test_deletions_that_keep_failing_fail_the_run_and_stay_queued(
 
     run = gc_dag.test(run_conf={}, retries=False)
     assert str(run.state) == "failed"
-    assert task_states(run) == {"drain": ["success"], "summary": ["failed"]}
-    assert list(runtime.objects.list()) == []
+    # the sweep cannot list the store that is gone (it fails after sweeping the others);
+    # the drain and the export still run
+    assert task_states(run) == {
+        "sweep": ["failed"],
+        "drain": ["success"],
+        "export_metadata": ["success"],
+        "summary": ["failed"],
+    }
+    assert data_keys(runtime) == []
     (stuck,) = runtime.metadata.pending_deletions()
     assert (stuck.object_key, stuck.tries) == ("lost/key", 1)
     assert str(gone) in (stuck.last_error or "")
