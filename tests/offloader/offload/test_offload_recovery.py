@@ -204,6 +204,22 @@ def test_an_upload_error_after_a_takeover_is_lost_not_raised(
     ]
 
 
+def database_unreachable_at(monkeypatch: pytest.MonkeyPatch, rt: Runtime, method: str) -> None:
+    """``rt.metadata.<method>`` fails as a dropped connection would, at that call only."""
+
+    def unreachable(*args: object, **kwargs: object) -> None:
+        raise ConnectionError("database unreachable")
+
+    monkeypatch.setattr(rt.metadata, method, unreachable)
+
+
+def offload_refused(rt: Runtime, ledger: Ledger) -> None:
+    """Offload ``ledger`` with its PUTs refused: the refusal is what is raised."""
+    objects = OnPut(rt.objects, before=refuse)
+    with pytest.raises(Refused):
+        LedgerOffloader(with_objects(rt, objects)).offload_ledger("orders", ledger.ledger_id)
+
+
 def test_an_upload_error_is_raised_when_ownership_cannot_be_checked(
     runtime: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -212,14 +228,8 @@ def test_an_upload_error_is_raised_when_ownership_cannot_be_checked(
     the attempt is failed, its ledger freed."""
     rt = runtime
     ledger = first_ledger(rt)
-
-    def unreachable(attempt: Attempt, lease_ms: int) -> bool:
-        raise ConnectionError("database unreachable")
-
-    monkeypatch.setattr(rt.metadata, "renew_lease", unreachable)
-    objects = OnPut(rt.objects, before=refuse)
-    with pytest.raises(Refused):
-        LedgerOffloader(with_objects(rt, objects)).offload_ledger("orders", ledger.ledger_id)
+    database_unreachable_at(monkeypatch, rt, "renew_lease")
+    offload_refused(rt, ledger)
     (failed,) = rt.metadata.list_attempts("orders", AttemptState.FAILED)
     assert failed.detail == f"Refused: injected: PUT {failed.data_key} refused"
     ledger = rt.metadata.get_ledger("orders", ledger.ledger_id)
@@ -233,14 +243,9 @@ def test_a_failure_that_cannot_be_recorded_is_logged_and_the_error_raised(
     raised, the attempt stays STARTED (its lease will run out) and the log says so."""
     rt = runtime
     ledger = first_ledger(rt)
-
-    def unreachable(attempt: Attempt, detail: str) -> None:
-        raise ConnectionError("database unreachable")
-
-    monkeypatch.setattr(rt.metadata, "fail_attempt", unreachable)
-    objects = OnPut(rt.objects, before=refuse)
-    with caplog.at_level(logging.ERROR, logger=LOGGER), pytest.raises(Refused):
-        LedgerOffloader(with_objects(rt, objects)).offload_ledger("orders", ledger.ledger_id)
+    database_unreachable_at(monkeypatch, rt, "fail_attempt")
+    with caplog.at_level(logging.ERROR, logger=LOGGER):
+        offload_refused(rt, ledger)
     (started,) = rt.metadata.list_attempts("orders", AttemptState.STARTED)
     assert rt.metadata.get_ledger("orders", ledger.ledger_id).attempt_id == started.attempt_id
     (record,) = [r for r in caplog.records if r.name == LOGGER and r.levelno == logging.ERROR]
