@@ -427,36 +427,50 @@ def failing_put(ledger_id: int) -> Callable[[], None]:
 
 
 def test_upload_errors_fail_their_ledgers_after_the_others_commit(runtime: Runtime) -> None:
-    """Ledgers 1 and 3 fail to upload, ledger 2 uploads: 2 commits, 1 and 3 are failed and
-    freed (their keys queued), and the first ledger's error is raised."""
+    """Ledgers 1 and 4 fail to upload, ledger 2 is lost to a takeover as it fails, ledger
+    3 uploads: 3 commits, 2 is LOST to the winner, 1 and 4 are each failed with their own
+    error and freed (their keys queued), and the first ledger's error is raised."""
     rt = runtime
     ids, _ = small_topic(rt)
-    hooks = [on_put_of(i, "data", failing_put(i)) for i in (ids[0], ids[2])]
+    failing = (ids[0], ids[3])
+
+    def taken_over_then_refused() -> None:
+        take_over(rt, "orders", ids[1])
+        failing_put(ids[1])()
+
+    hooks = [on_put_of(i, "data", failing_put(i)) for i in failing]
+    hooks.append(on_put_of(ids[1], "data", taken_over_then_refused))
 
     def before(key: str) -> None:
         for hook in hooks:
             hook(key)
 
     with pytest.raises(InjectedPutError) as raised:
-        offload_batch(with_objects(rt, OnPut(rt.objects, before=before)), "orders", ids[:3])
+        offload_batch(with_objects(rt, OnPut(rt.objects, before=before)), "orders", ids[:4])
     assert str(raised.value) == f"injected: PUT of ledger {ids[0]} refused"
-    assert rt.metadata.get_ledger("orders", ids[1]).is_offloaded
+    assert rt.metadata.get_ledger("orders", ids[2]).is_offloaded
+    assert rt.metadata.get_ledger("orders", ids[1]).attempt_id == "winner"
     failed = rt.metadata.list_attempts("orders", AttemptState.FAILED)
     assert sorted((a.ledger_id, a.detail) for a in failed) == [
-        (i, f"InjectedPutError: injected: PUT of ledger {i} refused") for i in (ids[0], ids[2])
+        (i, f"InjectedPutError: injected: PUT of ledger {i} refused") for i in failing
     ]
-    for ledger_id in (ids[0], ids[2]):
+    for ledger_id in failing:
         ledger = rt.metadata.get_ledger("orders", ledger_id)
         assert (ledger.offload_state, ledger.attempt_id, ledger.attempt_lease_ms) == (
             OffloadState.NONE,
             None,
             None,
         )
+    (zombie,) = rt.metadata.list_attempts("orders", AttemptState.SUPERSEDED)
     queued = [d.object_key for d in rt.metadata.pending_deletions()]
-    assert sorted(queued) == sorted(k for a in failed for k in (a.data_key, a.index_key))
-    rerun = offload_batch(rt, "orders", ids[:3])
+    assert sorted(queued) == sorted(
+        [k for a in failed for k in (a.data_key, a.index_key)]
+        + [zombie.data_key, zombie.index_key] * 2
+    )
+    rerun = offload_batch(rt, "orders", ids[:4])
     assert [r.outcome for r in rerun] == [
         Outcome.OFFLOADED,
+        Outcome.IN_PROGRESS,  # the winner's lease
         Outcome.ALREADY_OFFLOADED,
         Outcome.OFFLOADED,
     ]
