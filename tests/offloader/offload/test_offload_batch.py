@@ -26,10 +26,12 @@ from fixtures.backends import (
 from fixtures.counting import CountingStore, counting_transactions
 from fixtures.faults import with_objects
 from fixtures.takeover import OnPut, take_over
+from offloader import failpoints
 from offloader.exceptions import NotFoundError, ObjectStoreError
 from offloader.gc.deletion_queue import process_deletions
 from offloader.metadata import Attempt, AttemptState, OffloadState
 from offloader.metadata.store import AttemptIntent
+from offloader.offload.batch import BatchOffloader
 from offloader.offload.keys import ledger_object_keys
 from offloader.offload.ledger_offloader import LedgerOffloader, OffloadResult, Outcome
 from offloader.offload.runs import offload_batch
@@ -265,6 +267,15 @@ def test_a_bad_batch_is_refused_before_anything_changes(
     for window in (0, 1001, True):
         with pytest.raises(ValueError, match="window must be an integer from 1 to 1000"):
             offload_batch(runtime, "orders", [1, 2], window=window)
+    for window in (1, 1000):  # the bounds themselves are windows
+        assert BatchOffloader(LedgerOffloader(runtime), window).window == window
+    epoch = runtime.metadata.claim_writer("orders").writer_epoch
+    opened = runtime.metadata.allocate_ledger("orders", epoch).ledger_id
+    with pytest.raises(ValueError) as still_open:
+        offload_batch(runtime, "orders", [1, opened])
+    assert str(still_open.value) == (
+        f"ledgers [{opened}] of orders are open; only sealed ledgers move"
+    )
     assert runtime.metadata.list_attempts("orders") == []
     assert list(runtime.objects.list()) == []
 
@@ -539,3 +550,62 @@ def test_a_lease_ending_this_millisecond_is_over(
     (result,) = offload_batch(rt, "orders", ids[:1])
     assert result.outcome is Outcome.OFFLOADED
     assert rt.metadata.get_attempt("stale").state is AttemptState.SUPERSEDED
+
+
+def test_a_failed_commit_fails_the_whole_window(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit transaction fails (the database went away): no ledger of the window
+    committed, so each attempt is failed with that error and its ledger freed."""
+    rt = runtime
+    ids, _ = small_topic(rt)
+
+    def unreachable(*args: object, **kwargs: object) -> set[str]:
+        raise ConnectionError("database unreachable")
+
+    monkeypatch.setattr(rt.metadata, "commit_offloads", unreachable)
+    with pytest.raises(ConnectionError):
+        offload_batch(rt, "orders", ids[:3])
+    failed = rt.metadata.list_attempts("orders", AttemptState.FAILED)
+    assert sorted((a.ledger_id, a.detail) for a in failed) == [
+        (i, "ConnectionError: database unreachable") for i in ids[:3]
+    ]
+    for ledger in rt.metadata.list_ledgers("orders")[:3]:
+        assert (ledger.offload_state, ledger.attempt_id) == (OffloadState.NONE, None)
+    queued = [d.object_key for d in rt.metadata.pending_deletions()]
+    assert sorted(queued) == sorted(k for a in failed for k in (a.data_key, a.index_key))
+
+
+def test_a_window_reaches_each_crash_point_once(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batched crash points (what the SIGKILL tests arm) are each reached once a
+    window, in the order of the sequence; small ledgers upload from the ledger pool,
+    their leases begun at the configured length."""
+    rt = runtime
+    ids, _ = small_topic(rt)
+    reached: list[str] = []
+    monkeypatch.setattr(failpoints, "reach", reached.append)
+    threads: list[str] = []
+    leases_left: list[int] = []
+
+    def before(key: str) -> None:
+        threads.append(threading.current_thread().name)
+        if not leases_left:  # the first upload: every lease is the configured length ahead
+            now = rt.metadata.db_now_ms()
+            window = rt.metadata.list_ledgers("orders")[:3]
+            leases_left.extend((x.attempt_lease_ms or 0) - now for x in window)
+
+    offload_batch(with_objects(rt, OnPut(rt.objects, before=before)), "orders", ids[:3])
+    assert len(leases_left) == 3
+    assert all(1000 < left <= rt.settings.attempt_lease_seconds * 1000 for left in leases_left)
+    batch_points = [p for p in reached if p not in ("after-data-upload", "after-index-upload")]
+    assert batch_points == [
+        "mid-batch-begin",
+        "after-begin-attempt",
+        "after-first-ledger-upload",
+        "mid-batch-commit",
+        "after-commit",
+    ]
+    assert len(reached) == len(batch_points) + 2 * 3  # data and index of each ledger
+    assert len(threads) == 6 and all(t.startswith("upload-ledger") for t in threads)
