@@ -589,15 +589,14 @@ def test_a_window_reaches_each_crash_point_once(
     threads: list[str] = []
     leases_left: list[int] = []
 
-    def before(key: str) -> None:
+    def before(key: str) -> None:  # while uploading, every lease is about its length ahead
         threads.append(threading.current_thread().name)
-        if not leases_left:  # the first upload: every lease is the configured length ahead
-            now = rt.metadata.db_now_ms()
-            window = rt.metadata.list_ledgers("orders")[:3]
-            leases_left.extend((x.attempt_lease_ms or 0) - now for x in window)
+        now = rt.metadata.db_now_ms()
+        window = rt.metadata.list_ledgers("orders")[:3]
+        leases_left.extend((x.attempt_lease_ms or 0) - now for x in window)
 
     offload_batch(with_objects(rt, OnPut(rt.objects, before=before)), "orders", ids[:3])
-    assert len(leases_left) == 3
+    assert len(leases_left) == 6 * 3
     assert all(1000 < left <= rt.settings.attempt_lease_seconds * 1000 for left in leases_left)
     batch_points = [p for p in reached if p not in ("after-data-upload", "after-index-upload")]
     assert batch_points == [
