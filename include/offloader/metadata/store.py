@@ -597,6 +597,7 @@ class MetadataStore:
         """
         if not finished:
             return set()
+        _one_topic(a.topic for a, _ in finished)  # before keying by ledger id: ids repeat
         attempts = {a.ledger_id: a for a, _ in finished}
         lengths = {a.ledger_id: n for a, n in finished}
         by_ledger = L.c.ledger_id

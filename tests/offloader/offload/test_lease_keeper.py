@@ -14,8 +14,10 @@ import uuid
 import pytest
 
 from fixtures.backends import make_topic, produce_ledgers
+from fixtures.takeover import take_over
 from offloader.exceptions import CommitFailedError
 from offloader.metadata import Attempt, MetadataStore, now_ms
+from offloader.metadata.store import AttemptIntent
 from offloader.offload.keys import ledger_object_keys
 from offloader.offload.lease import LeaseKeeper
 from offloader.runtime import Runtime
@@ -106,3 +108,65 @@ def test_a_failed_renewal_is_retried_at_the_next_interval(runtime: Runtime) -> N
         keeper.check()
         assert flaky.calls >= 3
         assert_still_owned(rt, attempt)
+
+
+def begin_window(rt: Runtime, count: int, lease_ms: int) -> list[Attempt]:
+    """Fresh attempts on ``count`` new ledgers of one topic, begun together as a batch."""
+    make_topic(rt)
+    ids = produce_ledgers(rt, "orders", [(3, 100)] * count)
+    ledgers = rt.metadata.get_ledgers("orders", ids)
+    intents = []
+    for ledger_id in ids:
+        attempt_id = str(uuid.uuid4())
+        intents.append(
+            AttemptIntent(
+                ledgers[ledger_id], attempt_id, *ledger_object_keys(attempt_id, ledger_id)
+            )
+        )
+    attempts = rt.metadata.begin_attempts(
+        intents, "test", lease_ms, store_id=rt.stores.default_id()
+    )
+    return [attempts[i] for i in ids]
+
+
+def test_a_batch_keeper_holds_every_lease_and_checks_each_attempt(runtime: Runtime) -> None:
+    rt = runtime
+    attempts = begin_window(rt, 3, int(LEASE_SECONDS * 1000))
+    with LeaseKeeper(rt.metadata, attempts, LEASE_SECONDS) as keeper:
+        time.sleep(2.5 * LEASE_SECONDS)
+        for attempt in attempts:
+            keeper.check(attempt.attempt_id)
+            ledger = rt.metadata.get_ledger("orders", attempt.ledger_id)
+            assert ledger.attempt_id == attempt.attempt_id
+            assert (ledger.attempt_lease_ms or 0) > rt.metadata.db_now_ms()
+        with pytest.raises(TypeError) as no_id:
+            keeper.check()
+    assert str(no_id.value) == "a batch's lease keeper checks one attempt: pass its attempt_id"
+    assert lease_threads() == []
+
+
+def test_a_batch_keeper_gives_up_only_the_ledger_taken_over(runtime: Runtime) -> None:
+    """One ledger of the window is taken over: only its attempt's check raises, and the
+    keeper goes on renewing the others (and stops once every one is lost)."""
+    rt = runtime
+    attempts = begin_window(rt, 2, int(LEASE_SECONDS * 1000))
+    lost, kept = attempts
+    with LeaseKeeper(rt.metadata, attempts, LEASE_SECONDS) as keeper:
+        take_over(rt, "orders", lost.ledger_id)
+        time.sleep(2.5 * LEASE_SECONDS)
+        with pytest.raises(CommitFailedError) as raised:
+            keeper.check(lost.attempt_id)
+        assert str(raised.value) == (
+            f"attempt {lost.attempt_id} lost ledger orders/{lost.ledger_id} to another attempt"
+        )
+        keeper.check(kept.attempt_id)
+        ledger = rt.metadata.get_ledger("orders", kept.ledger_id)
+        assert (ledger.attempt_lease_ms or 0) > rt.metadata.db_now_ms()
+        assert lease_threads() != []  # one attempt still to keep
+        take_over(rt, "orders", kept.ledger_id, "second winner")
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and lease_threads():
+            time.sleep(0.02)
+        assert lease_threads() == []  # every attempt lost: nothing left to renew
+        with pytest.raises(CommitFailedError):
+            keeper.check(kept.attempt_id)

@@ -3,12 +3,16 @@ of a window in one transaction per step, the invariants still held per ledger.""
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -20,12 +24,16 @@ from fixtures.backends import (
     unaccounted_objects,
 )
 from fixtures.counting import CountingStore, counting_transactions
-from offloader.exceptions import NotFoundError
+from fixtures.faults import with_objects
+from fixtures.takeover import OnPut, take_over
+from offloader import failpoints
+from offloader.exceptions import NotFoundError, ObjectStoreError
 from offloader.gc.deletion_queue import process_deletions
-from offloader.metadata import AttemptState, OffloadState
+from offloader.metadata import Attempt, AttemptState, OffloadState
 from offloader.metadata.store import AttemptIntent
+from offloader.offload.batch import BatchOffloader
 from offloader.offload.keys import ledger_object_keys
-from offloader.offload.ledger_offloader import LedgerOffloader, Outcome
+from offloader.offload.ledger_offloader import LedgerOffloader, OffloadResult, Outcome
 from offloader.offload.runs import offload_batch
 from offloader.read.topic_reader import Source, TopicReader
 from offloader.runtime import Runtime
@@ -234,9 +242,9 @@ def test_settled_ledgers_are_skipped_with_their_outcome(runtime: Runtime) -> Non
         ledger, "live-attempt", "live-d", "live-i", "other", 60_000, store_id=rt.stores.default_id()
     )
     results = offload_batch(rt, "orders", ids[:3], window=WINDOW)
-    assert [(r.outcome, r.attempt_id) for r in results[:2]] == [
-        (Outcome.ALREADY_OFFLOADED, first[0].attempt_id),
-        (Outcome.IN_PROGRESS, live.attempt_id),
+    assert results[:2] == [
+        OffloadResult("orders", ids[0], Outcome.ALREADY_OFFLOADED, first[0].attempt_id),
+        OffloadResult("orders", ids[1], Outcome.IN_PROGRESS, live.attempt_id),
     ]
     assert results[2].outcome is Outcome.OFFLOADED
     assert rt.metadata.get_ledger("orders", ids[1]).attempt_id == live.attempt_id
@@ -259,6 +267,15 @@ def test_a_bad_batch_is_refused_before_anything_changes(
     for window in (0, 1001, True):
         with pytest.raises(ValueError, match="window must be an integer from 1 to 1000"):
             offload_batch(runtime, "orders", [1, 2], window=window)
+    for window in (1, 1000):  # the bounds themselves are windows
+        assert BatchOffloader(LedgerOffloader(runtime), window).window == window
+    epoch = runtime.metadata.claim_writer("orders").writer_epoch
+    opened = runtime.metadata.allocate_ledger("orders", epoch).ledger_id
+    with pytest.raises(ValueError) as still_open:
+        offload_batch(runtime, "orders", [1, opened])
+    assert str(still_open.value) == (
+        f"ledgers [{opened}] of orders are open; only sealed ledgers move"
+    )
     assert runtime.metadata.list_attempts("orders") == []
     assert list(runtime.objects.list()) == []
 
@@ -298,3 +315,296 @@ def test_a_lost_commit_makes_only_that_ledger_lost(runtime: Runtime) -> None:
     queued = [d.object_key for d in rt.metadata.pending_deletions()]
     # queued when superseded, and again by the lost commit (objects written late)
     assert queued.count(zombie.data_key) == 2 and queued.count(zombie.index_key) == 2
+
+
+# --- in-process takeovers and failures (the fast tests see the batch's every branch) ---
+
+
+def on_put_of(ledger_id: int, role: str, action: Callable[[], None]) -> Callable[[str], None]:
+    """A put hook that runs ``action`` once, at the put of ledger ``ledger_id``'s data or
+    index object."""
+    suffix = f"-ledger-{ledger_id}" + ("-index" if role == "index" else "")
+    done: list[bool] = []
+
+    def hook(key: str) -> None:
+        if key.endswith(suffix) and not done:
+            done.append(True)
+            action()
+
+    return hook
+
+
+def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+
+def assert_lost_to_winner(rt: Runtime, result: OffloadResult, lost: int) -> None:
+    """``result`` reports ledger ``lost`` LOST by its own (superseded) attempt; the winner
+    still holds the ledger; the zombie's keys were queued at the takeover and again when
+    it gave up (it may have written objects after the first deletion)."""
+    assert result == OffloadResult(
+        "orders", lost, Outcome.LOST, result.attempt_id, 0, result.seconds
+    )
+    assert rt.metadata.get_ledger("orders", lost).attempt_id == "winner"
+    zombie = rt.metadata.get_attempt(result.attempt_id or "")
+    assert (zombie.ledger_id, zombie.state) == (lost, AttemptState.SUPERSEDED)
+    assert zombie.detail == "lease expired; superseded by winner"
+    queued = [d.object_key for d in rt.metadata.pending_deletions()]
+    assert sorted(queued) == sorted([zombie.data_key, zombie.index_key] * 2)
+
+
+def assert_committed(rt: Runtime, result: OffloadResult) -> None:
+    ledger = rt.metadata.get_ledger("orders", result.ledger_id)
+    assert result.outcome is Outcome.OFFLOADED
+    assert (ledger.offload_uuid, ledger.data_len) == (result.attempt_id, result.bytes)
+    # FORMAT.md: the objects are named after the attempt's own uuid
+    assert (ledger.data_key, ledger.index_key) == ledger_object_keys(
+        result.attempt_id or "", result.ledger_id
+    )
+    assert result.bytes == rt.objects.stat(ledger.data_key).size > 0
+
+
+def test_a_ledger_lost_at_the_commit_is_the_only_one_lost(
+    runtime: Runtime, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another worker takes ledger 2 over once its objects are written: the window's
+    commit commits ledgers 1 and 3 and reports 2 LOST, nothing raised."""
+    rt = runtime
+    ids, _ = small_topic(rt)
+    hook = on_put_of(ids[1], "index", lambda: take_over(rt, "orders", ids[1]))
+    started = time.monotonic()
+    with caplog.at_level(logging.INFO, logger="offloader.offload.batch"):
+        results = offload_batch(with_objects(rt, OnPut(rt.objects, after=hook)), "orders", ids[:3])
+    elapsed = time.monotonic() - started
+    assert [(r.ledger_id, r.outcome) for r in results] == [
+        (ids[0], Outcome.OFFLOADED),
+        (ids[1], Outcome.LOST),
+        (ids[2], Outcome.OFFLOADED),
+    ]
+    assert_committed(rt, results[0])
+    assert_committed(rt, results[2])
+    assert_lost_to_winner(rt, results[1], ids[1])
+    # the window's ledgers moved together: each reports the window's time
+    assert results[0].seconds == results[1].seconds == results[2].seconds
+    assert 0 < results[0].seconds < elapsed
+    assert warnings_of(caplog) == [f"offload of orders/{ids[1]} lost the commit"]
+    (summary,) = [r.getMessage() for r in caplog.records if "ledgers in" in r.getMessage()]
+    assert re.fullmatch(r"offloaded 2 of 3 ledgers in \d+\.\d{3}s", summary)
+    assert unaccounted_objects(rt) == set()
+
+
+def test_a_ledger_lost_mid_upload_stops_there_and_only_it_is_lost(
+    runtime: Runtime, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The lease keeper finds ledger 2 taken over while its data object uploads: its
+    index is never written, the attempt gives up LOST; ledgers 1 and 3 commit."""
+    rt = runtime
+    ids, _ = small_topic(rt)
+
+    def taken_over_and_noticed() -> None:
+        first = rt.metadata.get_ledger("orders", ids[0]).attempt_lease_ms or 0
+        take_over(rt, "orders", ids[1])
+        # the keeper's next renewal (it renews the whole window) finds ledger 2 gone
+        deadline = time.monotonic() + 30
+        while (rt.metadata.get_ledger("orders", ids[0]).attempt_lease_ms or 0) <= first:
+            assert time.monotonic() < deadline, "the lease keeper never renewed"
+            time.sleep(0.02)
+        time.sleep(0.1)  # the renewal's result reaches the keeper's lost set
+
+    hook = on_put_of(ids[1], "data", taken_over_and_noticed)
+    with caplog.at_level(logging.WARNING, logger="offloader.offload.batch"):
+        results = offload_batch(with_objects(rt, OnPut(rt.objects, before=hook)), "orders", ids[:3])
+    assert [r.outcome for r in results] == [Outcome.OFFLOADED, Outcome.LOST, Outcome.OFFLOADED]
+    assert_lost_to_winner(rt, results[1], ids[1])
+    assert results[1].seconds == 0.0  # gave up before the commit: no time to report
+    zombie = rt.metadata.get_attempt(results[1].attempt_id or "")
+    assert not rt.objects.exists(zombie.index_key)
+    assert warnings_of(caplog) == [
+        f"offload of orders/{ids[1]} lost: attempt {zombie.attempt_id} lost ledger "
+        f"orders/{ids[1]} to another attempt"
+    ]
+    assert unaccounted_objects(rt) == set()
+
+
+class InjectedPutError(ObjectStoreError):
+    pass
+
+
+def failing_put(ledger_id: int) -> Callable[[], None]:
+    def fail() -> None:
+        raise InjectedPutError(f"injected: PUT of ledger {ledger_id} refused")
+
+    return fail
+
+
+def test_upload_errors_fail_their_ledgers_after_the_others_commit(runtime: Runtime) -> None:
+    """Ledgers 1 and 4 fail to upload, ledger 2 is lost to a takeover as it fails, ledger
+    3 uploads: 3 commits, 2 is LOST to the winner, 1 and 4 are each failed with their own
+    error and freed (their keys queued), and the first ledger's error is raised."""
+    rt = runtime
+    ids, _ = small_topic(rt)
+    failing = (ids[0], ids[3])
+
+    def taken_over_then_refused() -> None:
+        take_over(rt, "orders", ids[1])
+        failing_put(ids[1])()
+
+    hooks = [on_put_of(i, "data", failing_put(i)) for i in failing]
+    hooks.append(on_put_of(ids[1], "data", taken_over_then_refused))
+
+    def before(key: str) -> None:
+        for hook in hooks:
+            hook(key)
+
+    with pytest.raises(InjectedPutError) as raised:
+        offload_batch(with_objects(rt, OnPut(rt.objects, before=before)), "orders", ids[:4])
+    assert str(raised.value) == f"injected: PUT of ledger {ids[0]} refused"
+    assert rt.metadata.get_ledger("orders", ids[2]).is_offloaded
+    assert rt.metadata.get_ledger("orders", ids[1]).attempt_id == "winner"
+    failed = rt.metadata.list_attempts("orders", AttemptState.FAILED)
+    assert sorted((a.ledger_id, a.detail) for a in failed) == [
+        (i, f"InjectedPutError: injected: PUT of ledger {i} refused") for i in failing
+    ]
+    for ledger_id in failing:
+        ledger = rt.metadata.get_ledger("orders", ledger_id)
+        assert (ledger.offload_state, ledger.attempt_id, ledger.attempt_lease_ms) == (
+            OffloadState.NONE,
+            None,
+            None,
+        )
+    (zombie,) = rt.metadata.list_attempts("orders", AttemptState.SUPERSEDED)
+    queued = [d.object_key for d in rt.metadata.pending_deletions()]
+    assert sorted(queued) == sorted(
+        [k for a in failed for k in (a.data_key, a.index_key)]
+        + [zombie.data_key, zombie.index_key] * 2
+    )
+    rerun = offload_batch(rt, "orders", ids[:4])
+    assert [r.outcome for r in rerun] == [
+        Outcome.OFFLOADED,
+        Outcome.IN_PROGRESS,  # the winner's lease
+        Outcome.ALREADY_OFFLOADED,
+        Outcome.OFFLOADED,
+    ]
+
+
+def test_an_upload_error_after_a_takeover_is_lost_not_raised(
+    runtime: Runtime, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Whatever broke the upload is moot once another attempt owns the ledger: LOST."""
+    rt = runtime
+    ids, _ = small_topic(rt)
+
+    def taken_over_then_refused() -> None:
+        take_over(rt, "orders", ids[1])
+        failing_put(ids[1])()
+
+    hook = on_put_of(ids[1], "data", taken_over_then_refused)
+    with caplog.at_level(logging.WARNING, logger="offloader.offload.batch"):
+        results = offload_batch(with_objects(rt, OnPut(rt.objects, before=hook)), "orders", ids[:3])
+    assert [r.outcome for r in results] == [Outcome.OFFLOADED, Outcome.LOST, Outcome.OFFLOADED]
+    assert_lost_to_winner(rt, results[1], ids[1])
+    assert warnings_of(caplog) == [
+        f"offload of orders/{ids[1]} lost: injected: PUT of ledger {ids[1]} refused"
+    ]
+
+
+def test_a_ledger_taken_between_the_read_and_the_begin_is_reported_as_found(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between the batch's read and its begin transaction another worker offloads ledger
+    1 and starts on ledger 2: the begin skips both, and they are reported as they are
+    now (already offloaded; in progress under the other attempt)."""
+    rt = runtime
+    ids, _ = small_topic(rt)
+    begin_attempts = rt.metadata.begin_attempts
+    other: list[OffloadResult] = []
+
+    def another_worker_first(*args: Any, **kwargs: Any) -> dict[int, Attempt]:
+        if not other:
+            other.append(LedgerOffloader(rt).offload_ledger("orders", ids[0]))
+            take_over(rt, "orders", ids[1])
+        return begin_attempts(*args, **kwargs)
+
+    monkeypatch.setattr(rt.metadata, "begin_attempts", another_worker_first)
+    results = offload_batch(rt, "orders", ids[:3])
+    assert results[:2] == [
+        OffloadResult("orders", ids[0], Outcome.ALREADY_OFFLOADED, other[0].attempt_id),
+        OffloadResult("orders", ids[1], Outcome.IN_PROGRESS, "winner"),
+    ]
+    assert_committed(rt, results[2])
+
+
+def test_a_lease_ending_this_millisecond_is_over(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch reads a lease ending exactly at the database's now as over (the rule
+    of ``attempt_lease_ms <= now`` in SQL), so the stale attempt is superseded."""
+    rt = runtime
+    ids, _ = small_topic(rt)
+    ledger = rt.metadata.get_ledger("orders", ids[0])
+    rt.metadata.begin_attempt(
+        ledger, "stale", "stale-d", "stale-i", "dead worker", -1, store_id=rt.stores.default_id()
+    )
+    lease_end = rt.metadata.get_ledger("orders", ids[0]).attempt_lease_ms
+    monkeypatch.setattr(rt.metadata, "db_now_ms", lambda: lease_end)
+    (result,) = offload_batch(rt, "orders", ids[:1])
+    assert result.outcome is Outcome.OFFLOADED
+    assert rt.metadata.get_attempt("stale").state is AttemptState.SUPERSEDED
+
+
+def test_a_failed_commit_fails_the_whole_window(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit transaction fails (the database went away): no ledger of the window
+    committed, so each attempt is failed with that error and its ledger freed."""
+    rt = runtime
+    ids, _ = small_topic(rt)
+
+    def unreachable(*args: object, **kwargs: object) -> set[str]:
+        raise ConnectionError("database unreachable")
+
+    monkeypatch.setattr(rt.metadata, "commit_offloads", unreachable)
+    with pytest.raises(ConnectionError):
+        offload_batch(rt, "orders", ids[:3])
+    failed = rt.metadata.list_attempts("orders", AttemptState.FAILED)
+    assert sorted((a.ledger_id, a.detail) for a in failed) == [
+        (i, "ConnectionError: database unreachable") for i in ids[:3]
+    ]
+    for ledger in rt.metadata.list_ledgers("orders")[:3]:
+        assert (ledger.offload_state, ledger.attempt_id) == (OffloadState.NONE, None)
+    queued = [d.object_key for d in rt.metadata.pending_deletions()]
+    assert sorted(queued) == sorted(k for a in failed for k in (a.data_key, a.index_key))
+
+
+def test_a_window_reaches_each_crash_point_once(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batched crash points (what the SIGKILL tests arm) are each reached once a
+    window, in the order of the sequence; small ledgers upload from the ledger pool,
+    their leases begun at the configured length."""
+    rt = runtime
+    ids, _ = small_topic(rt)
+    reached: list[str] = []
+    monkeypatch.setattr(failpoints, "reach", reached.append)
+    threads: list[str] = []
+    leases_left: list[int] = []
+
+    def before(key: str) -> None:  # while uploading, every lease is about its length ahead
+        threads.append(threading.current_thread().name)
+        now = rt.metadata.db_now_ms()
+        window = rt.metadata.list_ledgers("orders")[:3]
+        leases_left.extend((x.attempt_lease_ms or 0) - now for x in window)
+
+    offload_batch(with_objects(rt, OnPut(rt.objects, before=before)), "orders", ids[:3])
+    assert len(leases_left) == 6 * 3
+    assert all(1000 < left <= rt.settings.attempt_lease_seconds * 1000 for left in leases_left)
+    batch_points = [p for p in reached if p not in ("after-data-upload", "after-index-upload")]
+    assert batch_points == [
+        "mid-batch-begin",
+        "after-begin-attempt",
+        "after-first-ledger-upload",
+        "mid-batch-commit",
+        "after-commit",
+    ]
+    assert len(reached) == len(batch_points) + 2 * 3  # data and index of each ledger
+    assert len(threads) == 6 and all(t.startswith("upload-ledger") for t in threads)

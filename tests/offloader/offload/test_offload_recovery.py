@@ -1,0 +1,253 @@
+"""What the next run makes of a dead worker's attempt, in-process (fast, on both pairings).
+
+test_offload_crash.py kills real offloaders with SIGKILL; here the leftovers of such a
+kill (an attempt recorded, its lease over, its objects written or not) are set up
+directly, so every way a stale attempt can look is checked: complete objects are
+committed (RECOVERED), anything short of them is superseded and its keys queued.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+
+import pytest
+
+from fixtures.backends import make_topic, produce_ledgers, unaccounted_objects
+from fixtures.faults import with_objects
+from fixtures.takeover import OnPut, take_over
+from offloader.exceptions import ObjectStoreError
+from offloader.format import decode_index, encode_index
+from offloader.metadata import Attempt, AttemptState, Ledger, OffloadState
+from offloader.offload.keys import ledger_object_keys
+from offloader.offload.ledger_offloader import LedgerOffloader, OffloadResult, Outcome
+from offloader.offload.runs import offload_batch
+from offloader.runtime import Runtime
+
+LOGGER = "offloader.offload.ledger_offloader"
+
+
+def dead_attempt(rt: Runtime, *, upload: bool = True, store_id: int | None = -1) -> Attempt:
+    """The topic's one ledger with an attempt ``dead`` whose lease is over, its objects
+    written (``upload``) as a worker killed right after its index upload leaves them.
+    ``store_id`` None: an attempt recorded before stores were (revision 0002)."""
+    make_topic(rt)
+    (ledger_id,) = produce_ledgers(rt, "orders", [(20, 2000)])
+    ledger = rt.metadata.get_ledger("orders", ledger_id)
+    _, attempt = rt.metadata.begin_attempt(
+        ledger,
+        "dead",
+        *ledger_object_keys("dead", ledger_id),
+        "dead worker",
+        -1,
+        store_id=rt.stores.default_id() if store_id == -1 else store_id,  # type: ignore[arg-type]
+    )
+    if upload:
+        LedgerOffloader(rt)._upload(ledger, attempt, lambda: None)
+    return attempt
+
+
+def offload(rt: Runtime, path: str, ledger_id: int) -> OffloadResult:
+    """The ledger through the single-ledger path or the batched one."""
+    if path == "single":
+        return LedgerOffloader(rt).offload_ledger("orders", ledger_id)
+    (result,) = offload_batch(rt, "orders", [ledger_id])
+    return result
+
+
+def messages(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == LOGGER and r.levelno == level]
+
+
+@pytest.mark.parametrize("path", ["single", "batch"])
+def test_a_dead_attempt_with_complete_objects_is_recovered(
+    runtime: Runtime, path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    rt = runtime
+    dead = dead_attempt(rt)
+    size = rt.objects.stat(dead.data_key).size
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        result = offload(rt, path, dead.ledger_id)
+    assert result == OffloadResult("orders", dead.ledger_id, Outcome.RECOVERED, "dead", size)
+    ledger = rt.metadata.get_ledger("orders", dead.ledger_id)
+    assert (ledger.offload_uuid, ledger.data_len, ledger.store_id) == ("dead", size, dead.store_id)
+    assert rt.metadata.get_attempt("dead").state is AttemptState.COMMITTED
+    assert rt.metadata.pending_deletions() == []
+    assert messages(caplog, logging.INFO) == [f"recovered attempt dead of orders/{dead.ledger_id}"]
+
+
+def rewrite_index(rt: Runtime, attempt: Attempt, **changes: int) -> None:
+    """Replace the attempt's index by one whose ledger metadata says ``changes``."""
+    index = decode_index(rt.objects.get(attempt.index_key))
+    assert index.metadata is not None
+    meta = dataclasses.replace(index.metadata, **changes)
+    rt.objects.put(attempt.index_key, encode_index(meta, index.blocks, index.chunks))
+
+
+def grow_data(rt: Runtime, attempt: Attempt) -> None:
+    rt.objects.put(attempt.data_key, rt.objects.get(attempt.data_key) + b"\0")
+
+
+def drop_index(rt: Runtime, attempt: Attempt) -> None:
+    rt.objects.delete_many([attempt.index_key])
+
+
+def damage_index(rt: Runtime, attempt: Attempt) -> None:
+    rt.objects.put(attempt.index_key, b"not an index")
+
+
+def entry_count_off(rt: Runtime, attempt: Attempt) -> None:
+    rewrite_index(rt, attempt, entry_count=21, last_entry_id=20)
+
+
+def length_off(rt: Runtime, attempt: Attempt) -> None:
+    ledger = rt.metadata.get_ledger("orders", attempt.ledger_id)
+    rewrite_index(rt, attempt, length=ledger.size_bytes + 1)
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [drop_index, damage_index, grow_data, entry_count_off, length_off],
+    ids=lambda f: f.__name__,
+)
+@pytest.mark.parametrize("path", ["single", "batch"])
+def test_a_dead_attempt_short_of_complete_objects_is_superseded(
+    runtime: Runtime, path: str, spoil: Callable[[Runtime, Attempt], None]
+) -> None:
+    """Objects missing, unreadable, or not this ledger's (a data object of another
+    length than its index says, an index naming another entry count or length): the
+    attempt is superseded, its keys queued, and a new attempt offloads the ledger."""
+    rt = runtime
+    dead = dead_attempt(rt)
+    spoil(rt, dead)
+    result = offload(rt, path, dead.ledger_id)
+    assert result.outcome is Outcome.OFFLOADED and result.attempt_id != "dead"
+    assert rt.metadata.get_ledger("orders", dead.ledger_id).offload_uuid == result.attempt_id
+    superseded = rt.metadata.get_attempt("dead")
+    assert superseded.state is AttemptState.SUPERSEDED
+    assert superseded.detail == f"lease expired; superseded by {result.attempt_id}"
+    queued = sorted(d.object_key for d in rt.metadata.pending_deletions())
+    assert queued == sorted([dead.data_key, dead.index_key])
+    assert unaccounted_objects(rt) == set()
+
+
+def test_a_dead_attempt_that_names_no_store_is_superseded_with_a_warning(
+    runtime: Runtime, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An attempt recorded before revision 0002 (no store id): its objects cannot be
+    looked at, so the run says why and supersedes it."""
+    rt = runtime
+    dead = dead_attempt(rt, upload=False, store_id=None)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        result = LedgerOffloader(rt).offload_ledger("orders", dead.ledger_id)
+    assert result.outcome is Outcome.OFFLOADED
+    assert rt.metadata.get_attempt("dead").state is AttemptState.SUPERSEDED
+    assert messages(caplog, logging.WARNING) == [
+        "cannot finish stale attempt dead: attempt dead names no object store (written "
+        "before revision 0002 and not upgraded): run `offloader db upgrade`"
+    ]
+
+
+def test_a_lease_ending_this_millisecond_is_over(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lease ending exactly at the database's now is over (``attempt_lease_ms <= now``,
+    the rule the SQL applies): the single-ledger path takes the ledger over."""
+    rt = runtime
+    dead = dead_attempt(rt, upload=False)
+    lease_end = rt.metadata.get_ledger("orders", dead.ledger_id).attempt_lease_ms
+    monkeypatch.setattr(rt.metadata, "db_now_ms", lambda: lease_end)
+    result = LedgerOffloader(rt).offload_ledger("orders", dead.ledger_id)
+    assert result.outcome is Outcome.OFFLOADED
+    assert rt.metadata.get_attempt("dead").state is AttemptState.SUPERSEDED
+
+
+# --- the single-ledger path losing its ledger, or failing ----------------------------
+
+
+def first_ledger(rt: Runtime) -> Ledger:
+    make_topic(rt)
+    (ledger_id,) = produce_ledgers(rt, "orders", [(20, 2000)])
+    return rt.metadata.get_ledger("orders", ledger_id)
+
+
+class Refused(ObjectStoreError):
+    pass
+
+
+def refuse(key: str) -> None:
+    raise Refused(f"injected: PUT {key} refused")
+
+
+def test_an_upload_error_after_a_takeover_is_lost_not_raised(
+    runtime: Runtime, caplog: pytest.LogCaptureFixture
+) -> None:
+    rt = runtime
+    ledger = first_ledger(rt)
+
+    def taken_over_then_refused(key: str) -> None:
+        take_over(rt, "orders", ledger.ledger_id)
+        refuse(key)
+
+    objects = OnPut(rt.objects, before=taken_over_then_refused)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        result = LedgerOffloader(with_objects(rt, objects)).offload_ledger(
+            "orders", ledger.ledger_id
+        )
+    assert result.outcome is Outcome.LOST
+    zombie = rt.metadata.get_attempt(result.attempt_id or "")
+    assert zombie.state is AttemptState.SUPERSEDED
+    assert rt.metadata.get_ledger("orders", ledger.ledger_id).attempt_id == "winner"
+    assert messages(caplog, logging.WARNING) == [
+        f"offload of orders/{ledger.ledger_id} lost: injected: PUT {zombie.data_key} refused"
+    ]
+
+
+def database_unreachable_at(monkeypatch: pytest.MonkeyPatch, rt: Runtime, method: str) -> None:
+    """``rt.metadata.<method>`` fails as a dropped connection would, at that call only."""
+
+    def unreachable(*args: object, **kwargs: object) -> None:
+        raise ConnectionError("database unreachable")
+
+    monkeypatch.setattr(rt.metadata, method, unreachable)
+
+
+def offload_refused(rt: Runtime, ledger: Ledger) -> None:
+    """Offload ``ledger`` with its PUTs refused: the refusal is what is raised."""
+    objects = OnPut(rt.objects, before=refuse)
+    with pytest.raises(Refused):
+        LedgerOffloader(with_objects(rt, objects)).offload_ledger("orders", ledger.ledger_id)
+
+
+def test_an_upload_error_is_raised_when_ownership_cannot_be_checked(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database does not answer whether the attempt still owns its ledger: the
+    offloader assumes it does, so the upload's error is raised (not a silent LOST) and
+    the attempt is failed, its ledger freed."""
+    rt = runtime
+    ledger = first_ledger(rt)
+    database_unreachable_at(monkeypatch, rt, "renew_lease")
+    offload_refused(rt, ledger)
+    (failed,) = rt.metadata.list_attempts("orders", AttemptState.FAILED)
+    assert failed.detail == f"Refused: injected: PUT {failed.data_key} refused"
+    ledger = rt.metadata.get_ledger("orders", ledger.ledger_id)
+    assert (ledger.offload_state, ledger.attempt_id) == (OffloadState.NONE, None)
+
+
+def test_a_failure_that_cannot_be_recorded_is_logged_and_the_error_raised(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The upload fails and recording the failure fails too: the upload's error is
+    raised, the attempt stays STARTED (its lease will run out) and the log says so."""
+    rt = runtime
+    ledger = first_ledger(rt)
+    database_unreachable_at(monkeypatch, rt, "fail_attempt")
+    with caplog.at_level(logging.ERROR, logger=LOGGER):
+        offload_refused(rt, ledger)
+    (started,) = rt.metadata.list_attempts("orders", AttemptState.STARTED)
+    assert rt.metadata.get_ledger("orders", ledger.ledger_id).attempt_id == started.attempt_id
+    (record,) = [r for r in caplog.records if r.name == LOGGER and r.levelno == logging.ERROR]
+    assert record.getMessage() == f"could not record the failure of attempt {started.attempt_id}"
+    assert record.exc_info is not None and isinstance(record.exc_info[1], ConnectionError)
