@@ -8,38 +8,12 @@ from __future__ import annotations
 
 import pytest
 
+from fixtures.metadata import ledger_record as ledger
 from offloader.metadata import HotState, Ledger, LedgerState, OffloadState
 from offloader.offload.planner import due_ledgers
 from offloader.policy import OffloadPolicy
 
 NOW_MS = 1_000_000_000
-
-
-def ledger(ledger_id: int, size: int = 100, **fields: object) -> Ledger:
-    """A sealed, non-empty ledger with its hot copy and no offload: a candidate."""
-    values: dict[str, object] = dict(
-        topic="orders",
-        ledger_id=ledger_id,
-        version=1,
-        state=LedgerState.SEALED,
-        entry_count=10,
-        size_bytes=size,
-        created_ms=0,
-        sealed_ms=0,
-        offload_state=OffloadState.NONE,
-        offload_epoch=0,
-        attempt_id=None,
-        attempt_lease_ms=None,
-        offload_uuid=None,
-        data_key=None,
-        index_key=None,
-        data_len=None,
-        offloaded_ms=None,
-        hot_state=HotState.PRESENT,
-        hot_deleted_ms=None,
-        store_id=None,
-    )
-    return Ledger(**{**values, **fields})
 
 
 def ids(ledgers: list[Ledger]) -> list[int]:
