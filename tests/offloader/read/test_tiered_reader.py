@@ -4,16 +4,25 @@ errors carry."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
+import struct
 from pathlib import Path
 
+import crc32c
 import pytest
 
 from fixtures.counting import CountingStore
 from fixtures.damage import flip, overwrite_object
 from fixtures.pulsar_v1 import pulsar_write_blocks, pulsar_write_index
 from offloader.exceptions import DamagedObjectError
-from offloader.format import LedgerMetadata, encode_blocks, encode_index
+from offloader.format import (
+    HEADER_LEN,
+    LedgerMetadata,
+    decode_index,
+    encode_blocks,
+    encode_index,
+)
 from offloader.objectstore.filesystem import FilesystemObjectStore
 from offloader.read.tiered import MAX_SKIPPED_GAP, IndexCache, TieredLedgerReader
 
@@ -152,3 +161,31 @@ def test_an_entry_before_the_first_block_is_not_found(tmp_path: Path) -> None:
     assert r.read_entry(5) == entries[0][1]
     with pytest.raises(LookupError, match=r"^entry 2 not found in data$"):
         r.read_entry(2)
+
+
+def test_frames_that_match_their_crcs_but_break_the_format_are_damage(tmp_path: Path) -> None:
+    """A writer bug rather than a flipped bit: a frame names the wrong entry id, and the
+    chunk and block CRCs were computed over those wrong bytes. The CRCs pass; parsing the
+    chunk still fails, with the whole address."""
+    store, _ = offloaded(tmp_path, [1000] * 200, block=64 * KiB, chunk=16 * KiB)
+    index = decode_index(store.get("index"))
+    assert index.chunks is not None and index.metadata is not None
+    chunk = index.chunks[2]
+    at = chunk.offset + (HEADER_LEN if chunk.starts_block else 0)  # its first frame
+    data = bytearray(store.get("data"))
+    struct.pack_into(">q", data, at + 4, 99_999)
+    store.put("data", bytes(data))
+    chunks = list(index.chunks)
+    chunks[2] = dataclasses.replace(
+        chunk, crc32c=crc32c.crc32c(bytes(data[chunk.offset : chunk.end]))
+    )
+    blocks = [
+        dataclasses.replace(b, crc32c=crc32c.crc32c(bytes(data[b.offset : b.offset + b.length])))
+        for b in index.blocks
+    ]
+    store.put("index", encode_index(index.metadata, blocks, chunks))
+    r = reader(store, topic="orders", ledger_id=7)
+    expected = f"topic orders ledger 7 object data offset {at}: entry id 99999 "
+    with pytest.raises(DamagedObjectError, match="^" + expected.replace(".", r"\.")) as raised:
+        list(r.read())
+    assert raised.value.offset == at
