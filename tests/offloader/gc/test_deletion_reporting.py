@@ -32,6 +32,16 @@ def test_a_pass_takes_at_most_limit_rows(runtime: Runtime) -> None:
     assert (result.deleted, result.failed, result.remaining) == (2, 0, 1)
 
 
+def test_a_pass_takes_10000_rows_unless_told_otherwise(runtime: Runtime) -> None:
+    """The default bound of one pass (the DAG's drain task relies on it)."""
+    rt = runtime
+    keys = [f"gone/{n:05}" for n in range(10_001)]  # already gone: each counts as deleted
+    rt.metadata.enqueue_deletions(keys, "test", store_id=rt.stores.default_id())
+    result = process_deletions(rt.metadata, rt.stores, rt.settings)
+    assert (result.deleted, result.failed, result.remaining) == (10_000, 0, 1)
+    assert [d.object_key for d in rt.metadata.pending_deletions()] == [keys[-1]]
+
+
 def test_a_failed_delete_is_recorded_and_logged_with_key_try_and_error(
     runtime: Runtime, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -8,38 +8,12 @@ from __future__ import annotations
 
 import pytest
 
+from fixtures.metadata import ledger_record as ledger
 from offloader.metadata import HotState, Ledger, LedgerState, OffloadState
-from offloader.offload.planner import due_ledgers
+from offloader.offload.planner import due_ledgers, is_retirable_empty
 from offloader.policy import OffloadPolicy
 
 NOW_MS = 1_000_000_000
-
-
-def ledger(ledger_id: int, size: int = 100, **fields: object) -> Ledger:
-    """A sealed, non-empty ledger with its hot copy and no offload: a candidate."""
-    values: dict[str, object] = dict(
-        topic="orders",
-        ledger_id=ledger_id,
-        version=1,
-        state=LedgerState.SEALED,
-        entry_count=10,
-        size_bytes=size,
-        created_ms=0,
-        sealed_ms=0,
-        offload_state=OffloadState.NONE,
-        offload_epoch=0,
-        attempt_id=None,
-        attempt_lease_ms=None,
-        offload_uuid=None,
-        data_key=None,
-        index_key=None,
-        data_len=None,
-        offloaded_ms=None,
-        hot_state=HotState.PRESENT,
-        hot_deleted_ms=None,
-        store_id=None,
-    )
-    return Ledger(**{**values, **fields})
 
 
 def ids(ledgers: list[Ledger]) -> list[int]:
@@ -155,3 +129,24 @@ def test_either_rule_makes_a_ledger_due_oldest_first() -> None:
     ]
     policy = OffloadPolicy(offload_threshold_bytes=300, offload_age_seconds=60)
     assert ids(due_ledgers(ledgers, policy, NOW_MS)) == [1, 3]
+
+
+@pytest.mark.parametrize(
+    ("fields", "retirable"),
+    [
+        (dict(), True),
+        (dict(hot_state=HotState.DELETING), True),  # a retirement a crash interrupted
+        (dict(hot_state=HotState.DELETED), False),  # retired already
+        (dict(state=LedgerState.OPEN, sealed_ms=None), False),  # the writer's current one
+        (dict(offload_state=OffloadState.OFFLOADING, attempt_id="a"), False),
+        (dict(attempt_id="a"), False),
+        (dict(offload_state=OffloadState.OFFLOADED), False),
+    ],
+    ids=["sealed", "deleting", "deleted", "open", "offloading", "attempt", "offloaded"],
+)
+def test_which_empty_ledgers_are_retired(fields: dict[str, object], retirable: bool) -> None:
+    empty = ledger(2, entry_count=0, size_bytes=0, **fields)
+    assert is_retirable_empty(empty) is retirable
+    expected = [1, 2] if retirable else [1]
+    assert ids(due_ledgers([ledger(1), empty], NO_RULES, NOW_MS, up_to=2)) == expected
+    assert ids(due_ledgers([empty], NO_RULES, NOW_MS)) == expected[1:]

@@ -126,6 +126,21 @@ def overrunning_frame_in_last_block(
     return pack_at(">i", at, 1 << 20), "overruns", at
 
 
+def _lost_last_entry(blocks: list[BlockRef], entries: Entries, i: int) -> tuple[Edit, int]:
+    """Block i's last frame becomes padding: the block holds one entry fewer than the
+    index (or the metadata store) says. The edit, and where the missing frame was."""
+    following = blocks[i + 1].first_entry_id if i + 1 < len(blocks) else len(entries)
+    at = _frames_end(blocks, entries, i) - 12 - len(entries[following - 1][1])
+    end = blocks[i].offset + blocks[i].length
+    padding = (bytes.fromhex("FEDCDEAD") * ((end - at) // 4 + 1))[: end - at]
+    return (lambda data: data[:at] + padding + data[end:]), at
+
+
+def lost_entry_in_a_middle_block(blocks: list[BlockRef], entries: Entries) -> tuple[Edit, str, int]:
+    edit, at = _lost_last_entry(blocks, entries, 1)
+    return edit, "overruns", at
+
+
 PULSAR_DAMAGES = [
     bad_block_magic,
     wrong_first_entry_id_in_header,
@@ -134,6 +149,7 @@ PULSAR_DAMAGES = [
     damaged_padding,
     truncated_data_object,
     overrunning_frame_in_last_block,
+    lost_entry_in_a_middle_block,
 ]
 
 
@@ -165,3 +181,36 @@ def test_damage_in_pulsar_blocks_is_detected(
         error = raised.value
         if offset < 0:  # somewhere in the damaged block
             assert blocks[1].offset <= error.offset < blocks[2].offset, (name, str(error))
+
+
+@pytest.mark.parametrize("ours", [False, True], ids=["foreign-metadata", "our-metadata"])
+def test_a_last_block_short_of_the_recorded_entries_is_refused(
+    runtime: Runtime, ours: bool
+) -> None:
+    """Where the entry count is known (the metadata store's, or our metadata record in the
+    index), a last block that holds fewer entries is damage, not a shorter ledger."""
+    ledger, entries, blocks = as_pulsar_object(runtime, ours)
+    edit, at = _lost_last_entry(blocks, entries, len(blocks) - 1)
+    assert ledger.data_key is not None
+    overwrite_object(runtime.objects, ledger.data_key, edit)
+    address = f"topic {ledger.topic} ledger {ledger.ledger_id} object {ledger.data_key} "
+    pattern = re.escape(f"{address}offset {at}: ") + ".*overruns"
+    known = None if ours else len(entries) - 1  # ours: the index itself records it
+    reader = tiered(
+        runtime, ledger, topic=ledger.topic, ledger_id=ledger.ledger_id, last_entry_id=known
+    )
+    with pytest.raises(DamagedObjectError, match=pattern):
+        list(reader.read())
+    with pytest.raises(DamagedObjectError, match=pattern):
+        list(TopicReader(runtime).read(ledger.topic, ledger.ledger_id, source=Source.TIERED))
+
+
+def test_a_range_fetches_only_the_blocks_that_hold_it(runtime: Runtime) -> None:
+    ledger, entries, blocks = as_pulsar_object(runtime, ours=False)
+    reader = tiered(runtime, ledger, last_entry_id=len(entries) - 1)
+    first, last = blocks[1].first_entry_id, blocks[3].first_entry_id - 1  # blocks 1 and 2
+    assert list(reader.read(first, last)) == entries[first : last + 1]
+    assert reader.stats.requests == 2
+    assert reader.stats.bytes_fetched == blocks[1].length + blocks[2].length
+    assert reader.read_entry(blocks[2].first_entry_id) == entries[blocks[2].first_entry_id][1]
+    assert reader.stats.requests == 3

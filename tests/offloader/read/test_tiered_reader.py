@@ -1,12 +1,28 @@
-"""The tiered reader's range planning: few large GETs for sequential reads, one small GET
-for a single entry, and the same entries either way."""
+"""The tiered reader's range planning (few large GETs for sequential reads, one small GET
+for a single entry, the same entries either way), its index cache, and the address its
+errors carry."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
+import struct
 from pathlib import Path
 
-from offloader.format import LedgerMetadata, encode_blocks, encode_index
+import crc32c
+import pytest
+
+from fixtures.counting import CountingStore
+from fixtures.damage import flip, overwrite_object
+from fixtures.pulsar_v1 import pulsar_write_blocks, pulsar_write_index
+from offloader.exceptions import DamagedObjectError
+from offloader.format import (
+    HEADER_LEN,
+    LedgerMetadata,
+    decode_index,
+    encode_blocks,
+    encode_index,
+)
 from offloader.objectstore.filesystem import FilesystemObjectStore
 from offloader.read.tiered import MAX_SKIPPED_GAP, IndexCache, TieredLedgerReader
 
@@ -67,3 +83,109 @@ def test_single_entries_fetch_one_chunk(tmp_path: Path) -> None:
         assert r.read_entry(entry_id) == entries[entry_id][1]
         assert r.stats.bytes_fetched - before <= 64 * KiB + 128 + 3012
     assert list(r.read(10, 20)) == entries[10:21]
+
+
+def test_the_index_cache_keeps_the_most_recently_used_indexes(tmp_path: Path) -> None:
+    store, _ = offloaded(tmp_path, [100] * 10, block=64 * KiB, chunk=16 * KiB)
+    for key in ("a", "b", "c"):
+        store.put(key, store.get("index"))
+    counting = CountingStore(store)
+    cache = IndexCache(capacity=2)
+    first = cache.get(counting, "a")
+    cache.get(counting, "b")
+    assert cache.get(counting, "a") is first  # a hit, and now the most recently used
+    cache.get(counting, "c")  # evicts b, the least recently used
+    assert counting.requests["get"] == 3
+    assert cache.get(counting, "a") is first
+    assert counting.requests["get"] == 3
+    cache.get(counting, "b")
+    assert counting.requests["get"] == 4
+
+
+def test_the_shared_index_cache_holds_256_indexes(tmp_path: Path) -> None:
+    store, _ = offloaded(tmp_path, [100] * 10, block=64 * KiB, chunk=16 * KiB)
+    index = store.get("index")
+    keys = [f"index-{i}" for i in range(257)]
+    for key in keys:
+        store.put(key, index)
+    counting = CountingStore(store)
+    cache = IndexCache()
+    for key in keys[:256]:
+        cache.get(counting, key)
+    cache.get(counting, keys[0])  # all 256 still cached
+    assert counting.requests["get"] == 256
+    cache.get(counting, keys[256])  # evicts keys[1]
+    cache.get(counting, keys[0])
+    assert counting.requests["get"] == 257
+    cache.get(counting, keys[1])
+    assert counting.requests["get"] == 258
+
+
+def damaged_payload(store: FilesystemObjectStore, reader: TieredLedgerReader) -> int:
+    """Flip a payload byte of the third chunk; the chunk's offset."""
+    assert reader.index.chunks is not None
+    chunk = reader.index.chunks[2]
+    overwrite_object(store, "data", flip(chunk.offset + chunk.length - 1))
+    return chunk.offset
+
+
+def test_without_an_address_errors_name_the_ledger_the_index_records(tmp_path: Path) -> None:
+    store, _ = offloaded(tmp_path, [1000] * 200, block=64 * KiB, chunk=16 * KiB)
+    r = reader(store)
+    at = damaged_payload(store, r)
+    with pytest.raises(DamagedObjectError) as raised:
+        list(r.read())
+    assert (raised.value.topic, raised.value.ledger_id, raised.value.offset) == ("t", 1, at)
+    assert str(raised.value).startswith(f"topic t ledger 1 object data offset {at}: ")
+
+
+def test_the_callers_address_wins_over_the_one_the_index_records(tmp_path: Path) -> None:
+    """An object that holds another ledger's bytes (a mixed-up key) is reported under the
+    ledger that was being read: that is the one an operator looks up."""
+    store, _ = offloaded(tmp_path, [1000] * 200, block=64 * KiB, chunk=16 * KiB)
+    r = reader(store, topic="orders", ledger_id=7)
+    at = damaged_payload(store, r)
+    with pytest.raises(DamagedObjectError) as raised:
+        list(r.read())
+    assert (raised.value.topic, raised.value.ledger_id, raised.value.offset) == ("orders", 7, at)
+
+
+def test_an_entry_before_the_first_block_is_not_found(tmp_path: Path) -> None:
+    """A foreign (Pulsar) index may start at any entry id; below it there is nothing."""
+    entries = [(i, bytes([i]) * 50) for i in range(5, 40)]
+    blocks = pulsar_write_blocks(entries, 1024)
+    store = FilesystemObjectStore(tmp_path / "objects")
+    store.put("data", b"".join(raw for _, raw in blocks))
+    store.put("index", pulsar_write_index(blocks, b""))
+    r = reader(store, last_entry_id=39)
+    assert r.read_entry(5) == entries[0][1]
+    with pytest.raises(LookupError, match=r"^entry 2 not found in data$"):
+        r.read_entry(2)
+
+
+def test_frames_that_match_their_crcs_but_break_the_format_are_damage(tmp_path: Path) -> None:
+    """A writer bug rather than a flipped bit: a frame names the wrong entry id, and the
+    chunk and block CRCs were computed over those wrong bytes. The CRCs pass; parsing the
+    chunk still fails, with the whole address."""
+    store, _ = offloaded(tmp_path, [1000] * 200, block=64 * KiB, chunk=16 * KiB)
+    index = decode_index(store.get("index"))
+    assert index.chunks is not None and index.metadata is not None
+    chunk = index.chunks[2]
+    at = chunk.offset + (HEADER_LEN if chunk.starts_block else 0)  # its first frame
+    data = bytearray(store.get("data"))
+    struct.pack_into(">q", data, at + 4, 99_999)
+    store.put("data", bytes(data))
+    chunks = list(index.chunks)
+    chunks[2] = dataclasses.replace(
+        chunk, crc32c=crc32c.crc32c(bytes(data[chunk.offset : chunk.end]))
+    )
+    blocks = [
+        dataclasses.replace(b, crc32c=crc32c.crc32c(bytes(data[b.offset : b.offset + b.length])))
+        for b in index.blocks
+    ]
+    store.put("index", encode_index(index.metadata, blocks, chunks))
+    r = reader(store, topic="orders", ledger_id=7)
+    expected = f"topic orders ledger 7 object data offset {at}: entry id 99999 "
+    with pytest.raises(DamagedObjectError, match="^" + expected.replace(".", r"\.")) as raised:
+        list(r.read())
+    assert raised.value.offset == at

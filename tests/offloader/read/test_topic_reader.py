@@ -1,0 +1,193 @@
+"""The topic reader in process: range checks, which copy a read uses (read priority, an
+explicit source), falling back mid-read without repeating or losing an entry, and the
+checksum's exact definition. Both backend pairings."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import struct
+from collections.abc import Iterator
+
+import pytest
+
+from fixtures.backends import make_topic, produce_ledgers
+from fixtures.counting import CountingStore
+from fixtures.faults import OnlyStore
+from offloader.exceptions import HotLedgerMissingError, ObjectNotFoundError, StoreUnavailableError
+from offloader.hottier import HotLedgerStore
+from offloader.objectstore import ObjectStore
+from offloader.offload.hot_deletion import delete_hot_copies
+from offloader.offload.ledger_offloader import LedgerOffloader
+from offloader.read.topic_reader import Checksum, Source, TopicReader
+from offloader.runtime import Runtime
+
+Entries = list[tuple[int, bytes]]
+
+
+def offloaded_topic(rt: Runtime, read_priority: str) -> tuple[int, Entries]:
+    """One offloaded ledger of 12 entries whose hot copy is still there."""
+    make_topic(rt, read_priority=read_priority, deletion_lag_seconds=3600)
+    (ledger_id,) = produce_ledgers(rt, "orders", [(12, 500)])
+    LedgerOffloader(rt).offload_ledger("orders", ledger_id)
+    return ledger_id, list(rt.hot.read("orders", ledger_id))
+
+
+class VanishingHot:
+    """The hot tier, but a read stops with HotLedgerMissingError after ``after`` entries:
+    the hot copy went while it was being read (a file cannot be made to vanish between two
+    entries of an open reader on demand)."""
+
+    def __init__(self, hot: HotLedgerStore, after: int) -> None:
+        self._hot = hot
+        self._after = after
+        self.started_at: list[int] = []
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._hot, name)
+
+    def read(
+        self, topic: str, ledger_id: int, first: int = 0, last: int | None = None
+    ) -> Iterator[tuple[int, bytes]]:
+        self.started_at.append(first)
+        for n, entry in enumerate(self._hot.read(topic, ledger_id, first, last)):
+            if n == self._after:
+                raise HotLedgerMissingError(f"hot copy of {topic}/{ledger_id} vanished")
+            yield entry
+
+
+class ClosedStores:
+    """A store registry that cannot open any store (its credentials are gone)."""
+
+    def get(self, store_id: int | None, what: str) -> ObjectStore:
+        raise StoreUnavailableError(f"store {store_id} for {what}: no credentials")
+
+
+def counting_stores(rt: Runtime, ledger_id: int) -> tuple[Runtime, CountingStore]:
+    """The runtime with the ledger's store counted."""
+    store_id = rt.metadata.get_ledger("orders", ledger_id).store_id
+    counting = CountingStore(rt.stores.get(store_id, "test"))
+    return dataclasses.replace(rt, stores=OnlyStore(counting)), counting  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("first", "last"),
+    [(-1, 3), (4, 3), (0, 12), (12, None)],
+    ids=["negative-first", "first-after-last", "last-past-the-end", "first-past-the-end"],
+)
+def test_a_range_outside_the_ledger_is_refused_with_both_ranges(
+    runtime: Runtime, first: int, last: int | None
+) -> None:
+    make_topic(runtime)
+    (ledger_id,) = produce_ledgers(runtime, "orders", [(12, 10)])
+    shown = 11 if last is None else last
+    message = f"entries {first}..{shown} are outside 0..11 of ledger orders/{ledger_id}"
+    with pytest.raises(ValueError, match="^" + message.replace(".", r"\.") + "$"):
+        list(TopicReader(runtime).read("orders", ledger_id, first, last))
+
+
+def test_the_edges_of_a_ledger_are_inside_it(runtime: Runtime) -> None:
+    make_topic(runtime)
+    (ledger_id,) = produce_ledgers(runtime, "orders", [(12, 10)])
+    entries = list(runtime.hot.read("orders", ledger_id))
+    reader = TopicReader(runtime)
+    assert list(reader.read("orders", ledger_id, 11)) == entries[11:]
+    assert list(reader.read("orders", ledger_id, 0, 0)) == entries[:1]
+    assert list(reader.read("orders", ledger_id, 5, 5)) == entries[5:6]
+
+
+@pytest.mark.parametrize(
+    ("priority", "store_reads"), [("tiered-first", True), ("hot-first", False)]
+)
+def test_read_priority_picks_the_copy(runtime: Runtime, priority: str, store_reads: bool) -> None:
+    ledger_id, entries = offloaded_topic(runtime, priority)
+    rt, counting = counting_stores(runtime, ledger_id)
+    assert list(TopicReader(rt).read("orders", ledger_id)) == entries
+    assert (counting.total > 0) is store_reads
+    # an explicit source overrides the priority
+    before = counting.total
+    assert list(TopicReader(rt).read("orders", ledger_id, source=Source.HOT)) == entries
+    assert counting.total == before
+    assert list(TopicReader(rt).read("orders", ledger_id, source=Source.TIERED)) == entries
+    assert counting.total > before
+
+
+def test_a_read_that_loses_the_hot_copy_midway_resumes_from_the_tiered_one(
+    runtime: Runtime,
+) -> None:
+    ledger_id, entries = offloaded_topic(runtime, "hot-first")
+    vanishing = VanishingHot(runtime.hot, after=4)
+    rt = dataclasses.replace(runtime, hot=vanishing)  # type: ignore[arg-type]
+    assert list(TopicReader(rt).read("orders", ledger_id, 2, 10)) == entries[2:11]
+    assert vanishing.started_at == [2]
+
+
+def test_a_store_that_cannot_be_opened_falls_back_to_the_hot_copy(runtime: Runtime) -> None:
+    ledger_id, entries = offloaded_topic(runtime, "tiered-first")
+    rt = dataclasses.replace(runtime, stores=ClosedStores())  # type: ignore[arg-type]
+    assert list(TopicReader(rt).read("orders", ledger_id)) == entries
+    with pytest.raises(StoreUnavailableError, match="no credentials"):
+        list(TopicReader(rt).read("orders", ledger_id, source=Source.TIERED))
+
+
+def test_when_the_last_copy_fails_too_its_error_is_raised(runtime: Runtime) -> None:
+    ledger_id, _ = offloaded_topic(runtime, "tiered-first")
+    ledger = runtime.metadata.get_ledger("orders", ledger_id)
+    assert ledger.data_key is not None
+    runtime.objects.delete_many([ledger.data_key])  # gone behind the metadata's back
+    vanishing = VanishingHot(runtime.hot, after=3)
+    rt = dataclasses.replace(runtime, hot=vanishing)  # type: ignore[arg-type]
+    read = TopicReader(rt).read("orders", ledger_id)
+    with pytest.raises(HotLedgerMissingError, match="vanished"):
+        list(read)
+    assert vanishing.started_at == [0]
+
+
+def test_an_explicit_source_that_is_missing_is_named(runtime: Runtime) -> None:
+    make_topic(runtime, deletion_lag_seconds=0)
+    one, two = produce_ledgers(runtime, "orders", [(3, 10), (3, 10)])
+    reader = TopicReader(runtime)
+    with pytest.raises(ObjectNotFoundError, match=f"^ledger orders/{one} is not offloaded$"):
+        list(reader.read("orders", one, source=Source.TIERED))
+    LedgerOffloader(runtime).offload_ledger("orders", two)
+    delete_hot_copies(runtime.metadata, runtime.hot, "orders")
+    missing = f"^ledger orders/{two} has no hot copy \\(hot state deleted\\)$"
+    with pytest.raises(HotLedgerMissingError, match=missing):
+        list(reader.read("orders", two, source=Source.HOT))
+    assert list(reader.read("orders", two, source="tiered")) == list(reader.read("orders", two))
+
+
+def expected_checksum(ledgers: dict[int, Entries]) -> Checksum:
+    """The documented definition, computed independently: SHA-256 over (ledger id int64,
+    entry id int64, length int32, payload) of every entry, ledgers and entries in order."""
+    digest = hashlib.sha256()
+    for ledger_id in sorted(ledgers):
+        for entry_id, payload in ledgers[ledger_id]:
+            digest.update(struct.pack(">qqi", ledger_id, entry_id, len(payload)) + payload)
+    entries = [p for e in ledgers.values() for _, p in e]
+    return Checksum(digest.hexdigest(), len(entries), sum(len(p) for p in entries))
+
+
+def sealed_empty_ledger(rt: Runtime) -> int:
+    epoch = rt.metadata.claim_writer("orders").writer_epoch
+    ledger = rt.metadata.allocate_ledger("orders", epoch)
+    return rt.metadata.seal_ledger(ledger, 0, 0, epoch).ledger_id
+
+
+def test_the_checksum_covers_every_entry_by_its_definition(runtime: Runtime) -> None:
+    """A one-entry ledger counts, an empty one is skipped, the ledgers after it count."""
+    rt = runtime
+    make_topic(rt)
+    first = produce_ledgers(rt, "orders", [(7, 300), (1, 50)])
+    empty = sealed_empty_ledger(rt)
+    (last,) = produce_ledgers(rt, "orders", [(4, 200)], seed=8)
+    LedgerOffloader(rt).offload_ledger("orders", first[0])
+    ledgers = {i: list(rt.hot.read("orders", i)) for i in [*first, last]}
+    assert len(ledgers[first[1]]) == 1 and empty < last
+    expected = expected_checksum(ledgers)
+    assert expected.entries == 12 and expected.bytes > 0
+    reader = TopicReader(rt)
+    assert reader.checksum("orders") == expected
+    assert reader.checksum("orders", Source.HOT) == expected
+    with pytest.raises(ObjectNotFoundError, match="is not offloaded"):
+        reader.checksum("orders", Source.TIERED)
