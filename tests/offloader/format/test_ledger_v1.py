@@ -6,6 +6,7 @@ import itertools
 import random
 import struct
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
@@ -393,3 +394,46 @@ def test_realistic_sizes_round_trip() -> None:
     check_layout(blocks, entries, 5 << 20, 1 << 20)
     assert read_by_chunks(data, index) == entries
     assert read_by_blocks(data, index) == entries
+
+
+def test_index_lookups_name_the_range_and_the_block() -> None:
+    entries = random_entries(5, 120, 300, first_id=40)
+    _data, blocks, index = encode(entries, 2048, chunk_target=700)
+    assert index.chunks is not None and len(index.blocks) > 2
+    with pytest.raises(LookupError, match=r"^entry 39 is outside the ledger's entries 40\.\.159$"):
+        index.chunk_for(39)
+    with pytest.raises(LookupError, match=r"^entry 160 is outside the ledger's entries 40\.\.159$"):
+        index.block_for(160)
+    assert index.block_for(40) == index.blocks[0] and index.block_for(159) == index.blocks[-1]
+    assert index.chunk_for(159) == index.chunks[-1]
+    # a block of another ledger: before the first block, or at an offset this one lacks
+    second = index.blocks[1]
+    for stranger in (replace(second, first_entry_id=39), replace(second, offset=second.offset + 1)):
+        with pytest.raises(LookupError, match=f"^block at offset {stranger.offset} is not in"):
+            index.block_entry_count(stranger)
+    assert [index.block_entry_count(b) for b in index.blocks] == [
+        sum(c.entry_count for c in b.chunks) for b in blocks
+    ]
+    for block in blocks:
+        assert index.chunks_for_block(block.ref) == list(block.chunks)
+    with pytest.raises(ValueError, match=r"^empty entry range 101\.\.100$"):
+        index.chunks_between(101, 100)
+    with pytest.raises(LookupError, match="entry 160 is outside"):
+        index.chunks_between(100, 160)
+    last = index.chunks[-1]
+    assert index.chunks_between(last.first_entry_id, 159) == [last]
+
+
+def test_index_without_metadata_takes_the_last_entry_from_its_chunks() -> None:
+    entries = random_entries(6, 60, 200, first_id=7)
+    _data, _blocks, index = encode(entries, 1024, chunk_target=300)
+    bare = LedgerIndex(index.data_object_len, HEADER_LEN, None, index.blocks, index.chunks)
+    assert bare.last_entry_id == 66
+    assert bare.block_entry_count(bare.blocks[-1]) == index.block_entry_count(index.blocks[-1])
+    with pytest.raises(LookupError, match=r"^entry 67 is outside the ledger's entries 7\.\.66$"):
+        bare.chunk_for(67)
+    foreign = LedgerIndex(index.data_object_len, HEADER_LEN, None, index.blocks, None)
+    assert foreign.last_entry_id is None and foreign.chunks_for_block(foreign.blocks[0]) == []
+    assert foreign.block_for(10**9) == foreign.blocks[-1]  # Pulsar: the floor entry
+    with pytest.raises(LookupError, match=r"^entry 6 is outside the ledger's entries 7\.\.\?$"):
+        foreign.block_for(6)
