@@ -437,3 +437,23 @@ def test_index_without_metadata_takes_the_last_entry_from_its_chunks() -> None:
     assert foreign.block_for(10**9) == foreign.blocks[-1]  # Pulsar: the floor entry
     with pytest.raises(LookupError, match=r"^entry 6 is outside the ledger's entries 7\.\.\?$"):
         foreign.block_for(6)
+
+
+def test_encoder_refusals_say_what_is_wrong() -> None:
+    x = [(0, b"x")]
+    with pytest.raises(ValueError, match=r"^max_block_size 140 < 141 \(header \+ frame \+ 1\)$"):
+        encode_blocks(x, max_block_size=140)
+    with pytest.raises(ValueError, match=r"^max_block_size 2147483648 exceeds int32 \(chunk len"):
+        encode_blocks(x, max_block_size=1 << 31)
+    (block,) = encode_blocks(x, max_block_size=(1 << 31) - 1)  # the last block is trimmed
+    assert block.ref.length == HEADER_LEN + ENTRY_FRAME + 1
+    with pytest.raises(ValueError, match=r"^chunk_target must be positive, got 0$"):
+        encode_blocks(x, max_block_size=4096, chunk_target=0)
+    with pytest.raises(EmptyLedgerError, match=r"^a ledger with no entries cannot be encoded"):
+        next(encode_blocks(iter(()), max_block_size=4096))
+    with pytest.raises(
+        EntryTooLargeError,
+        match=r"^entry 3 of 861 bytes does not fit a block of max_block_size 1000 "
+        r"\(header 128 \+ frame 12 \+ payload\)$",
+    ):
+        list(encode_blocks([(3, bytes(861))], max_block_size=1000))
