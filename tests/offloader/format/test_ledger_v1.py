@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import array
 import itertools
 import random
 import struct
@@ -457,3 +458,68 @@ def test_encoder_refusals_say_what_is_wrong() -> None:
         r"\(header 128 \+ frame 12 \+ payload\)$",
     ):
         list(encode_blocks([(3, bytes(861))], max_block_size=1000))
+
+
+@pytest.mark.parametrize(
+    ("sizes", "block"),
+    [
+        ([0, 5, 0, 0, 17, 0], 4096),  # empty entries: a zero length is not the padding
+        ([100] * 9, HEADER_LEN + 4 * (ENTRY_FRAME + 100)),  # blocks filled exactly
+        ([100] * 9, HEADER_LEN + 4 * (ENTRY_FRAME + 100) + 3),  # 3 padding bytes
+        ([100] * 9, HEADER_LEN + 4 * (ENTRY_FRAME + 100) + 4),  # one padding word
+    ],
+)
+def test_unknown_entry_count_scans_to_the_padding(sizes: list[int], block: int) -> None:
+    """A foreign index does not say how many entries its last block holds: the block is
+    scanned frame by frame up to the padding or its end, as Pulsar does."""
+    entries = [(i, bytes([i]) * n) for i, n in enumerate(sizes)]
+    _data, blocks, _index = encode(entries, block)
+    out: Entries = []
+    for b in blocks:
+        out += decode_block(bytes(b.data), entry_count=None, offset=b.ref.offset)
+    assert out == entries
+
+
+def test_a_frame_where_the_padding_should_be_is_reported_as_a_frame() -> None:
+    """Scanning counts a non-negative length as a frame even in the block's last 4 bytes,
+    so the damage is reported where the frame breaks, not as bad padding."""
+    block = HEADER_LEN + 2 * (ENTRY_FRAME + 50) + 4
+    _data, blocks, _index = encode([(i, b"p" * 50) for i in range(3)], block)
+    raw = bytearray(blocks[0].data)
+    struct.pack_into(">i", raw, block - 4, 0)
+    with pytest.raises(
+        FormatError, match=r"^truncated entry frame in block starting at entry 0 at"
+    ):
+        decode_block(bytes(raw), entry_count=None)
+    assert decode_block(bytes(blocks[0].data), entry_count=None) == [(0, b"p" * 50), (1, b"p" * 50)]
+
+
+def test_chunks_read_with_their_block_parse_the_header_only_where_the_block_starts() -> None:
+    entries = random_entries(8, 40, 200)
+    data, _blocks, index = encode(entries, 2048, chunk_target=400)
+    assert index.chunks is not None
+    out: Entries = []
+    for b in index.blocks:
+        for c in index.chunks_for_block(b):
+            plain = replace(c, starts_block=False)  # the block, not the flag, decides
+            out += decode_chunk(data[c.offset : c.end], plain, block=b)
+    assert out == entries
+    first, b = index.chunks[0], index.blocks[0]
+    with pytest.raises(FormatError, match=rf"^block_len {b.length} in chunk at offset 0") as e:
+        decode_chunk(data[: first.end], first, block=replace(b, length=b.length + 1))
+    assert e.value.offset == 12
+
+
+def test_payloads_in_any_buffer_are_framed_by_their_byte_length() -> None:
+    words = array.array("I", range(10))  # 40 bytes, 10 items
+    entries = [(0, memoryview(words)), (1, bytearray(b"ab")), (2, memoryview(b"xyz")[1:])]
+    data, _blocks, index = encode(entries, 4096)  # type: ignore[arg-type]
+    assert read_by_chunks(data, index) == [(0, words.tobytes()), (1, b"ab"), (2, b"yz")]
+
+
+def test_empty_and_short_blocks_are_truncated_headers() -> None:
+    for size in (0, 1, HEADER_LEN - 1):
+        with pytest.raises(FormatError) as e:
+            decode_block(bytes(size), entry_count=0, offset=8192)
+        assert str(e.value) == f"truncated block header in block: {size} bytes of {HEADER_LEN}"
+        assert e.value.offset == 8192 + size
