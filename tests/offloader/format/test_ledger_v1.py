@@ -438,6 +438,10 @@ def test_index_without_metadata_takes_the_last_entry_from_its_chunks() -> None:
     assert foreign.block_for(10**9) == foreign.blocks[-1]  # Pulsar: the floor entry
     with pytest.raises(LookupError, match=r"^entry 6 is outside the ledger's entries 7\.\.\?$"):
         foreign.block_for(6)
+    assert foreign.block_entry_count(foreign.blocks[0]) == index.block_entry_count(index.blocks[0])
+    unknown = r"^the last block's entry count is unknown: foreign index metadata$"
+    with pytest.raises(LookupError, match=unknown):
+        foreign.block_entry_count(foreign.blocks[-1])
 
 
 def test_encoder_refusals_say_what_is_wrong() -> None:
@@ -523,3 +527,6 @@ def test_empty_and_short_blocks_are_truncated_headers() -> None:
             decode_block(bytes(size), entry_count=0, offset=8192)
         assert str(e.value) == f"truncated block header in block: {size} bytes of {HEADER_LEN}"
         assert e.value.offset == 8192 + size
+    with pytest.raises(FormatError) as e:  # a block read on its own: offsets from its start
+        decode_block(bytes(5), entry_count=0)
+    assert e.value.offset == 5
