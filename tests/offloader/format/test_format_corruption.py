@@ -717,3 +717,14 @@ def test_block_refusals_name_absolute_offsets() -> None:
         f"{b.first_entry_id} are not padding"
     )
     assert error.offset == b.offset + framed
+
+
+def test_an_index_beyond_int32_is_refused_not_wrapped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """index_len is an int32. A real index that long needs ~77 million chunks, so the
+    limit is lowered to the size of a small index: at the limit it encodes, past it not."""
+    _, raw, index = build()
+    monkeypatch.setattr("offloader.format.index._INT32_MAX", len(raw))
+    assert reencoded(index) == raw
+    monkeypatch.setattr("offloader.format.index._INT32_MAX", len(raw) - 1)
+    with pytest.raises(ValueError, match=rf"^index of {len(raw)} bytes exceeds int32$"):
+        reencoded(index)
