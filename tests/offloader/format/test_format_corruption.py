@@ -302,6 +302,11 @@ def test_index_head_refusals_name_the_field() -> None:
         (raw[:-1], f"truncated index: index_len says {size} bytes, got {size - 1}", size - 1),
         (raw + b"\0", f"index_len mismatch: index_len says {size} bytes, got {size + 1}", size),
         (
+            edit(raw, ">i", 4, 0, reseal=False),
+            f"index_len mismatch: index_len says 0 bytes, got {size}",
+            0,
+        ),
+        (
             edit(raw, ">i", 4, -1, reseal=False),
             f"index_len mismatch: index_len says -1 bytes, got {size}",
             4,
@@ -466,6 +471,10 @@ def test_extension_tables_must_match_the_v1_entries_and_fill_the_index() -> None
     assert str(error) == (
         f"truncated index block table: needs {count_at + 4} bytes, index has {len(short)}"
     )
+    # cut right after the chunk count: the block table is whole, the chunk table is not
+    edge = with_crc(raw[: count_at + 8])
+    edge = edit(edge, ">i", 4, len(edge))
+    assert str(refusal(edge)).startswith("index extension size mismatch: ")
 
 
 def test_extension_must_tile_the_data_object() -> None:
@@ -518,6 +527,8 @@ def test_chunk_table_refusals_name_the_chunk() -> None:
             1, first_entry_id=4
         ),
         "chunks cover 11 of 12 blocks": [c for c in chunks if c.offset < index.blocks[-1].offset],
+        # a table that does not begin at the first block: nothing ended before it
+        f"chunk at offset {chunks[1].offset} does not follow the one ending -1": chunks[1:],
     }
     for message, table in cases.items():
         assert str(refusal(reencoded(index, chunks=table))) == message

@@ -66,6 +66,7 @@ def test_pure_pulsar_index_from_encode_index() -> None:
     assert len(raw) == 32 + 52 + 1 + 20 * len(refs)
     index = decode_index(raw)
     assert index.chunks is None and index.metadata == meta
+    assert (index.data_object_len, index.header_len) == (sum(r.length for r in refs), 128)
     assert [(b.part_id, b.offset, b.length) for b in index.blocks] == [
         (r.part_id, r.offset, r.length) for r in refs
     ]

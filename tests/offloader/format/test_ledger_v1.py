@@ -193,9 +193,13 @@ def test_one_entry_ledger() -> None:
     assert index.metadata.length == 5
 
 
-def test_empty_payloads_round_trip() -> None:
+@pytest.mark.parametrize("target", [1, 30])
+def test_empty_payloads_round_trip(target: int) -> None:
     entries = [(i, b"") for i in range(40)]
-    data, _blocks, index = encode(entries, HEADER_LEN + 5 * ENTRY_FRAME, chunk_target=30)
+    data, _blocks, index = encode(entries, HEADER_LEN + 5 * ENTRY_FRAME, chunk_target=target)
+    assert index.chunks is not None
+    if target == 1:  # a bare frame is a chunk of its own
+        assert {c.length for c in index.chunks if not c.starts_block} == {ENTRY_FRAME}
     assert read_by_chunks(data, index) == entries
     assert read_by_blocks(data, index) == entries
 
@@ -342,6 +346,7 @@ def test_index_object_layout_and_metadata() -> None:
     assert len(raw) == expected_len
     index = decode_index(raw)
     assert index.metadata == meta
+    assert (index.data_object_len, index.header_len) == (data_len, HEADER_LEN)
     assert index.blocks == tuple(refs)
     assert index.chunks == tuple(chunks)
     assert decode_index(bytearray(raw)) == index
@@ -530,3 +535,25 @@ def test_empty_and_short_blocks_are_truncated_headers() -> None:
     with pytest.raises(FormatError) as e:  # a block read on its own: offsets from its start
         decode_block(bytes(5), entry_count=0)
     assert e.value.offset == 5
+
+
+def test_a_chunk_may_fill_its_target_exactly() -> None:
+    """The target is a ceiling, not a bound to stay under: frames that add up to exactly
+    chunk_target share a chunk."""
+    entries = [(i, bytes(88)) for i in range(9)]  # frames of 100 bytes
+    _data, blocks, _index = encode(entries, 1 << 16, chunk_target=300)
+    shape = [(c.entry_count, c.length) for c in blocks[0].chunks]
+    assert shape == [(1, HEADER_LEN + 100), (3, 300), (3, 300), (2, 200)]
+
+
+def test_decoders_take_any_buffer_and_return_bytes() -> None:
+    entries = random_entries(2, 30, 100)
+    _data, blocks, index = encode(entries, 1024, chunk_target=300)
+    raw_index = encode_index(index.metadata, index.blocks, index.chunks)  # type: ignore[arg-type]
+    assert decode_index(memoryview(raw_index)) == decode_index(bytearray(raw_index)) == index
+    out: Entries = []
+    for b in blocks:
+        got = decode_block(bytearray(b.data), entry_count=index.block_entry_count(b.ref))
+        assert all(type(p) is bytes for _, p in got)
+        out += got
+    assert out == entries
