@@ -588,6 +588,15 @@ def test_chunk_refusals_name_absolute_offsets_sliced_and_in_place() -> None:
             head.offset + HEADER_LEN,
         )
     )
+    cases.append(  # cut right after the block header
+        (
+            head,
+            data[head.offset : head.offset + HEADER_LEN],
+            f"truncated entry frame {where} at offset {head.offset + HEADER_LEN} "
+            f"(entry {head.first_entry_id})",
+            head.offset + HEADER_LEN,
+        )
+    )
     in_inner = f"in chunk at offset {inner.offset} of the data object"
     raw = bytearray(data[inner.offset : inner.end])
     struct.pack_into(">i", raw, 0, inner.length)  # the first frame claims the whole chunk

@@ -548,7 +548,7 @@ def test_a_chunk_may_fill_its_target_exactly() -> None:
 
 def test_decoders_take_any_buffer_and_return_bytes() -> None:
     entries = random_entries(2, 30, 100)
-    _data, blocks, index = encode(entries, 1024, chunk_target=300)
+    data, blocks, index = encode(entries, 1024, chunk_target=300)
     raw_index = encode_index(index.metadata, index.blocks, index.chunks)  # type: ignore[arg-type]
     assert decode_index(memoryview(raw_index)) == decode_index(bytearray(raw_index)) == index
     out: Entries = []
@@ -557,3 +557,7 @@ def test_decoders_take_any_buffer_and_return_bytes() -> None:
         assert all(type(p) is bytes for _, p in got)
         out += got
     assert out == entries
+    assert index.chunks is not None
+    view = memoryview(data)  # read in place: payloads are copied out of the buffer
+    in_place = [e for c in index.chunks for e in decode_chunk(view, c, at=c.offset)]
+    assert in_place == entries and all(type(p) is bytes for _, p in in_place)
