@@ -649,12 +649,15 @@ def test_chunk_refusals_name_absolute_offsets_sliced_and_in_place() -> None:
         error = chunk_refusal(memoryview(window), chunk, at=7)
         assert (str(error), error.offset) == (message, offset)
     short_head = forged(data[: HEADER_LEN - 1], first)
-    error = chunk_refusal(data[: HEADER_LEN - 1], short_head)
-    assert str(error) == (
+    message = (
         f"truncated block header in chunk at offset 0 of the data object: {HEADER_LEN - 1} "
         f"bytes of {HEADER_LEN}"
     )
+    error = chunk_refusal(data[: HEADER_LEN - 1], short_head)
+    assert str(error) == message
     assert error.offset == HEADER_LEN - 1
+    error = chunk_refusal(b"x" * 40 + data[: HEADER_LEN - 1], short_head, at=40)  # in place
+    assert (str(error), error.offset) == (message, HEADER_LEN - 1)
 
 
 def test_chunk_length_and_crc_refusals() -> None:
