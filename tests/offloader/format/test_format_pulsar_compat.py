@@ -66,6 +66,7 @@ def test_pure_pulsar_index_from_encode_index() -> None:
     assert len(raw) == 32 + 52 + 1 + 20 * len(refs)
     index = decode_index(raw)
     assert index.chunks is None and index.metadata == meta
+    assert (index.data_object_len, index.header_len) == (sum(r.length for r in refs), 128)
     assert [(b.part_id, b.offset, b.length) for b in index.blocks] == [
         (r.part_id, r.offset, r.length) for r in refs
     ]
@@ -78,7 +79,7 @@ def test_pure_pulsar_index_from_encode_index() -> None:
         )
     assert out == entries
     assert index.block_for(150).first_entry_id <= 150
-    with pytest.raises(LookupError, match="no chunk table"):
+    with pytest.raises(LookupError, match=r"^index has no chunk table \(pure Pulsar index\): use"):
         index.chunk_for(0)
     assert pulsar_read_ledger(data, raw) == entries
 

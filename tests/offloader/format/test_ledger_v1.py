@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import array
 import itertools
 import random
 import struct
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
@@ -191,9 +193,13 @@ def test_one_entry_ledger() -> None:
     assert index.metadata.length == 5
 
 
-def test_empty_payloads_round_trip() -> None:
+@pytest.mark.parametrize("target", [1, 30])
+def test_empty_payloads_round_trip(target: int) -> None:
     entries = [(i, b"") for i in range(40)]
-    data, _blocks, index = encode(entries, HEADER_LEN + 5 * ENTRY_FRAME, chunk_target=30)
+    data, _blocks, index = encode(entries, HEADER_LEN + 5 * ENTRY_FRAME, chunk_target=target)
+    assert index.chunks is not None
+    if target == 1:  # a bare frame is a chunk of its own
+        assert {c.length for c in index.chunks if not c.starts_block} == {ENTRY_FRAME}
     assert read_by_chunks(data, index) == entries
     assert read_by_blocks(data, index) == entries
 
@@ -340,6 +346,7 @@ def test_index_object_layout_and_metadata() -> None:
     assert len(raw) == expected_len
     index = decode_index(raw)
     assert index.metadata == meta
+    assert (index.data_object_len, index.header_len) == (data_len, HEADER_LEN)
     assert index.blocks == tuple(refs)
     assert index.chunks == tuple(chunks)
     assert decode_index(bytearray(raw)) == index
@@ -393,3 +400,164 @@ def test_realistic_sizes_round_trip() -> None:
     check_layout(blocks, entries, 5 << 20, 1 << 20)
     assert read_by_chunks(data, index) == entries
     assert read_by_blocks(data, index) == entries
+
+
+def test_index_lookups_name_the_range_and_the_block() -> None:
+    entries = random_entries(5, 120, 300, first_id=40)
+    _data, blocks, index = encode(entries, 2048, chunk_target=700)
+    assert index.chunks is not None and len(index.blocks) > 2
+    with pytest.raises(LookupError, match=r"^entry 39 is outside the ledger's entries 40\.\.159$"):
+        index.chunk_for(39)
+    with pytest.raises(LookupError, match=r"^entry 160 is outside the ledger's entries 40\.\.159$"):
+        index.block_for(160)
+    assert index.block_for(40) == index.blocks[0] and index.block_for(159) == index.blocks[-1]
+    assert index.chunk_for(159) == index.chunks[-1]
+    # a block of another ledger: before the first block, or at an offset this one lacks
+    second = index.blocks[1]
+    for stranger in (replace(second, first_entry_id=39), replace(second, offset=second.offset + 1)):
+        with pytest.raises(LookupError, match=f"^block at offset {stranger.offset} is not in"):
+            index.block_entry_count(stranger)
+    assert [index.block_entry_count(b) for b in index.blocks] == [
+        sum(c.entry_count for c in b.chunks) for b in blocks
+    ]
+    for block in blocks:
+        assert index.chunks_for_block(block.ref) == list(block.chunks)
+    with pytest.raises(ValueError, match=r"^empty entry range 101\.\.100$"):
+        index.chunks_between(101, 100)
+    with pytest.raises(LookupError, match="entry 160 is outside"):
+        index.chunks_between(100, 160)
+    last = index.chunks[-1]
+    assert index.chunks_between(last.first_entry_id, 159) == [last]
+
+
+def test_index_without_metadata_takes_the_last_entry_from_its_chunks() -> None:
+    entries = random_entries(6, 60, 200, first_id=7)
+    _data, _blocks, index = encode(entries, 1024, chunk_target=300)
+    bare = LedgerIndex(index.data_object_len, HEADER_LEN, None, index.blocks, index.chunks)
+    assert bare.last_entry_id == 66
+    assert bare.block_entry_count(bare.blocks[-1]) == index.block_entry_count(index.blocks[-1])
+    with pytest.raises(LookupError, match=r"^entry 67 is outside the ledger's entries 7\.\.66$"):
+        bare.chunk_for(67)
+    foreign = LedgerIndex(index.data_object_len, HEADER_LEN, None, index.blocks, None)
+    assert foreign.last_entry_id is None and foreign.chunks_for_block(foreign.blocks[0]) == []
+    assert foreign.block_for(10**9) == foreign.blocks[-1]  # Pulsar: the floor entry
+    with pytest.raises(LookupError, match=r"^entry 6 is outside the ledger's entries 7\.\.\?$"):
+        foreign.block_for(6)
+    assert foreign.block_entry_count(foreign.blocks[0]) == index.block_entry_count(index.blocks[0])
+    unknown = r"^the last block's entry count is unknown: foreign index metadata$"
+    with pytest.raises(LookupError, match=unknown):
+        foreign.block_entry_count(foreign.blocks[-1])
+
+
+def test_encoder_refusals_say_what_is_wrong() -> None:
+    x = [(0, b"x")]
+    with pytest.raises(ValueError, match=r"^max_block_size 140 < 141 \(header \+ frame \+ 1\)$"):
+        encode_blocks(x, max_block_size=140)
+    with pytest.raises(ValueError, match=r"^max_block_size 2147483648 exceeds int32 \(chunk len"):
+        encode_blocks(x, max_block_size=1 << 31)
+    (block,) = encode_blocks(x, max_block_size=(1 << 31) - 1)  # the last block is trimmed
+    assert block.ref.length == HEADER_LEN + ENTRY_FRAME + 1
+    with pytest.raises(ValueError, match=r"^chunk_target must be positive, got 0$"):
+        encode_blocks(x, max_block_size=4096, chunk_target=0)
+    with pytest.raises(EmptyLedgerError, match=r"^a ledger with no entries cannot be encoded"):
+        next(encode_blocks(iter(()), max_block_size=4096))
+    with pytest.raises(
+        EntryTooLargeError,
+        match=r"^entry 3 of 861 bytes does not fit a block of max_block_size 1000 "
+        r"\(header 128 \+ frame 12 \+ payload\)$",
+    ):
+        list(encode_blocks([(3, bytes(861))], max_block_size=1000))
+
+
+@pytest.mark.parametrize(
+    ("sizes", "block"),
+    [
+        ([0, 5, 0, 0, 17, 0], 4096),  # empty entries: a zero length is not the padding
+        ([100] * 9, HEADER_LEN + 4 * (ENTRY_FRAME + 100)),  # blocks filled exactly
+        ([100] * 9, HEADER_LEN + 4 * (ENTRY_FRAME + 100) + 3),  # 3 padding bytes
+        ([100] * 9, HEADER_LEN + 4 * (ENTRY_FRAME + 100) + 4),  # one padding word
+    ],
+)
+def test_unknown_entry_count_scans_to_the_padding(sizes: list[int], block: int) -> None:
+    """A foreign index does not say how many entries its last block holds: the block is
+    scanned frame by frame up to the padding or its end, as Pulsar does."""
+    entries = [(i, bytes([i]) * n) for i, n in enumerate(sizes)]
+    _data, blocks, _index = encode(entries, block)
+    out: Entries = []
+    for b in blocks:
+        out += decode_block(bytes(b.data), entry_count=None, offset=b.ref.offset)
+    assert out == entries
+
+
+def test_a_frame_where_the_padding_should_be_is_reported_as_a_frame() -> None:
+    """Scanning counts a non-negative length as a frame even in the block's last 4 bytes,
+    so the damage is reported where the frame breaks, not as bad padding."""
+    block = HEADER_LEN + 2 * (ENTRY_FRAME + 50) + 4
+    _data, blocks, _index = encode([(i, b"p" * 50) for i in range(3)], block)
+    raw = bytearray(blocks[0].data)
+    struct.pack_into(">i", raw, block - 4, 0)
+    with pytest.raises(
+        FormatError, match=r"^truncated entry frame in block starting at entry 0 at"
+    ):
+        decode_block(bytes(raw), entry_count=None)
+    assert decode_block(bytes(blocks[0].data), entry_count=None) == [(0, b"p" * 50), (1, b"p" * 50)]
+
+
+def test_chunks_read_with_their_block_parse_the_header_only_where_the_block_starts() -> None:
+    entries = random_entries(8, 40, 200)
+    data, _blocks, index = encode(entries, 2048, chunk_target=400)
+    assert index.chunks is not None
+    out: Entries = []
+    for b in index.blocks:
+        for c in index.chunks_for_block(b):
+            plain = replace(c, starts_block=False)  # the block, not the flag, decides
+            out += decode_chunk(data[c.offset : c.end], plain, block=b)
+    assert out == entries
+    first, b = index.chunks[0], index.blocks[0]
+    with pytest.raises(FormatError, match=rf"^block_len {b.length} in chunk at offset 0") as e:
+        decode_chunk(data[: first.end], first, block=replace(b, length=b.length + 1))
+    assert e.value.offset == 12
+
+
+def test_payloads_in_any_buffer_are_framed_by_their_byte_length() -> None:
+    words = array.array("I", range(10))  # 40 bytes, 10 items
+    entries = [(0, memoryview(words)), (1, bytearray(b"ab")), (2, memoryview(b"xyz")[1:])]
+    data, _blocks, index = encode(entries, 4096)  # type: ignore[arg-type]
+    assert read_by_chunks(data, index) == [(0, words.tobytes()), (1, b"ab"), (2, b"yz")]
+
+
+def test_empty_and_short_blocks_are_truncated_headers() -> None:
+    for size in (0, 1, HEADER_LEN - 1):
+        with pytest.raises(FormatError) as e:
+            decode_block(bytes(size), entry_count=0, offset=8192)
+        assert str(e.value) == f"truncated block header in block: {size} bytes of {HEADER_LEN}"
+        assert e.value.offset == 8192 + size
+    with pytest.raises(FormatError) as e:  # a block read on its own: offsets from its start
+        decode_block(bytes(5), entry_count=0)
+    assert e.value.offset == 5
+
+
+def test_a_chunk_may_fill_its_target_exactly() -> None:
+    """The target is a ceiling, not a bound to stay under: frames that add up to exactly
+    chunk_target share a chunk."""
+    entries = [(i, bytes(88)) for i in range(9)]  # frames of 100 bytes
+    _data, blocks, _index = encode(entries, 1 << 16, chunk_target=300)
+    shape = [(c.entry_count, c.length) for c in blocks[0].chunks]
+    assert shape == [(1, HEADER_LEN + 100), (3, 300), (3, 300), (2, 200)]
+
+
+def test_decoders_take_any_buffer_and_return_bytes() -> None:
+    entries = random_entries(2, 30, 100)
+    data, blocks, index = encode(entries, 1024, chunk_target=300)
+    raw_index = encode_index(index.metadata, index.blocks, index.chunks)  # type: ignore[arg-type]
+    assert decode_index(memoryview(raw_index)) == decode_index(bytearray(raw_index)) == index
+    out: Entries = []
+    for b in blocks:
+        got = decode_block(bytearray(b.data), entry_count=index.block_entry_count(b.ref))
+        assert all(type(p) is bytes for _, p in got)
+        out += got
+    assert out == entries
+    assert index.chunks is not None
+    view = memoryview(data)  # read in place: payloads are copied out of the buffer
+    in_place = [e for c in index.chunks for e in decode_chunk(view, c, at=c.offset)]
+    assert in_place == entries and all(type(p) is bytes for _, p in in_place)
