@@ -178,8 +178,11 @@ def cmd_checksum(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
 
 
 def cmd_gc(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
+    # trims cut short are finished first, so their keys join this pass; then the ledgers
+    # whose queued keys are all gone are recorded deleted
+    finished = finish_deleted_ledgers(rt)
     result = process_deletions(rt.metadata, rt.stores, rt.settings, limit=args.limit)
-    finished = finish_deleted_ledgers(rt)  # ledgers whose queued keys are now all gone
+    finished += finish_deleted_ledgers(rt)
     text = (
         f"deleted {result.deleted}, failed {result.failed}, pending {result.remaining} "
         f"({result.delete_requests} delete requests); {finished} trimmed ledgers now deleted"

@@ -54,6 +54,8 @@ class DrainDeletionQueueOperator(BaseOperator):
         budget = _at_least_one(self.time_budget_seconds, "time_budget_seconds")
         dry_run = _bool(self.dry_run, "dry_run")
         with OffloaderHook(self.offloader_conn_id).get_runtime() as rt:
+            # trims cut short are finished first: their keys join the drain
+            finished = 0 if dry_run else finish_deleted_ledgers(rt)
             result = drain_queue(
                 rt.metadata,
                 rt.stores,
@@ -62,9 +64,8 @@ class DrainDeletionQueueOperator(BaseOperator):
                 time_budget_seconds=budget,
                 dry_run=dry_run,
             )
-            # trimmed ledgers whose keys are now gone become `deleted` (and trims cut short
-            # are finished first)
-            finished = 0 if dry_run else finish_deleted_ledgers(rt)
+            # trimmed ledgers whose queued keys are now all gone become `deleted`
+            finished += 0 if dry_run else finish_deleted_ledgers(rt)
         self.log.info(
             "%d passes: deleted %d, failed %d in %d delete requests, %.1fs (stopped: %s)",
             result.passes,

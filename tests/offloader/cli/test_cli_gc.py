@@ -27,7 +27,9 @@ def test_gc_limit_bounds_the_pass_and_reports_the_backlog(tmp_path: Path) -> Non
     assert first["backlog"]["pending"] == 1 and first["backlog"]["failing"] == []
     assert first["backlog"]["oldest_age_ms"] >= 0
     text = run_cli(d, "gc").stdout
-    assert text.startswith("deleted 1, failed 0, pending 0 (1 delete requests)\n")
+    assert text.startswith(
+        "deleted 1, failed 0, pending 0 (1 delete requests); 0 trimmed ledgers now deleted\n"
+    )
     assert "deletion backlog: 0 pending (0 due), oldest -, 0 failing (>= 5 tries)" in text
 
 

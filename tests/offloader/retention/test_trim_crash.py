@@ -82,7 +82,7 @@ def assert_converged(rt: Runtime, ids: list[int], before: Entries, start: Positi
     assert all_entries(rt, "orders") == at_or_above(before, start)
 
 
-@pytest.mark.parametrize("converge_by", ["trim", "gc"])
+@pytest.mark.parametrize("converge_by", ["trim", "finish", "gc"])
 @pytest.mark.parametrize("point", TRIM_POINTS)
 def test_a_trim_killed_at_each_step_is_finished_by_the_next_run(
     rt: Runtime, point: str, converge_by: str
@@ -126,11 +126,17 @@ def test_a_trim_killed_at_each_step_is_finished_by_the_next_run(
         report = cli_json(rt, *args)
         assert report["changed"] and report["start_before"] == report["start_after"]
         assert ledger_states(rt, ids[:4]) == [deleting] * 4
-    else:  # the GC's finish marks the rest and removes the hot copies; ledger 4 had
-        # nothing in the store, so it is deleted at once; the others wait for their keys
+    elif converge_by == "finish":  # the GC's finish step alone marks the rest and removes
+        # the hot copies; ledger 4 had nothing in the store, so it is deleted at once; the
+        # others wait for their keys
         finish_deleted_ledgers(rt)
         gone = (DeletionState.DELETED, HotState.DELETED)
         assert ledger_states(rt, ids[:4]) == [deleting, deleting, deleting, gone]
+    else:  # `offloader gc`: finishes the trim, deletes every queued key, records the ledgers
+        report = cli_json(rt, "gc")
+        assert (report["failed"], report["remaining"], report["ledgers_deleted"]) == (0, 0, 4)
+        gone = (DeletionState.DELETED, HotState.DELETED)
+        assert ledger_states(rt, ids[:4]) == [gone] * 4
     assert_converged(rt, ids, before, start)
 
 
