@@ -23,13 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import time
-import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
 
 from benchmarks import use_test_fixtures
+from benchmarks.scale import growth, measure
 from offloader.metadata.store import MetadataStore
 from offloader.offload.runs import plan_batches
 from offloader.policy import OffloadPolicy
@@ -102,22 +102,6 @@ def _location() -> Any:
     return StoreLocation("s3", "bench-metadata-scale", "", "")
 
 
-def _measure(fn: Callable[[], Any]) -> dict[str, float]:
-    """Best time of REPEATS calls, then peak traced memory of one more call."""
-    times = []
-    for _ in range(REPEATS):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    tracemalloc.start()
-    try:
-        fn()
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    return {"seconds": round(min(times), 4), "peak_kib": round(peak / 1024, 1)}
-
-
 def _gc_batch(metadata: MetadataStore) -> Callable[[], None]:
     def one() -> None:
         due = metadata.due_deletions(1000)
@@ -145,8 +129,8 @@ def _one_size(url: str, rows: int) -> dict[str, Any]:
         result = {
             "rows": rows,
             "fill_seconds": round(fill_s, 1),
-            "plan": _measure(plan),
-            "gc_batch": _measure(_gc_batch(metadata)),
+            "plan": measure(plan, REPEATS),
+            "gc_batch": measure(_gc_batch(metadata), REPEATS),
         }
         assert planned == list(range(rows - HOT + 1, rows + 1)), planned[:5]
         return result
@@ -166,21 +150,12 @@ def run(quick: bool = False) -> dict:
     for rows in sizes:
         with temporary_database("offloader_bench") as url:
             by_size.append(_one_size(url, rows))
-    first, last = by_size[0], by_size[-1]
-    growth = {
-        what: {
-            "time": round(last[what]["seconds"] / max(first[what]["seconds"], 1e-6), 2),
-            "memory": round(last[what]["peak_kib"] / max(first[what]["peak_kib"], 1e-6), 2),
-        }
-        for what in ("plan", "gc_batch")
-    }
     return {
         "hot_ledgers": HOT,
         "pending_deletions": PENDING,
         "repeats": REPEATS,
         "sizes": by_size,
-        "growth_first_to_last": growth,
-        "under_a_second": all(s[w]["seconds"] < 1.0 for s in by_size for w in ("plan", "gc_batch")),
+        **growth(by_size, ("plan", "gc_batch")),
     }
 
 

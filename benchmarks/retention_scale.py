@@ -27,14 +27,13 @@ import json
 import sys
 import tempfile
 import time
-import tracemalloc
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 
 from benchmarks import use_test_fixtures
+from benchmarks.scale import growth, measure
 from offloader.objectstore.location import StoreLocation
 from offloader.policy import OffloadPolicy
 from offloader.retention.cuts import take_cut
@@ -130,22 +129,6 @@ def _policy(rows: int) -> OffloadPolicy:
     )
 
 
-def _measure(fn: Callable[[], Any]) -> dict[str, float]:
-    """Best time of REPEATS calls, then peak traced memory of one more call."""
-    times = []
-    for _ in range(REPEATS):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    tracemalloc.start()
-    try:
-        fn()
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    return {"seconds": round(min(times), 4), "peak_kib": round(peak / 1024, 1)}
-
-
 def _one_size(url: str, rows: int, work: Path) -> dict[str, Any]:
     settings = Settings(metadata_url=url, data_dir=work)
     upgrade_database(settings)
@@ -160,13 +143,13 @@ def _one_size(url: str, rows: int, work: Path) -> dict[str, Any]:
             result = apply_retention(rt, TOPIC, dry_run=True, policy=policy)
             chosen[:] = [result]
 
-        measured = {"plan": _measure(plan)}
+        measured = {"plan": measure(plan, REPEATS)}
         (result,) = chosen
         live_from = rows - LIVE + 1
         assert result.trim is not None, result
         assert result.trim.ledgers_deleting == list(range(live_from, live_from + TRIMMED))
         assert result.end.ledger_id == rows + 1
-        measured["cut"] = _measure(lambda: take_cut(rt, TOPIC))
+        measured["cut"] = measure(lambda: take_cut(rt, TOPIC), REPEATS)
         return {"rows": rows, "cuts": rows // CUT_EVERY + 1, "fill_seconds": round(fill_s, 1)} | (
             measured
         )
@@ -184,21 +167,12 @@ def run(quick: bool = False) -> dict:
         with temporary_database("offloader_bench") as url, tempfile.TemporaryDirectory() as d:
             by_size.append(_one_size(url, rows, Path(d)))
         print(json.dumps(by_size[-1]), file=sys.stderr, flush=True)  # progress
-    first, last = by_size[0], by_size[-1]
-    growth = {
-        what: {
-            "time": round(last[what]["seconds"] / max(first[what]["seconds"], 1e-6), 2),
-            "memory": round(last[what]["peak_kib"] / max(first[what]["peak_kib"], 1e-6), 2),
-        }
-        for what in ("plan", "cut")
-    }
     return {
         "live_ledgers": LIVE,
         "trimmed_per_plan": TRIMMED,
         "repeats": REPEATS,
         "sizes": by_size,
-        "growth_first_to_last": growth,
-        "under_a_second": all(s[w]["seconds"] < 1.0 for s in by_size for w in ("plan", "cut")),
+        **growth(by_size, ("plan", "cut")),
     }
 
 

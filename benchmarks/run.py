@@ -165,7 +165,11 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str]]:
             )
         )
     out.append(_sweep_row(results.get("sweep_scale", {})))
-    out += _retention_rows(results.get("retention_scale", {}))
+    out += _scale_rows(
+        results.get("retention_scale", {}),
+        "retention plan vs ledger rows",
+        (("plan", "retention plan (dry run)"), ("cut", "take_cut")),
+    )
     for backend in ("fs-sqlite", "s3-postgres"):
         a = results["airflow_overhead"].get(backend, {})
         if "skipped" in a or not a:
@@ -202,35 +206,25 @@ def _gc_rows(results: dict) -> list[tuple[str, str, str, str, str]]:
                 _target(f">= {gc['target_ratio']}", gc["met"]),
             )
         )
-    scale = results.get("metadata_scale", {})
-    if "skipped" in scale:
-        out.append(("plan and GC batch vs ledger rows", "skipped", scale["skipped"], "-", "-"))
-    elif scale:
-        first, last = scale["sizes"][0], scale["sizes"][-1]
-        for what, label in (("plan", "offload plan"), ("gc_batch", "one GC batch")):
-            growth = scale["growth_first_to_last"][what]
-            out.append(
-                (
-                    f"{label}, {last['rows']:,} ledger rows (postgres)",
-                    f"{last[what]['seconds']} s, {last[what]['peak_kib']} KiB peak",
-                    f"{first[what]['seconds']} s, {first[what]['peak_kib']} KiB at "
-                    f"{first['rows']:,} rows",
-                    f"time x{growth['time']}, memory x{growth['memory']}",
-                    _target("< 1 s", last[what]["seconds"] < 1.0),
-                )
-            )
+    out += _scale_rows(
+        results.get("metadata_scale", {}),
+        "plan and GC batch vs ledger rows",
+        (("plan", "offload plan"), ("gc_batch", "one GC batch")),
+    )
     return out
 
 
-def _retention_rows(ret: dict) -> list[tuple[str, str, str, str, str]]:
-    """apply_retention's planning and take_cut against history (when they ran)."""
-    if not ret or "skipped" in ret:
-        reason = ret.get("skipped", "not run")
-        return [("retention plan vs ledger rows", "skipped", reason, "-", "-")]
-    first, last = ret["sizes"][0], ret["sizes"][-1]
+def _scale_rows(
+    scale: dict, name: str, measured: tuple[tuple[str, str], ...]
+) -> list[tuple[str, str, str, str, str]]:
+    """Rows of a history-scale benchmark (benchmarks/scale.py): the largest size against
+    the smallest, per measured call."""
+    if not scale or "skipped" in scale:
+        return [(name, "skipped", scale.get("skipped", "not run"), "-", "-")] if scale else []
+    first, last = scale["sizes"][0], scale["sizes"][-1]
     out = []
-    for what, label in (("plan", "retention plan (dry run)"), ("cut", "take_cut")):
-        growth = ret["growth_first_to_last"][what]
+    for what, label in measured:
+        growth = scale["growth_first_to_last"][what]
         out.append(
             (
                 f"{label}, {last['rows']:,} ledger rows (postgres)",
