@@ -78,7 +78,8 @@ with offloader_dag(
     export = ExportMetadataOperator(
         task_id="export_metadata",
         dry_run="{{ params.dry_run }}",
-        outlets=[DELETION_QUEUE],  # older snapshots are queued
+        # no DELETION_QUEUE outlet although older snapshots are queued: this DAG is
+        # scheduled on that asset and would trigger itself; the next run deletes them
         trigger_rule=TriggerRule.ALL_DONE,
     )
     summary = DeletionQueueSummaryOperator(

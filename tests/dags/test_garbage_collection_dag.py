@@ -52,6 +52,8 @@ def test_the_schedule_is_hourly_or_on_the_deletion_queue_asset(gc_dag: DagFile) 
     assert [t.task_id for t in dag.tasks] == ["sweep", "drain", "export_metadata", "summary"]
     assert [t.task_id for t in dag.get_task("summary").upstream_list] == ["export_metadata"]
     assert set(dag.params.keys()) == {"max_items", "time_budget_seconds", "dry_run"}
+    # scheduled on the deletion queue, it must not update it itself: it would loop
+    assert all(DELETION_QUEUE not in task.outlets for task in dag.tasks)
 
 
 @pytest.mark.usefixtures("airflow_db", "airflow_connections")

@@ -22,12 +22,20 @@ between the store's clock and the database's. Metadata snapshots (``_metadata/``
 metadata/backup.py) are protected by their manifest. Multipart uploads started longer
 than ``multipart_max_age_seconds`` ago are aborted unless a live attempt (started, lease
 not over) owns their key.
+
+Only keys of the shapes the offloader writes are ever candidates: ledger objects
+(``<uuid>-ledger-<id>[-index]``, offload/keys.py) and snapshots directly under
+``_metadata/snapshots/``. Anything else in a listed prefix is counted as ``foreign`` and
+left alone: another tool's objects in a shared bucket, or the keys of a recorded store
+nested inside this one (``tiered/<uuid>-ledger-5`` when both ``s3://b`` and
+``s3://b/tiered`` are recorded), which that store's own sweep judges.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -42,6 +50,7 @@ from offloader.metadata.stores import list_stores
 from offloader.objectstore import MultipartUpload, ObjectInfo, ObjectStore
 from offloader.objectstore.location import StoreLocation
 from offloader.objectstore.registry import StoreRegistry
+from offloader.offload.keys import is_ledger_object_key
 from offloader.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -50,6 +59,7 @@ L, A, D = schema.ledgers, schema.offload_attempts, schema.deletion_queue
 PAGE = 1000  # keys per metadata lookup (one statement) and per enqueue transaction
 ORPHAN_REASON = "orphan (sweep)"
 METADATA_PREFIX = "_metadata/"  # metadata/backup.py writes snapshots under here
+SNAPSHOT_KEY = re.compile(r"_metadata/snapshots/[^/]+\.jsonl\.gz")
 
 
 @dataclass(frozen=True)
@@ -79,6 +89,7 @@ class StoreSweep:
     listed: int = 0
     referenced: int = 0
     young: int = 0  # unreferenced, but within the grace period: left alone
+    foreign: int = 0  # not a key the offloader writes: never touched
     orphans: int = 0
     orphan_bytes: int = 0
     queued: int = 0
@@ -120,6 +131,7 @@ class SweepResult:
             aborted = s.stale_uploads if self.dry_run else s.aborted_uploads
             lines.append(
                 f"{s.store}: listed {s.listed}, referenced {s.referenced}, young {s.young}, "
+                f"foreign {s.foreign}, "
                 f"orphans {s.orphans} ({s.orphan_bytes} bytes, {queue} {queued}), "
                 f"stale uploads {s.stale_uploads} ({abort} {aborted})"
             )
@@ -182,6 +194,9 @@ def _sweep_store(
         referenced = referenced_keys(metadata, [o.key for o in page])
         due: list[Orphan] = []
         for info in page:
+            if not _is_offloader_key(info.key):
+                out.foreign += 1
+                continue
             if info.key in referenced or _is_protected_snapshot(info.key, snapshots):
                 out.referenced += 1
                 continue
@@ -222,7 +237,7 @@ def _sweep_uploads(
         ]
         live = live_attempt_keys(metadata, [u.key for u, _ in old])
         for upload, age_ms in old:
-            if upload.key in live:
+            if upload.key in live or not is_ledger_object_key(upload.key):
                 continue
             out.stale_uploads += 1
             if dry_run:
@@ -230,6 +245,10 @@ def _sweep_uploads(
             else:
                 _abort(store, upload)
                 out.aborted_uploads += 1
+
+
+def _is_offloader_key(key: str) -> bool:
+    return is_ledger_object_key(key) or SNAPSHOT_KEY.fullmatch(key) is not None
 
 
 def _abort(store: ObjectStore, upload: MultipartUpload) -> None:

@@ -1109,10 +1109,14 @@ class MetadataStore:
         return int(conn.execute(D.insert().from_select(columns, source)).rowcount)
 
     def _cut(self, conn: Connection, topic: str, cut_id: int) -> StreamCut:
+        # cut ids are a 32-bit column: a larger one cannot exist (and PostgreSQL would
+        # refuse to compare it)
         row = (
             conn.execute(sa.select(C).where(C.c.topic == topic, C.c.cut_id == cut_id))
             .mappings()
             .first()
+            if 0 <= cut_id < 2**31
+            else None
         )
         if row is None:
             raise NotFoundError(f"cut {cut_id} of topic {topic!r} does not exist")

@@ -103,6 +103,35 @@ def test_planted_objects_are_swept_only_after_the_grace_period(
     assert tiered_digests(rt) == offloaded
 
 
+def test_keys_the_offloader_does_not_write_are_never_touched(swept: Runtime) -> None:
+    """A shared bucket, or a store recorded inside another (``s3://b`` and
+    ``s3://b/tiered``): listing the outer one shows the inner one's keys under its prefix,
+    unreferenced by bare key. Old as they are, the sweep leaves them and their uploads."""
+    rt = swept
+    nested, _ = ledger_object_keys(str(uuid.uuid4()), 5)
+    foreign = [f"tiered/{nested}", "other-tool/report.csv", "_metadata/notes.txt"]
+    for key in foreign:
+        rt.objects.put(key, b"not ours to delete")
+    upload = rt.objects.create_multipart(f"tiered/{nested}-index")
+    rt.objects.upload_part(upload, 1, b"the nested store's part")
+    planted = plant(rt, 1)  # one real orphan beside them
+    time.sleep(GRACE + 1.5)
+
+    scan = sweep(rt.metadata, rt.stores, rt.settings, dry_run=True)
+    (store,) = scan.stores
+    assert store.foreign == 3 and [o.key for o in store.objects] == list(planted)
+    assert store.uploads == []
+    assert "foreign 3" in scan.summary()
+
+    done = sweep(rt.metadata, rt.stores, rt.settings)
+    assert (done.stores[0].queued, done.stores[0].aborted_uploads) == (1, 0)
+    assert pending(rt) == dict.fromkeys(planted, ORPHAN_REASON)
+    process_deletions(rt.metadata, rt.stores, rt.settings)
+    assert set(foreign) <= present(rt) and not planted.keys() & present(rt)
+    assert upload.upload_id in {u.upload_id for u in rt.objects.list_multipart_uploads()}
+    rt.objects.abort_multipart(upload)
+
+
 def test_a_live_attempts_objects_and_parts_are_never_touched(swept: Runtime) -> None:
     rt = swept
     sealed = [x for x in rt.metadata.list_ledgers("orders") if not x.is_offloaded]

@@ -84,6 +84,8 @@ def test_cuts_of_an_unknown_topic_or_an_unknown_cut_are_clear_errors(runtime: Ru
             call()
     with pytest.raises(NotFoundError, match="cut 7 of topic 'orders' does not exist"):
         runtime.metadata.get_cut("orders", 7)
+    with pytest.raises(NotFoundError, match="cut 3000000000 of topic 'orders' does not"):
+        runtime.metadata.get_cut("orders", 3_000_000_000)  # beyond the 32-bit column
     other = take_cut(runtime, "orders")
     make_topic(runtime, "other")
     with pytest.raises(NotFoundError, match=f"cut {other.cut_id} of topic 'other'"):
