@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 import ast
 import os
+import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -30,12 +32,28 @@ ROOT = Path(__file__).resolve().parent.parent
 # staging name -> repo path
 LINKS = {name: name for name in ("tests", "benchmarks", "pyproject.toml")} | {"src": "include"}
 SMOKE_GLOB = "offloader.offload.keys.*"
+# The smoke run's tests: enough to cover every function of keys.py and ``_cas``. mutmut runs
+# its whole selection twice before the first mutant, so the full fast selection would make
+# the CI step take longer than the suite itself.
+SMOKE_TESTS = (
+    "tests/offloader/offload/test_object_metadata.py",
+    "tests/offloader/offload/test_offload_recovery.py",
+    "tests/offloader/gc/test_sweep.py",
+    "tests/offloader/metadata/test_metadata_store.py",
+)
+# A mutant that turns a bounded loop into an endless one can grow without limit; mutmut only
+# limits CPU time. Past this address-space size the test fails with MemoryError (a kill).
+MEMORY_LIMIT_BYTES = 8 << 30
 RETEST = {"survived", "no tests", "suspicious", "timeout", "segfault"}
 BAD_STATUSES = {"suspicious", "no tests", "not checked", "segfault"}
 
 
-def stage_dir(profile: str, fresh: bool) -> Path:
-    """The staging directory for ``profile``; ``fresh`` drops earlier results first."""
+def stage_dir(profile: str, fresh: bool, tests: tuple[str, ...] = ()) -> Path:
+    """The staging directory for ``profile``; ``fresh`` drops earlier results first.
+
+    ``tests`` replaces ``[tool.mutmut]``'s test selection in the profile's own copy of
+    pyproject.toml (otherwise the repo's file is linked).
+    """
     stage = ROOT / "var" / "mutation" / profile
     if fresh and stage.exists():
         shutil.rmtree(stage)
@@ -44,9 +62,27 @@ def stage_dir(profile: str, fresh: bool) -> Path:
         (stage / "mutants" / folder).mkdir(parents=True, exist_ok=True)
     for name, target in LINKS.items():
         link = stage / name
-        if not link.is_symlink():
+        if name == "pyproject.toml" and tests:
+            link.unlink(missing_ok=True)
+            link.write_text(with_test_selection((ROOT / target).read_text(), tests))
+        elif not link.is_symlink():
             link.symlink_to(ROOT / target)
     return stage
+
+
+def with_test_selection(pyproject: str, tests: tuple[str, ...]) -> str:
+    """``pyproject`` with ``pytest_add_cli_args_test_selection`` set to ``tests``."""
+    pattern = re.compile(r"^pytest_add_cli_args_test_selection = \[.*?^\]$", re.M | re.S)
+    selection = "pytest_add_cli_args_test_selection = [" + ", ".join(f'"{t}"' for t in tests) + "]"
+    text, count = pattern.subn(selection, pyproject)
+    if count != 1:
+        sys.exit("mutation: pyproject.toml has no pytest_add_cli_args_test_selection list")
+    return text
+
+
+def limit_memory() -> None:
+    """Run in mutmut's process before it starts: its forked children inherit the limit."""
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
 
 
 def stage_env(stage: Path) -> dict[str, str]:
@@ -77,7 +113,7 @@ def run_mutmut(stage: Path, max_children: int, names: list[str]) -> None:
     mutmut = Path(sys.executable).with_name("mutmut")
     command = [str(mutmut), "run", "--max-children", str(max_children), *names]
     print(f"mutation: {' '.join(command[1:])} (in {stage.relative_to(ROOT)})", flush=True)
-    done = subprocess.run(command, cwd=stage, env=stage_env(stage))
+    done = subprocess.run(command, cwd=stage, env=stage_env(stage), preexec_fn=limit_memory)
     if done.returncode != 0:
         sys.exit(f"mutation: mutmut exited with status {done.returncode}")
 
@@ -134,7 +170,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.max_children < 1:
         parser.error("--max-children must be at least 1")
     if args.smoke:
-        smoke(stage_dir("smoke", fresh=True), args.max_children)
+        smoke(stage_dir("smoke", fresh=True, tests=SMOKE_TESTS), args.max_children)
         return
     stage = stage_dir("full", fresh=args.fresh)
     names = args.mutants
