@@ -20,8 +20,9 @@ from fixtures.backends import (
     unaccounted_objects,
 )
 from fixtures.clock import HOUR, skew_worker_clock
+from offloader.exceptions import StoreUnavailableError
 from offloader.gc.deletion_queue import process_deletions
-from offloader.gc.sweep import ORPHAN_REASON, sweep
+from offloader.gc.sweep import ORPHAN_REASON, StoreSweep, SweepResult, sweep
 from offloader.metadata.backup import MANIFEST_KEY, export_from, read_manifest
 from offloader.offload.keys import ledger_object_keys
 from offloader.offload.ledger_offloader import LedgerOffloader
@@ -309,3 +310,18 @@ def test_every_recorded_store_is_swept(swept: Runtime, tmp_path) -> None:  # typ
     ]
     process_deletions(rt.metadata, rt.stores, rt.settings)
     assert not other.exists(key)
+
+
+def test_a_result_with_unswept_stores_fails_naming_each_and_only_them() -> None:
+    fine = StoreSweep(store_id=1, store="file:///a", orphans=2)
+    result = SweepResult(
+        dry_run=False, grace_seconds=1.0, multipart_max_age_seconds=1.0, stores=[fine]
+    )
+    result.raise_for_errors()  # every store was swept: nothing to raise
+    result.stores += [
+        StoreSweep(store_id=2, store="s3://b/x", error="not reachable"),
+        StoreSweep(store_id=3, store="s3://c", error="cannot be opened"),
+    ]
+    message = r"^not swept: s3://b/x: not reachable; s3://c: cannot be opened$"
+    with pytest.raises(StoreUnavailableError, match=message):
+        result.raise_for_errors()

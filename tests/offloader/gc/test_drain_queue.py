@@ -1,0 +1,117 @@
+"""drain_queue (the garbage_collection DAG's drain task) in-process: passes back to back
+until nothing more is deleted, bounded by items and by time; a dry run only reports."""
+
+from __future__ import annotations
+
+import pytest
+
+from fixtures.faults import FlakyDeletes, OnlyStore
+from offloader.gc import deletion_queue
+from offloader.gc.deletion_queue import drain_queue
+from offloader.runtime import Runtime
+
+
+def queue(rt: Runtime, count: int) -> list[str]:
+    keys = [f"k{n:03d}" for n in range(count)]
+    for key in keys:
+        rt.objects.put(key, b"x")
+    rt.metadata.enqueue_deletions(keys, "test", store_id=rt.stores.default_id())
+    return keys
+
+
+def stored(rt: Runtime) -> set[str]:
+    return {info.key for info in rt.objects.list()}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_items": 0}, "^max_items must be >= 1, got 0$"),
+        ({"time_budget_seconds": 0}, "^time_budget_seconds must be > 0, got 0$"),
+        ({"time_budget_seconds": -1.5}, r"^time_budget_seconds must be > 0, got -1\.5$"),
+    ],
+)
+def test_bad_bounds_are_refused_and_change_nothing(
+    runtime: Runtime, kwargs: dict[str, float], message: str
+) -> None:
+    keys = queue(runtime, 3)
+    with pytest.raises(ValueError, match=message):
+        drain_queue(runtime.metadata, runtime.stores, runtime.settings, **kwargs)
+    assert stored(runtime) == set(keys)
+    assert len(runtime.metadata.pending_deletions()) == 3
+
+
+def test_a_drain_runs_passes_until_one_deletes_nothing(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(deletion_queue, "DEFAULT_PASS_LIMIT", 2)
+    settings = runtime.settings.model_copy(update={"gc_batch_keys": 1})
+    queue(runtime, 5)
+    result = drain_queue(runtime.metadata, runtime.stores, settings)
+    # passes of 2, 2, 1, then one that finds nothing due
+    assert (result.passes, result.deleted, result.failed) == (4, 5, 0)
+    assert result.delete_requests == 5  # one key per request
+    assert (result.stopped, result.dry_run) == ("drained", False)
+    assert result.backlog.pending == 0 and result.backlog.oldest_enqueued_ms is None
+    assert stored(runtime) == set()
+    assert result.seconds >= 0
+
+
+def test_a_drain_stops_at_max_items_and_reports_the_rest(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(deletion_queue, "DEFAULT_PASS_LIMIT", 2)
+    keys = queue(runtime, 5)
+    result = drain_queue(runtime.metadata, runtime.stores, runtime.settings, max_items=3)
+    # the second pass takes only what is left of max_items (1, not 2)
+    assert (result.passes, result.deleted, result.stopped) == (2, 3, "max items")
+    assert result.backlog.pending == 2 and result.backlog.due == 2
+    assert stored(runtime) == set(keys[3:])
+
+
+def test_a_drain_stops_when_its_time_budget_is_spent(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(deletion_queue, "DEFAULT_PASS_LIMIT", 1)
+    ticks = iter([100.0, 100.0, 100.5, 101.0, 101.0])  # start, pass 1, pass 2, end of budget
+    monkeypatch.setattr(deletion_queue.time, "monotonic", lambda: next(ticks))
+    keys = queue(runtime, 3)
+    result = drain_queue(
+        runtime.metadata, runtime.stores, runtime.settings, time_budget_seconds=1.0
+    )
+    assert (result.passes, result.deleted, result.stopped) == (2, 2, "time budget")
+    assert result.seconds == 1.0
+    assert stored(runtime) == set(keys[2:])
+
+
+def test_failures_end_the_drain_and_stay_queued(runtime: Runtime) -> None:
+    keys = queue(runtime, 2)
+    settings = runtime.settings.model_copy(update={"delete_retry_base_seconds": 60.0})
+    flaky = FlakyDeletes(runtime.objects, raise_times=1)
+    result = drain_queue(runtime.metadata, OnlyStore(flaky), settings)
+    assert (result.passes, result.deleted, result.failed) == (1, 0, 2)
+    assert result.stopped == "drained"
+    assert result.backlog.pending == 2 and result.backlog.due == 0  # backing off
+    assert stored(runtime) == set(keys)
+
+
+def test_failing_items_are_counted_once_they_reach_the_failing_tries(runtime: Runtime) -> None:
+    queue(runtime, 1)
+    settings = runtime.settings.model_copy(
+        update={"gc_failing_tries": 1, "delete_retry_base_seconds": 0.0}
+    )
+    flaky = FlakyDeletes(runtime.objects, raise_times=1)
+    result = drain_queue(runtime.metadata, OnlyStore(flaky), settings)
+    assert result.backlog.failing_tries == 1
+    assert result.backlog.failing_count == 1
+    assert [d.object_key for d in result.backlog.failing] == ["k000"]
+
+
+def test_a_dry_run_only_reports_the_backlog(runtime: Runtime) -> None:
+    keys = queue(runtime, 4)
+    result = drain_queue(runtime.metadata, runtime.stores, runtime.settings, dry_run=True)
+    assert (result.passes, result.deleted, result.failed, result.delete_requests) == (0, 0, 0, 0)
+    assert (result.stopped, result.dry_run) == ("dry run", True)
+    assert result.backlog.pending == 4 and result.backlog.due == 4
+    assert result.backlog.oldest_enqueued_ms is not None
+    assert stored(runtime) == set(keys)
