@@ -148,7 +148,7 @@ def test_unknown_topic_fails_the_plan_and_changes_nothing(runtime: Runtime, offl
 @pytest.mark.parametrize(
     ("extra", "fragment"),
     [
-        ({"object_store_url": "file:///tmp/x"}, "extra needs ['metadata_url']"),
+        ({"object_store_url": "file:///tmp/x"}, "metadata_url: Field required"),
         (
             {"metadata_url": "sqlite:////tmp/x.db", "object_store_url": "ftp://x"},
             "object_store_url",
@@ -173,6 +173,8 @@ def test_bad_connections_fail_clearly_and_change_nothing(
     run = offload_dag.test(run_conf={}, retries=False)
     assert str(run.state) == "failed"
     assert task_states(run)["plan"] == ["failed"]
+    # without a plan there is nothing to wire: not a failure of its own, not retried
+    assert task_states(run)["delete_hot_copies"] == ["upstream_failed"]
     out, err = capfd.readouterr()
     assert fragment in out + err
     assert not Path("/tmp/x.db").exists()
