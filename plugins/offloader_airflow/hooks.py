@@ -88,7 +88,7 @@ def _tuning_field(name: str) -> tuple[Any, Any]:
     source = Settings.model_fields[name]
     bounds = ("ge", "gt", "le", "lt")
     rules = {b: getattr(m, b) for m in source.metadata for b in bounds if hasattr(m, b)}
-    described = f"as `OFFLOADER_{name.upper()}` (default {source.default})"
+    described = f"see `OFFLOADER_{name.upper()}` (default {source.default})"
     return source.annotation | None, Field(None, description=described, **rules)
 
 
@@ -99,6 +99,27 @@ OffloaderConnectionExtra: type[_ExtraBase] = create_model(
     __doc__="The offloader connection's extra; unknown keys are refused.",
     **{name: _tuning_field(name) for name in TUNING_KEYS},
 )
+
+
+def extra_docs_table() -> str:
+    """The extra's keys as the Markdown table in docs/CONFIGURATION.md (a test holds the
+    two equal, so the docs cannot drift from the model)."""
+    schema = OffloaderConnectionExtra.model_json_schema()
+    required = set(schema.get("required", []))
+    lines = ["| key | value | meaning |", "|---|---|---|"]
+    for name, prop in schema["properties"].items():
+        kinds = [k for k in prop.get("anyOf", [prop]) if k.get("type") != "null"]
+        kind = kinds[0]
+        value = "string" if kind.get("format") == "password" else kind["type"]
+        low = kind.get("minimum", kind.get("exclusiveMinimum"))
+        high = kind.get("maximum")
+        if low is not None or high is not None:
+            above = f"> {low}" if "exclusiveMinimum" in kind else f">= {low}"
+            value += f", {low}..{high}" if high is not None else f", {above}"
+        if name in required:
+            value += ", required"
+        lines.append(f"| `{name}` | {value} | {prop.get('description', '')} |")
+    return "\n".join(lines)
 
 
 class OffloaderHook(BaseHook):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.airflow import DagFile, connection_env, return_value, task_states
+from fixtures.airflow import DagFile, connection_env, return_value, task_states, xcom_values
 from fixtures.backends import (
     make_topic,
     produce_ledgers,
@@ -24,6 +24,7 @@ from offloader.gc.deletion_queue import process_deletions
 from offloader.metadata import AttemptState, HotState
 from offloader.read.topic_reader import Source, TopicReader
 from offloader.runtime import Runtime
+from offloader_airflow.links import OffloadedObjectsLink
 
 
 @pytest.fixture
@@ -72,6 +73,10 @@ def test_offload_run_end_to_end_then_a_second_run_changes_nothing(
         assert TopicReader(runtime).checksum(topic) == checksum
     assert unaccounted_objects(runtime) == set()
     objects = {i.key for i in runtime.objects.list()}
+    # the extra link, built when each offload task finished, leads to an object it wrote
+    links = xcom_values(run, "offload", OffloadedObjectsLink().xcom_key, decode=False)
+    data_keys = {x.data_key for x in ledgers[:4]}
+    assert len(links) == 2 and all(any(link.endswith(k) for k in data_keys) for link in links)
 
     again = offload_dag.test(run_conf={"batch_size": 2})
     assert str(again.state) == "success", task_states(again)
