@@ -39,9 +39,9 @@ class DrainDeletionQueueOperator(OffloaderBaseOperator):
     def __init__(
         self,
         *,
-        max_items: Any = 100_000,
-        time_budget_seconds: Any = 1800,
-        dry_run: Any = False,
+        max_items: int = 100_000,
+        time_budget_seconds: int = 1800,
+        dry_run: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)

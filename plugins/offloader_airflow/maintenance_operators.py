@@ -29,7 +29,7 @@ class SweepOrphansOperator(OffloaderBaseOperator):
     def __init__(
         self,
         *,
-        dry_run: Any = False,
+        dry_run: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -61,7 +61,7 @@ class ExportMetadataOperator(OffloaderBaseOperator):
     def __init__(
         self,
         *,
-        dry_run: Any = False,
+        dry_run: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)

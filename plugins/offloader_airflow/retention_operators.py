@@ -43,12 +43,12 @@ class PlanRetentionOperator(OffloaderBaseOperator):
     def __init__(
         self,
         *,
-        topic: Any = None,
-        cut_id: Any = None,
-        position: Any = None,
-        dry_run: Any = False,
-        retention_time_seconds: Any = None,
-        retention_size_bytes: Any = None,
+        topic: str | None = None,
+        cut_id: int | None = None,
+        position: str | None = None,
+        dry_run: bool = False,
+        retention_time_seconds: float | None = None,
+        retention_size_bytes: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -77,7 +77,7 @@ class RetentionCutsOperator(OffloaderBaseOperator):
 
     template_fields: Sequence[str] = offloader_template_fields("plan")
 
-    def __init__(self, *, plan: Any, **kwargs: Any) -> None:
+    def __init__(self, *, plan: dict[str, Any], **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.plan = plan
 
@@ -103,7 +103,7 @@ class ApplyRetentionOperator(OffloaderBaseOperator):
 
     template_fields: Sequence[str] = offloader_template_fields("work")
 
-    def __init__(self, *, work: Any, **kwargs: Any) -> None:
+    def __init__(self, *, work: dict[str, Any], **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.work = work
 
