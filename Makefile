@@ -34,11 +34,13 @@ lint: install
 demo: install
 	. scripts/demo_env.sh && $(BIN)/python scripts/demo.py
 
-# The same settings behind the Airflow UI (http://localhost:8080; `make demo` first).
+# The same settings behind the Airflow UI, on loopback only (http://127.0.0.1:8080, or
+# AIRFLOW__API__PORT; `make demo` first). The login's password is in the file it names.
 airflow: install
 	. scripts/demo_env.sh && airflow db migrate >/dev/null \
 	  && offloader db upgrade \
 	  && airflow pools set offload_uploads 4 "bounded concurrent uploads" >/dev/null \
+	  && $(BIN)/python scripts/airflow_login.py \
 	  && exec airflow standalone
 
 bench: install

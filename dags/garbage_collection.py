@@ -67,17 +67,17 @@ with offloader_dag(
         ),
     },
 ) as dag:
-    sweep = SweepOrphansOperator(task_id="sweep", dry_run="{{ params.dry_run }}")
+    sweep = SweepOrphansOperator(task_id="sweep", dry_run=dag.param("dry_run"))
     drain = DrainDeletionQueueOperator(
         task_id="drain",
-        max_items="{{ params.max_items }}",
-        time_budget_seconds="{{ params.time_budget_seconds }}",
-        dry_run="{{ params.dry_run }}",
+        max_items=dag.param("max_items"),
+        time_budget_seconds=dag.param("time_budget_seconds"),
+        dry_run=dag.param("dry_run"),
         trigger_rule=TriggerRule.ALL_DONE,  # a store the sweep could not list blocks nothing
     )
     export = ExportMetadataOperator(
         task_id="export_metadata",
-        dry_run="{{ params.dry_run }}",
+        dry_run=dag.param("dry_run"),
         # no DELETION_QUEUE outlet although older snapshots are queued: this DAG is
         # scheduled on that asset and would trigger itself; the next run deletes them
         trigger_rule=TriggerRule.ALL_DONE,

@@ -13,15 +13,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from airflow.sdk import Param, TriggerRule
+from airflow.sdk import TriggerRule
 
+from offloader.offload.params import OffloadRunParams
 from offloader_airflow.assets import DELETION_QUEUE
-from offloader_airflow.dag_defaults import (
-    dry_run_param,
-    offloader_dag,
-    optional_number_param,
-    topic_param,
-)
+from offloader_airflow.dag_defaults import model_params, offloader_dag
 from offloader_airflow.operators import (
     DeleteHotCopiesOperator,
     OffloadLedgersOperator,
@@ -34,39 +30,12 @@ with offloader_dag(
     description="Offload sealed ledgers to object storage; delete hot copies after the lag",
     schedule=timedelta(minutes=10),
     doc_md=__doc__,
-    params={
-        "topic": topic_param("Offload this topic only; leave empty for every topic."),
-        "up_to_ledger": optional_number_param(
-            "Offload up to ledger",
-            "Offload every sealed ledger with an id <= this, whatever the policy.",
-        ),
-        "dry_run": dry_run_param(
-            "Plan and log what would move and what would be deleted; change nothing."
-        ),
-        "batch_size": Param(
-            500,
-            type="integer",
-            minimum=1,
-            maximum=10000,
-            title="Ledgers per task",
-            description="Due ledgers are offloaded in mapped tasks of at most this many.",
-        ),
-        "batch_bytes": Param(
-            1 << 30,
-            type="integer",
-            minimum=1 << 20,
-            title="Bytes per task",
-            description="A task takes ledgers up to this many bytes (a larger ledger alone).",
-        ),
-    },
+    # the form is generated from the model `offloader plan` and the plan task check with
+    params=model_params(OffloadRunParams),
 ) as dag:
     plan = PlanOffloadOperator(
         task_id="plan",
-        topic="{{ params.topic }}",
-        up_to_ledger="{{ params.up_to_ledger }}",
-        batch_size="{{ params.batch_size }}",
-        batch_bytes="{{ params.batch_bytes }}",
-        dry_run="{{ params.dry_run }}",
+        **{name: dag.param(name) for name in OffloadRunParams.model_fields},
     )
     offload = OffloadLedgersOperator.partial(
         task_id="offload",
@@ -76,9 +45,10 @@ with offloader_dag(
     ).expand(batch=plan.output)
     delete_hot = DeleteHotCopiesOperator(
         task_id="delete_hot_copies",
-        topics="{{ ti.xcom_pull(task_ids='plan', key='topics') }}",
-        dry_run="{{ params.dry_run }}",
-        trigger_rule=TriggerRule.ALL_DONE,
+        topics=plan.output["topics"],
+        dry_run=plan.output["dry_run"],
+        # after failed batches too, but not without a plan (its XComs are the input)
+        trigger_rule=TriggerRule.ALL_DONE_MIN_ONE_SUCCESS,
         outlets=[DELETION_QUEUE],
     )
     summary = OffloadSummaryOperator(task_id="summary", trigger_rule=TriggerRule.ALL_DONE)

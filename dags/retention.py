@@ -29,6 +29,7 @@ from offloader_airflow.dag_defaults import (
     topic_param,
 )
 from offloader_airflow.retention_operators import (
+    REQUEST_FIELDS,
     ApplyRetentionOperator,
     PlanRetentionOperator,
     RetentionCutsOperator,
@@ -49,8 +50,8 @@ with offloader_dag(
             "Trim at cut", "Trim the topic at this stream cut (`offloader cut list TOPIC`)."
         ),
         "position": Param(
-            "",
-            type="string",
+            None,
+            type=["null", "string"],
             pattern=r"^(\s*|\s*\d+:\d+\s*)$",
             title="Trim at position",
             description="Trim the topic at LEDGER:ENTRY (e.g. 12:0) instead of a cut.",
@@ -67,13 +68,7 @@ with offloader_dag(
     },
 ) as dag:
     plan = PlanRetentionOperator(
-        task_id="plan",
-        topic="{{ params.topic }}",
-        cut_id="{{ params.cut_id }}",
-        position="{{ params.position }}",
-        dry_run="{{ params.dry_run }}",
-        retention_time_seconds="{{ params.retention_time_seconds }}",
-        retention_size_bytes="{{ params.retention_size_bytes }}",
+        task_id="plan", **{name: dag.param(name) for name in REQUEST_FIELDS}
     )
     cuts = RetentionCutsOperator(task_id="retention_cut_generation", plan=plan.output)
     apply = ApplyRetentionOperator.partial(

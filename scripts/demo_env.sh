@@ -7,6 +7,12 @@ export AIRFLOW__CORE__DAGS_FOLDER="$ROOT/dags"
 export AIRFLOW__CORE__PLUGINS_FOLDER="$ROOT/plugins"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
 export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION=False
+# `make airflow`: the API server (UI and execution API) listens on loopback only.
+export AIRFLOW__API__HOST=127.0.0.1
+export AIRFLOW__API__PORT="${AIRFLOW__API__PORT:-8080}"
+export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://127.0.0.1:$AIRFLOW__API__PORT/execution/"
+# the simple auth manager's passwords (scripts/airflow_login.py writes them, mode 600)
+export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE="$AIRFLOW_HOME/passwords.json"
 export OFFLOADER_DATA_DIR="$DEMO/data"
 export PYSPARK_PYTHON="$ROOT/.venv/bin/python"
 # The offloader connection the DAGs use; the library's defaults under OFFLOADER_DATA_DIR.

@@ -26,6 +26,8 @@ from offloader.hottier.writer import ManagedLedgerWriter
 from offloader.metadata import DeletionBacklog, StreamCut, backup
 from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.ledger_offloader import LedgerOffloader
+from offloader.offload.params import OffloadRunParams
+from offloader.offload.runs import plan_batches
 from offloader.policy import OffloadPolicy
 from offloader.read.topic_reader import Source, TopicReader
 from offloader.retention.cuts import take_cut
@@ -153,6 +155,20 @@ def cmd_offload(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     lines = [f"ledger {r.ledger_id}: {r.outcome} ({r.bytes} bytes)" for r in results]
     lines.append(f"hot copies deleted: {[h.ledger_id for h in hot_deleted]}")
     return summary, "\n".join(lines)
+
+
+def cmd_plan(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
+    """The batches an `offload_ledgers` run would take, checked by the DAG form's model."""
+    names = ("topic", "up_to_ledger", "batch_size", "batch_bytes")
+    given = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    if args.no_byte_limit:
+        given["batch_bytes"] = None
+    params = OffloadRunParams.parse(given)
+    batches = plan_batches(
+        rt.metadata, params.topic, params.up_to_ledger, params.batch_size, params.batch_bytes
+    )
+    lines = [f"{b.topic}: ledgers {b.ledger_ids} ({b.bytes} bytes)" for b in batches]
+    return {"params": params, "batches": batches}, _listing(lines, "(nothing due)")
 
 
 def cmd_read(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
@@ -415,6 +431,16 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="LEDGER",
         help="offload every sealed ledger with id <= LEDGER, whatever the policy",
     )
+
+    plan_help = "show the batches an offload_ledgers run would take (changes nothing)"
+    p = command("plan", cmd_plan, plan_help)
+    # plain ints: the run-params model (shared with the DAG form) says what is wrong
+    p.add_argument("--topic", default=None, help="one topic (default: every topic)")
+    p.add_argument("--up-to", dest="up_to_ledger", type=int, default=None, metavar="LEDGER")
+    p.add_argument("--batch-size", type=int, default=None, metavar="N", help="default 500")
+    bytes_group = p.add_mutually_exclusive_group()
+    bytes_group.add_argument("--batch-bytes", type=int, default=None, metavar="N")
+    bytes_group.add_argument("--no-byte-limit", action="store_true")
 
     p = command("read", cmd_read, "read entries of one ledger")
     p.add_argument("topic")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from offloader.hottier import HotLedgerStore
 from offloader.metadata import MetadataStore
@@ -11,6 +12,9 @@ from offloader.metadata.store import create_metadata_engine
 from offloader.objectstore import ObjectStore, open_object_store
 from offloader.objectstore.registry import StoreRegistry, default_location
 from offloader.settings import Settings
+
+if TYPE_CHECKING:
+    from offloader.objectstore.s3 import S3ClientFactory
 
 
 @dataclass
@@ -25,15 +29,23 @@ class Runtime:
     hot: HotLedgerStore
 
     @classmethod
-    def open(cls, settings: Settings | None = None) -> Runtime:
-        """Open everything; SchemaOutOfDateError if the database needs `offloader db upgrade`."""
+    def open(
+        cls, settings: Settings | None = None, client_factory: S3ClientFactory | None = None
+    ) -> Runtime:
+        """Open everything; SchemaOutOfDateError if the database needs `offloader db upgrade`.
+
+        ``client_factory`` makes every S3 client (the default store's and recorded ones');
+        without it they are built from the settings' keys.
+        """
         from offloader.hottier.filestore import FileLedgerStore
 
         settings = settings or Settings()
         metadata = MetadataStore.open(settings.resolved_metadata_url)
         try:
-            objects = open_object_store(settings.resolved_object_store_url, settings)
-            stores = StoreRegistry(metadata, settings, objects)
+            objects = open_object_store(
+                settings.resolved_object_store_url, settings, client_factory
+            )
+            stores = StoreRegistry(metadata, settings, objects, client_factory)
             hot = FileLedgerStore(settings.resolved_ledger_dir)
         except BaseException:
             metadata.close()

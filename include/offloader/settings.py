@@ -7,10 +7,15 @@ SQLite) needs no configuration at all.
 from __future__ import annotations
 
 import os
+from contextvars import ContextVar
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+# False while from_values builds settings: only the given values and the defaults count.
+_READ_ENVIRONMENT: ContextVar[bool] = ContextVar("offloader_settings_env", default=True)
 
 
 def _default_data_dir() -> Path:
@@ -50,6 +55,30 @@ class Settings(BaseSettings):
     gc_batch_keys: int = Field(default=1000, ge=1, le=1000)
     # a queued key that failed this many times is reported as failing (status, GC summary)
     gc_failing_tries: int = Field(default=5, ge=1)
+
+    @classmethod
+    def from_values(cls, **values: Any) -> Settings:
+        """Settings of exactly ``values`` and the defaults, never the ``OFFLOADER_*``
+        environment: settings built from an Airflow connection must not change with the
+        worker they happen to run on."""
+        token = _READ_ENVIRONMENT.set(False)
+        try:
+            return cls(**values)
+        finally:
+            _READ_ENVIRONMENT.reset(token)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        if not _READ_ENVIRONMENT.get():
+            return (init_settings,)
+        return (init_settings, env_settings, dotenv_settings, file_secret_settings)
 
     @field_validator("data_dir", "ledger_dir")
     @classmethod

@@ -1,15 +1,16 @@
 """What every offloader DAG shares, so a DAG file holds only its schedule, Params and
 wiring: owner, retries with exponential backoff, no catchup, one run at a time, Params
-rendered as native objects, the offloader tags."""
+rendered as native objects, the offloader tags; and Params made from a pydantic model."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.sdk import DAG, Param
+from pydantic import BaseModel
 
-START_DATE = datetime(2026, 1, 1)
+START_DATE = datetime(2026, 1, 1, tzinfo=UTC)
 TAGS = ("offloader", "tiered-storage")
 
 
@@ -47,9 +48,22 @@ def offloader_dag(
     )
 
 
+def model_params(model: type[BaseModel]) -> dict[str, Param]:
+    """One Param per field of ``model``, its schema generated from the model's (optional
+    fields typed ``["null", T]``), so the form checks exactly what the model checks."""
+    from offloader.offload.params import form_schema
+
+    params = {}
+    for name, schema in form_schema(model).items():
+        params[name] = Param(schema.pop("default"), **schema)
+    return params
+
+
 def topic_param(description: str) -> Param:
-    """The form field naming one topic; empty means every topic."""
-    return Param("", type="string", maxLength=512, title="Topic", description=description)
+    """The form field naming one topic; empty (None) means every topic."""
+    return Param(
+        None, type=["null", "string"], maxLength=512, title="Topic", description=description
+    )
 
 
 def optional_number_param(title: str, description: str, kind: str = "integer") -> Param:

@@ -10,13 +10,13 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from airflow.sdk import BaseOperator, Context
+from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
 from offloader.gc.deletion_queue import drain_queue
 from offloader.metadata import Deletion, DeletionBacklog
 from offloader.retention.deletion import finish_deleted_ledgers
-from offloader_airflow.hooks import OffloaderHook
+from offloader_airflow.base import OffloaderBaseOperator, offloader_template_fields
 from offloader_airflow.operators import _bool, _optional_int, raise_if_failed
 
 
@@ -27,33 +27,33 @@ def _at_least_one(value: Any, name: str) -> int:
     return number
 
 
-class DrainDeletionQueueOperator(BaseOperator):
+class DrainDeletionQueueOperator(OffloaderBaseOperator):
     """Run deletion passes until nothing more is deleted, ``max_items`` keys were taken or
     ``time_budget_seconds`` is spent. A dry run only reports the backlog. Idempotent: a key
     leaves the queue only once the store confirmed it gone."""
 
-    template_fields: Sequence[str] = ("max_items", "time_budget_seconds", "dry_run")
+    template_fields: Sequence[str] = offloader_template_fields(
+        "max_items", "time_budget_seconds", "dry_run"
+    )
 
     def __init__(
         self,
         *,
-        max_items: Any = 100_000,
-        time_budget_seconds: Any = 1800,
-        dry_run: Any = False,
-        offloader_conn_id: str = "offloader_default",
+        max_items: int = 100_000,
+        time_budget_seconds: int = 1800,
+        dry_run: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.max_items = max_items
         self.time_budget_seconds = time_budget_seconds
         self.dry_run = dry_run
-        self.offloader_conn_id = offloader_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
         max_items = _at_least_one(self.max_items, "max_items")
         budget = _at_least_one(self.time_budget_seconds, "time_budget_seconds")
         dry_run = _bool(self.dry_run, "dry_run")
-        with OffloaderHook(self.offloader_conn_id).get_runtime() as rt:
+        with self.hook.get_runtime() as rt:
             # trims cut short are finished first: their keys join the drain
             finished = 0 if dry_run else finish_deleted_ledgers(rt)
             result = drain_queue(
@@ -82,28 +82,28 @@ class DrainDeletionQueueOperator(BaseOperator):
         }
 
 
-class DeletionQueueSummaryOperator(BaseOperator):
+class DeletionQueueSummaryOperator(OffloaderBaseOperator):
     """Report the queue after the drain: backlog, oldest item's age, items that keep
     failing. Items that failed ``gc_failing_tries`` times or more fail this task (no
     retries: retrying does not fix them), so a stuck deletion shows as a failed run; so
     does a failure of any of ``fail_with_task_ids`` (the drain by default)."""
+
+    template_fields: Sequence[str] = offloader_template_fields()
 
     def __init__(
         self,
         *,
         drain_task_id: str = "drain",
         fail_with_task_ids: Sequence[str] = ("drain",),
-        offloader_conn_id: str = "offloader_default",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.drain_task_id = drain_task_id
         self.fail_with_task_ids = list(fail_with_task_ids)
-        self.offloader_conn_id = offloader_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
         drained = context["ti"].xcom_pull(task_ids=self.drain_task_id) or {}
-        with OffloaderHook(self.offloader_conn_id).get_runtime() as rt:
+        with self.hook.get_runtime() as rt:
             backlog = rt.metadata.deletion_backlog(rt.settings.gc_failing_tries)
         summary = {
             "deleted": drained.get("deleted", 0),

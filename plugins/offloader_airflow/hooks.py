@@ -1,19 +1,21 @@
-"""OffloaderHook: Airflow connections -> the library's validated Settings and Runtime.
+"""OffloaderHook: Airflow connections -> the library's Settings, Runtime and S3 clients.
 
 The offloader connection (conn type ``generic``) names the metadata database and the object
-store in its extra; S3 credentials and the endpoint come from an amazon-provider AWS
-connection (``aws_conn_id`` in the extra, ``aws_default`` by default). Secrets are
-registered with Airflow's masker the moment they are read, and never enter repr or errors.
+store in its extra (:class:`OffloaderConnectionExtra`, unknown keys refused). S3 clients
+come from an amazon-provider AWS connection (``aws_conn_id`` in the extra, ``aws_default``
+by default) through ``AwsBaseHook``'s session: assume-role, profiles, ``credential_process``
+and other refreshing credentials keep refreshing, and ``verify`` and ``botocore_config``
+apply. No credential is copied into the settings, and the settings never read the worker's
+``OFFLOADER_*`` environment. Secrets are masked the moment they are read.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, create_model
 from sqlalchemy.engine import make_url
 
 from offloader.policy import describe_validation_error
@@ -27,7 +29,7 @@ try:  # Airflow is optional for the library, required here
 except ImportError as exc:  # pragma: no cover - the plugin only loads inside Airflow
     raise ImportError("offloader_airflow needs apache-airflow>=3") from exc
 
-#: Extra keys the offloader connection accepts besides the ones below.
+#: Settings an offloader connection may tune in its extra (same names, same rules).
 TUNING_KEYS = (
     "upload_concurrency",
     "read_prefetch",
@@ -42,105 +44,194 @@ TUNING_KEYS = (
     "gc_failing_tries",
 )
 
+DEFAULT_AWS_CONN_ID = "aws_default"
+
 
 class OffloaderConnectionError(ValueError):
     """A connection is missing or malformed; the message says which and how to fix it."""
 
 
-@dataclass(frozen=True)
-class OffloaderConnection:
-    """The offloader connection, parsed once. Secret-bearing fields stay out of repr."""
+class _ExtraBase(BaseModel):
+    """The keys every offloader connection has; the tuning keys are added from Settings."""
 
-    conn_id: str
-    metadata_url: str = field(repr=False)
-    object_store_url: str
-    ledger_dir: str | None
-    aws_conn_id: str | None
-    tuning: dict[str, Any]
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
-    @classmethod
-    def parse(cls, conn_id: str, extra: dict[str, Any]) -> OffloaderConnection:
-        known = {"metadata_url", "object_store_url", "ledger_dir", "aws_conn_id", *TUNING_KEYS}
-        unknown = sorted(set(extra) - known)
-        if unknown:
-            raise OffloaderConnectionError(
-                f"connection {conn_id!r}: unknown extra key(s) {unknown}; known: {sorted(known)}"
-            )
-        missing = [k for k in ("metadata_url", "object_store_url") if not extra.get(k)]
-        if missing:
-            raise OffloaderConnectionError(
-                f"connection {conn_id!r}: extra needs {missing} (SQLAlchemy URL of the "
-                "metadata database; file:///abs/dir or s3://bucket/prefix)"
-            )
-        aws_conn_id = extra.get("aws_conn_id")
-        if aws_conn_id is None and str(extra["object_store_url"]).startswith("s3://"):
-            aws_conn_id = "aws_default"
-        return cls(
-            conn_id=conn_id,
-            metadata_url=str(extra["metadata_url"]),
-            object_store_url=str(extra["object_store_url"]),
-            ledger_dir=extra.get("ledger_dir"),
-            aws_conn_id=aws_conn_id,
-            tuning={k: extra[k] for k in TUNING_KEYS if k in extra},
-        )
+    metadata_url: SecretStr = Field(
+        description="SQLAlchemy URL of the metadata database, e.g. "
+        "`postgresql+psycopg2://user:pass@host/db`; a secret, never shown with its password"
+    )
+    object_store_url: str = Field(
+        description="where new offloads go: `file:///abs/dir` or `s3://bucket/prefix`"
+    )
+    ledger_dir: str | None = Field(default=None, description="the hot tier's ledger files")
+    aws_conn_id: str | None = Field(
+        default=None,
+        description="the AWS connection S3 clients come from (`aws_default` when the store "
+        "is S3); its endpoint, region, credentials, `verify` and `botocore_config` apply",
+    )
 
     @property
     def safe_metadata_url(self) -> str:
-        return make_url(self.metadata_url).render_as_string(hide_password=True)
+        return make_url(self.metadata_url.get_secret_value()).render_as_string(hide_password=True)
+
+    @property
+    def is_s3(self) -> bool:
+        return self.object_store_url.startswith("s3://")
+
+    def tuning(self) -> dict[str, Any]:
+        """The tuning keys the connection sets (the rest keep the Settings defaults)."""
+        return {k: getattr(self, k) for k in TUNING_KEYS if k in self.model_fields_set}
+
+
+def _tuning_field(name: str) -> tuple[Any, Any]:
+    """Settings' field ``name``, optional, with Settings' bounds (one rule, two models)."""
+    source = Settings.model_fields[name]
+    bounds = ("ge", "gt", "le", "lt")
+    rules = {b: getattr(m, b) for m in source.metadata for b in bounds if hasattr(m, b)}
+    described = f"see `OFFLOADER_{name.upper()}` (default {source.default})"
+    return source.annotation | None, Field(None, description=described, **rules)
+
+
+#: The offloader connection's extra: one model for the hook, the docs table and its test.
+OffloaderConnectionExtra: type[_ExtraBase] = create_model(
+    "OffloaderConnectionExtra",
+    __base__=_ExtraBase,
+    __doc__="The offloader connection's extra; unknown keys are refused.",
+    **{name: _tuning_field(name) for name in TUNING_KEYS},
+)
+
+
+def extra_docs_table() -> str:
+    """The extra's keys as the Markdown table in docs/CONFIGURATION.md (a test holds the
+    two equal, so the docs cannot drift from the model)."""
+    schema = OffloaderConnectionExtra.model_json_schema()
+    required = set(schema.get("required", []))
+    lines = ["| key | value | meaning |", "|---|---|---|"]
+    for name, prop in schema["properties"].items():
+        kinds = [k for k in prop.get("anyOf", [prop]) if k.get("type") != "null"]
+        kind = kinds[0]
+        value = "string" if kind.get("format") == "password" else kind["type"]
+        low = kind.get("minimum", kind.get("exclusiveMinimum"))
+        high = kind.get("maximum")
+        if low is not None or high is not None:
+            above = f"> {low}" if "exclusiveMinimum" in kind else f">= {low}"
+            value += f", {low}..{high}" if high is not None else f", {above}"
+        if name in required:
+            value += ", required"
+        lines.append(f"| `{name}` | {value} | {prop.get('description', '')} |")
+    return "\n".join(lines)
 
 
 class OffloaderHook(BaseHook):
-    """Builds the library's Settings from Airflow connections; opens a Runtime on them."""
+    """Builds the library's Settings and S3 clients from Airflow connections; opens a
+    Runtime on them. ``aws_conn_id`` overrides the one the offloader connection names."""
 
     conn_name_attr = "offloader_conn_id"
     default_conn_name = "offloader_default"
     conn_type = "generic"
     hook_name = "Offloader"
 
-    def __init__(self, offloader_conn_id: str = default_conn_name) -> None:
+    def __init__(
+        self, offloader_conn_id: str = default_conn_name, aws_conn_id: str | None = None
+    ) -> None:
         super().__init__()
         self.offloader_conn_id = offloader_conn_id
+        self._aws_conn_id = aws_conn_id
 
     @cached_property
-    def connection(self) -> OffloaderConnection:
+    def connection(self) -> _ExtraBase:
+        """The offloader connection's extra, validated (OffloaderConnectionError if not)."""
         conn = self._get(self.offloader_conn_id, "offloader")
+        where = f"connection {self.offloader_conn_id!r}"
         try:
             extra = conn.extra_dejson
-        except json.JSONDecodeError as exc:
-            raise OffloaderConnectionError(
-                f"connection {self.offloader_conn_id!r}: extra is not valid JSON"
-            ) from exc
+        except json.JSONDecodeError:
+            raise OffloaderConnectionError(f"{where}: extra is not valid JSON") from None
         if not isinstance(extra, dict):
-            raise OffloaderConnectionError(
-                f"connection {self.offloader_conn_id!r}: extra must be a JSON object"
-            )
-        parsed = OffloaderConnection.parse(self.offloader_conn_id, extra)
-        password = make_url(parsed.metadata_url).password
+            raise OffloaderConnectionError(f"{where}: extra must be a JSON object")
+        password = _url_password(extra.get("metadata_url"))
         if password:
             mask_secret(password)
-        return parsed
-
-    def get_settings(self) -> Settings:
-        """Validated settings; a bad value raises OffloaderConnectionError naming the field."""
-        parsed = self.connection
-        values: dict[str, Any] = {
-            "metadata_url": parsed.metadata_url,
-            "object_store_url": parsed.object_store_url,
-            **parsed.tuning,
-        }
-        if parsed.ledger_dir:
-            values["ledger_dir"] = parsed.ledger_dir
-        if parsed.object_store_url.startswith("s3://"):
-            values.update(self._s3_values(parsed.aws_conn_id or "aws_default"))
         try:
-            return Settings(**values)
+            return OffloaderConnectionExtra.model_validate(extra)
         except ValidationError as exc:
             raise OffloaderConnectionError(
-                f"connection {parsed.conn_id!r}: {describe_validation_error(exc)}"
+                f"{where}: extra {describe_validation_error(exc)} "
+                f"(keys: {', '.join(OffloaderConnectionExtra.model_fields)})"
             ) from None
 
+    @property
+    def aws_conn_id(self) -> str | None:
+        """The AWS connection S3 clients come from; None for a filesystem store."""
+        if self._aws_conn_id:
+            return self._aws_conn_id
+        if self.connection.aws_conn_id:
+            return self.connection.aws_conn_id
+        return DEFAULT_AWS_CONN_ID if self.connection.is_s3 else None
+
+    @cached_property
+    def aws_hook(self) -> Any:
+        """The amazon provider's hook on :attr:`aws_conn_id` (which must exist)."""
+        from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+
+        conn_id = self.aws_conn_id or DEFAULT_AWS_CONN_ID
+        conn = self._get(conn_id, "AWS")  # fail clearly: the provider would fall back silently
+        for secret in (conn.password, *_extra_secrets(conn)):
+            if secret:
+                mask_secret(secret)
+        return AwsBaseHook(aws_conn_id=conn_id, client_type="s3")
+
+    @cached_property
+    def _session(self) -> Any:
+        return self.aws_hook.get_session(region_name=self._region)
+
+    @property
+    def _region(self) -> str:
+        return self.aws_hook.region_name or "us-east-1"
+
+    def get_settings(self) -> Settings:
+        """Validated settings, from the connections only (never ``OFFLOADER_*``) and
+        without credentials; a bad value raises OffloaderConnectionError naming the field."""
+        extra = self.connection
+        values: dict[str, Any] = {
+            "metadata_url": extra.metadata_url,
+            "object_store_url": extra.object_store_url,
+            **extra.tuning(),
+        }
+        if extra.ledger_dir:
+            values["ledger_dir"] = extra.ledger_dir
+        if extra.is_s3:
+            wrapper = self.aws_hook.conn_config
+            values["s3_endpoint_url"] = wrapper.get_service_endpoint_url("s3")
+            values["s3_region"] = self._region
+        try:
+            return Settings.from_values(**values)
+        except ValidationError as exc:
+            raise OffloaderConnectionError(
+                f"connection {self.offloader_conn_id!r}: {describe_validation_error(exc)}"
+            ) from None
+
+    def s3_client(self, settings: Settings) -> Any:
+        """An S3 client for ``settings``' endpoint (the library's S3ClientFactory): the AWS
+        connection's session (credentials refresh in it), ``verify`` and ``botocore_config``
+        over the library's client config."""
+        from offloader.objectstore.s3 import client_config
+
+        config = client_config(settings)
+        own = self.aws_hook.conn_config.botocore_config
+        if own is not None:
+            config = config.merge(own)
+        return self._session.client(
+            "s3",
+            endpoint_url=settings.s3_endpoint_url,
+            region_name=settings.s3_region,
+            config=config,
+            verify=self.aws_hook.verify,
+        )
+
     def get_runtime(self) -> Runtime:
-        return Runtime.open(self.get_settings())
+        settings = self.get_settings()
+        return Runtime.open(settings, self.s3_client if self.connection.is_s3 else None)
 
     def test_connection(self) -> tuple[bool, str]:
         """Reach the metadata database and the object store; never echo a secret."""
@@ -153,28 +244,7 @@ class OffloaderHook(BaseHook):
             return False, f"{type(exc).__name__}: {exc}"
         return True, f"metadata {self.connection.safe_metadata_url} and store {store} reachable"
 
-    def _s3_values(self, aws_conn_id: str) -> dict[str, Any]:
-        from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
-
-        self._get(aws_conn_id, "AWS")  # fail clearly: the provider would fall back silently
-        aws = AwsBaseHook(aws_conn_id=aws_conn_id, client_type="s3")
-        config = aws.conn_config
-        credentials = aws.get_credentials()
-        values: dict[str, Any] = {
-            "s3_endpoint_url": config.endpoint_url,
-            "s3_region": config.region_name or "us-east-1",
-        }
-        for name, secret in (
-            ("s3_access_key_id", credentials.access_key),
-            ("s3_secret_access_key", credentials.secret_key),
-            ("s3_session_token", credentials.token),
-        ):
-            if secret:
-                mask_secret(secret)
-                values[name] = secret
-        return values
-
-    def _get(self, conn_id: str, what: str):  # type: ignore[no-untyped-def]
+    def _get(self, conn_id: str, what: str) -> Any:
         try:
             return self.get_connection(conn_id)
         except AirflowNotFoundException:
@@ -182,3 +252,20 @@ class OffloaderHook(BaseHook):
                 f"the {what} connection {conn_id!r} is not defined: create it in the UI "
                 f"(Admin > Connections) or set AIRFLOW_CONN_{conn_id.upper()}"
             ) from None
+
+
+def _url_password(url: Any) -> str | None:
+    try:
+        return make_url(str(url)).password if url else None
+    except Exception:  # a malformed URL is reported by validation, without its text
+        return None
+
+
+def _extra_secrets(conn: Any) -> list[str]:
+    """Secrets an AWS connection may hold in its extra besides the password."""
+    try:
+        extra = conn.extra_dejson
+    except Exception:
+        return []
+    keys = ("aws_secret_access_key", "aws_session_token")
+    return [str(extra[k]) for k in keys if isinstance(extra, dict) and extra.get(k)]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote, urlparse
 
-from airflow.sdk import BaseOperatorLink
+from airflow.sdk import BaseOperatorLink, BaseXCom
 
 XCOM_KEY = "offloaded_objects"
 
@@ -30,10 +30,8 @@ class OffloadedObjectsLink(BaseOperatorLink):
     name = "Offloaded objects"
 
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
-        try:
-            from airflow.sdk.execution_time.xcom import XCom
-
-            value = XCom.get_value(ti_key=ti_key, key=XCOM_KEY)
+        try:  # the task SDK's public XCom API; Airflow stores the link when the task ends
+            value = BaseXCom.get_value(ti_key=ti_key, key=XCOM_KEY)
         except Exception:
             return ""
         return value if isinstance(value, str) else ""

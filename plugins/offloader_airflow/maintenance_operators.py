@@ -11,35 +11,33 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from airflow.sdk import BaseOperator, Context
+from airflow.sdk import Context
 
 from offloader.gc.sweep import sweep
 from offloader.metadata.backup import export_from
-from offloader_airflow.hooks import OffloaderHook
+from offloader_airflow.base import OffloaderBaseOperator, offloader_template_fields
 from offloader_airflow.operators import _bool
 
 
-class SweepOrphansOperator(BaseOperator):
+class SweepOrphansOperator(OffloaderBaseOperator):
     """Queue unreferenced objects past the grace period for deletion and abort stale
     uploads in every recorded store (``dry_run``: report only, what ``offloader scan``
     does). Fails, after sweeping the others, if a store could not be swept."""
 
-    template_fields: Sequence[str] = ("dry_run",)
+    template_fields: Sequence[str] = offloader_template_fields("dry_run")
 
     def __init__(
         self,
         *,
-        dry_run: Any = False,
-        offloader_conn_id: str = "offloader_default",
+        dry_run: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.dry_run = dry_run
-        self.offloader_conn_id = offloader_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
         dry_run = _bool(self.dry_run, "dry_run")
-        with OffloaderHook(self.offloader_conn_id).get_runtime() as runtime:
+        with self.hook.get_runtime() as runtime:
             result = sweep(runtime.metadata, runtime.stores, runtime.settings, dry_run=dry_run)
         self.log.info("%s", result.summary())
         result.raise_for_errors()
@@ -53,29 +51,27 @@ class SweepOrphansOperator(BaseOperator):
         }
 
 
-class ExportMetadataOperator(BaseOperator):
+class ExportMetadataOperator(OffloaderBaseOperator):
     """Write a metadata snapshot to the default store and keep the newest
     ``metadata_snapshots_keep`` (older ones go through the deletion queue). A dry run
     writes nothing."""
 
-    template_fields: Sequence[str] = ("dry_run",)
+    template_fields: Sequence[str] = offloader_template_fields("dry_run")
 
     def __init__(
         self,
         *,
-        dry_run: Any = False,
-        offloader_conn_id: str = "offloader_default",
+        dry_run: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.dry_run = dry_run
-        self.offloader_conn_id = offloader_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
         if _bool(self.dry_run, "dry_run"):
             self.log.info("dry run: no metadata snapshot written")
             return {"dry_run": True}
-        with OffloaderHook(self.offloader_conn_id).get_runtime() as runtime:
+        with self.hook.get_runtime() as runtime:
             result = export_from(runtime)
         self.log.info("wrote metadata snapshot %s", result.snapshot.key)
         return asdict(result)

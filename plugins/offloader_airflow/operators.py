@@ -14,8 +14,9 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 
 from offloader.offload.hot_deletion import delete_hot_copies
+from offloader.offload.params import OffloadRunParams
 from offloader.offload.runs import offload_batch, plan_batches, summarize
-from offloader_airflow.hooks import OffloaderHook
+from offloader_airflow.base import OffloaderBaseOperator, offloader_template_fields
 from offloader_airflow.links import XCOM_KEY, OffloadedObjectsLink, object_browser_url
 
 
@@ -39,30 +40,28 @@ def _bool(value: Any, name: str) -> bool:
     raise ValueError(f"{name} must be true or false, got {value!r}")
 
 
-class PlanOffloadOperator(BaseOperator):
-    """Validate the run's params and cut the due ledgers into batches (the return value).
+_DEFAULTS = OffloadRunParams()
 
-    Nothing changes here. In a dry run the batches are logged and pushed as XCom ``plan``
-    but the return value is empty, so the mapped offload task has nothing to do.
+
+class PlanOffloadOperator(OffloaderBaseOperator):
+    """Validate the run's params (:class:`OffloadRunParams`, as the trigger form and
+    `offloader plan` do) and cut the due ledgers into batches (the return value).
+
+    Nothing changes here. XComs ``plan`` (every batch), ``topics`` and ``dry_run`` feed the
+    later tasks; in a dry run the return value is empty, so the mapped offload has nothing
+    to do. Pass a DAG's ``dag.param(...)`` (or a literal) for each argument.
     """
 
-    template_fields: Sequence[str] = (
-        "topic",
-        "up_to_ledger",
-        "batch_size",
-        "batch_bytes",
-        "dry_run",
-    )
+    template_fields: Sequence[str] = offloader_template_fields(*OffloadRunParams.model_fields)
 
     def __init__(
         self,
         *,
-        topic: Any = "",
-        up_to_ledger: Any = None,
-        batch_size: Any = 500,
-        batch_bytes: Any = 1 << 30,
-        dry_run: Any = False,
-        offloader_conn_id: str = "offloader_default",
+        topic: str | None = _DEFAULTS.topic,
+        up_to_ledger: int | None = _DEFAULTS.up_to_ledger,
+        batch_size: int = _DEFAULTS.batch_size,
+        batch_bytes: int | None = _DEFAULTS.batch_bytes,
+        dry_run: bool = _DEFAULTS.dry_run,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -71,17 +70,22 @@ class PlanOffloadOperator(BaseOperator):
         self.batch_size = batch_size
         self.batch_bytes = batch_bytes
         self.dry_run = dry_run
-        self.offloader_conn_id = offloader_conn_id
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
-        topic = (self.topic or "").strip() or None
-        up_to = _optional_int(self.up_to_ledger, "up_to_ledger")
-        batch_size = _optional_int(self.batch_size, "batch_size") or 0
-        batch_bytes = _optional_int(self.batch_bytes, "batch_bytes")
-        dry_run = _bool(self.dry_run, "dry_run")
-        with OffloaderHook(self.offloader_conn_id).get_runtime() as runtime:
-            batches = plan_batches(runtime.metadata, topic, up_to, batch_size, batch_bytes)
-            topics = [topic] if topic else [t.name for t in runtime.metadata.list_topics()]
+        params = OffloadRunParams.parse(
+            {name: getattr(self, name) for name in OffloadRunParams.model_fields}
+        )
+        with self.hook.get_runtime() as runtime:
+            batches = plan_batches(
+                runtime.metadata,
+                params.topic,
+                params.up_to_ledger,
+                params.batch_size,
+                params.batch_bytes,
+            )
+            topics = (
+                [params.topic] if params.topic else [t.name for t in runtime.metadata.list_topics()]
+            )
         plan = [b.to_dict() for b in batches]
         ledgers = sum(len(b.ledger_ids) for b in batches)
         self.log.info(
@@ -89,34 +93,31 @@ class PlanOffloadOperator(BaseOperator):
             ledgers,
             sum(b.bytes for b in batches),
             len(batches),
-            " [dry run]" if dry_run else "",
+            " [dry run]" if params.dry_run else "",
         )
         for batch in batches:
             self.log.info("  %s: ledgers %s", batch.topic, batch.ledger_ids)
         context["ti"].xcom_push(key="plan", value=plan)
         context["ti"].xcom_push(key="topics", value=topics)
-        context["ti"].xcom_push(key="dry_run", value=dry_run)
-        return [] if dry_run else plan
+        context["ti"].xcom_push(key="dry_run", value=params.dry_run)
+        return [] if params.dry_run else plan
 
 
-class OffloadLedgersOperator(BaseOperator):
+class OffloadLedgersOperator(OffloaderBaseOperator):
     """Offload one batch of ledgers (map it over the plan). Returns one result per ledger."""
 
-    template_fields: Sequence[str] = ("batch",)
+    template_fields: Sequence[str] = offloader_template_fields("batch")
     operator_extra_links = (OffloadedObjectsLink(),)
 
-    def __init__(
-        self, *, batch: Any, offloader_conn_id: str = "offloader_default", **kwargs: Any
-    ) -> None:
+    def __init__(self, *, batch: dict[str, Any], **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.batch = batch
-        self.offloader_conn_id = offloader_conn_id
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
         batch = self.batch
         if not isinstance(batch, dict) or "topic" not in batch or "ledger_ids" not in batch:
             raise TypeError(f"batch must be a dict with topic and ledger_ids, got {batch!r}")
-        with OffloaderHook(self.offloader_conn_id).get_runtime() as runtime:
+        with self.hook.get_runtime() as runtime:
             results = offload_batch(runtime, batch["topic"], batch["ledger_ids"])
             first = next((r for r in results if r.attempt_id), None)
             if first is not None:
@@ -140,28 +141,24 @@ class OffloadLedgersOperator(BaseOperator):
         return [asdict(r) for r in results]
 
 
-class DeleteHotCopiesOperator(BaseOperator):
-    """Delete hot copies of offloaded ledgers whose deletion lag has passed (mark first)."""
+class DeleteHotCopiesOperator(OffloaderBaseOperator):
+    """Delete hot copies of offloaded ledgers whose deletion lag has passed (mark first).
 
-    template_fields: Sequence[str] = ("topics", "dry_run")
+    ``topics`` and ``dry_run`` come from the plan: ``plan.output["topics"]`` and
+    ``plan.output["dry_run"]``, so the run's params are validated once, by the plan.
+    """
 
-    def __init__(
-        self,
-        *,
-        topics: Any,
-        dry_run: Any = False,
-        offloader_conn_id: str = "offloader_default",
-        **kwargs: Any,
-    ) -> None:
+    template_fields: Sequence[str] = offloader_template_fields("topics", "dry_run")
+
+    def __init__(self, *, topics: list[str], dry_run: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.topics = topics
         self.dry_run = dry_run
-        self.offloader_conn_id = offloader_conn_id
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
         topics = list(self.topics or [])
         dry_run = _bool(self.dry_run, "dry_run")
-        with OffloaderHook(self.offloader_conn_id).get_runtime() as runtime:
+        with self.hook.get_runtime() as runtime:
             done = [
                 asdict(d)
                 for topic in topics

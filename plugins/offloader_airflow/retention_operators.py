@@ -14,7 +14,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
-from offloader_airflow.hooks import OffloaderHook
+from offloader_airflow.base import OffloaderBaseOperator, offloader_template_fields
 from offloader_airflow.operators import raise_if_failed
 
 # RetentionRequest's fields (a test holds them equal). The library is imported in
@@ -34,22 +34,21 @@ def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(asdict(value) if is_dataclass(value) else value, default=str))
 
 
-class PlanRetentionOperator(BaseOperator):
+class PlanRetentionOperator(OffloaderBaseOperator):
     """Validate the run's Params against the metadata; change nothing. Returns the request
     (normalised) and the topics it acts on."""
 
-    template_fields: Sequence[str] = REQUEST_FIELDS
+    template_fields: Sequence[str] = offloader_template_fields(*REQUEST_FIELDS)
 
     def __init__(
         self,
         *,
-        topic: Any = None,
-        cut_id: Any = None,
-        position: Any = None,
-        dry_run: Any = False,
-        retention_time_seconds: Any = None,
-        retention_size_bytes: Any = None,
-        offloader_conn_id: str = "offloader_default",
+        topic: str | None = None,
+        cut_id: int | None = None,
+        position: str | None = None,
+        dry_run: bool = False,
+        retention_time_seconds: float | None = None,
+        retention_size_bytes: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -59,32 +58,28 @@ class PlanRetentionOperator(BaseOperator):
         self.dry_run = dry_run
         self.retention_time_seconds = retention_time_seconds
         self.retention_size_bytes = retention_size_bytes
-        self.offloader_conn_id = offloader_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
         from offloader.retention.request import RetentionRequest, check_request
 
         raw = {name: getattr(self, name) for name in REQUEST_FIELDS}
         request = RetentionRequest.model_validate({k: v for k, v in raw.items() if v is not None})
-        with OffloaderHook(self.offloader_conn_id).get_runtime() as runtime:
+        with self.hook.get_runtime() as runtime:
             topics = check_request(runtime, request)
         self.log.info("%s run over %d topic(s): %s", request.mode, len(topics), topics)
         return {"request": request.model_dump(mode="json"), "topics": topics}
 
 
-class RetentionCutsOperator(BaseOperator):
+class RetentionCutsOperator(OffloaderBaseOperator):
     """Retention cut generation: one cut at the end of each topic (PDP-19), so the policy
     has positions to truncate at. A trim or a dry run takes none. Returns one work item per
     topic for the mapped apply task."""
 
-    template_fields: Sequence[str] = ("plan",)
+    template_fields: Sequence[str] = offloader_template_fields("plan")
 
-    def __init__(
-        self, *, plan: Any, offloader_conn_id: str = "offloader_default", **kwargs: Any
-    ) -> None:
+    def __init__(self, *, plan: dict[str, Any], **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.plan = plan
-        self.offloader_conn_id = offloader_conn_id
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
         from offloader.retention.cuts import take_cut
@@ -94,7 +89,7 @@ class RetentionCutsOperator(BaseOperator):
         topics = list(self.plan["topics"])
         cuts: dict[str, int | None] = dict.fromkeys(topics)
         if request.mode == "policy" and not request.dry_run:
-            with OffloaderHook(self.offloader_conn_id).get_runtime() as runtime:
+            with self.hook.get_runtime() as runtime:
                 for topic in topics:
                     cut = take_cut(runtime, topic)
                     cuts[topic] = cut.cut_id
@@ -102,18 +97,15 @@ class RetentionCutsOperator(BaseOperator):
         return [{"topic": t, "cut_id": c, "request": self.plan["request"]} for t, c in cuts.items()]
 
 
-class ApplyRetentionOperator(BaseOperator):
+class ApplyRetentionOperator(OffloaderBaseOperator):
     """Apply one topic's policy at its cut, or trim it at the requested position (map it
     over the cut generation's work items). List the deletion queue asset in ``outlets``."""
 
-    template_fields: Sequence[str] = ("work",)
+    template_fields: Sequence[str] = offloader_template_fields("work")
 
-    def __init__(
-        self, *, work: Any, offloader_conn_id: str = "offloader_default", **kwargs: Any
-    ) -> None:
+    def __init__(self, *, work: dict[str, Any], **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.work = work
-        self.offloader_conn_id = offloader_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
         from offloader.retention.request import RetentionRequest, run_request
@@ -123,7 +115,7 @@ class ApplyRetentionOperator(BaseOperator):
         if not isinstance(work, dict) or not {"topic", "cut_id", "request"} <= set(work):
             raise TypeError(f"work must be a dict with topic, cut_id and request, got {work!r}")
         request = RetentionRequest.model_validate(work["request"])
-        with OffloaderHook(self.offloader_conn_id).get_runtime() as runtime:
+        with self.hook.get_runtime() as runtime:
             end = None
             if work["cut_id"] is not None:
                 end = runtime.metadata.get_cut(work["topic"], work["cut_id"])

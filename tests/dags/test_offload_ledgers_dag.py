@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.airflow import DagFile, connection_env, return_value, task_states
+from fixtures.airflow import DagFile, connection_env, return_value, task_states, xcom_values
 from fixtures.backends import (
     make_topic,
     produce_ledgers,
@@ -24,6 +24,7 @@ from offloader.gc.deletion_queue import process_deletions
 from offloader.metadata import AttemptState, HotState
 from offloader.read.topic_reader import Source, TopicReader
 from offloader.runtime import Runtime
+from offloader_airflow.links import OffloadedObjectsLink
 
 
 @pytest.fixture
@@ -72,6 +73,10 @@ def test_offload_run_end_to_end_then_a_second_run_changes_nothing(
         assert TopicReader(runtime).checksum(topic) == checksum
     assert unaccounted_objects(runtime) == set()
     objects = {i.key for i in runtime.objects.list()}
+    # the extra link, built when each offload task finished, leads to an object it wrote
+    links = xcom_values(run, "offload", OffloadedObjectsLink().xcom_key, decode=False)
+    data_keys = {x.data_key for x in ledgers[:4]}
+    assert len(links) == 2 and all(any(link.endswith(k) for k in data_keys) for link in links)
 
     again = offload_dag.test(run_conf={"batch_size": 2})
     assert str(again.state) == "success", task_states(again)
@@ -148,7 +153,7 @@ def test_unknown_topic_fails_the_plan_and_changes_nothing(runtime: Runtime, offl
 @pytest.mark.parametrize(
     ("extra", "fragment"),
     [
-        ({"object_store_url": "file:///tmp/x"}, "extra needs ['metadata_url']"),
+        ({"object_store_url": "file:///tmp/x"}, "metadata_url: Field required"),
         (
             {"metadata_url": "sqlite:////tmp/x.db", "object_store_url": "ftp://x"},
             "object_store_url",
@@ -173,6 +178,8 @@ def test_bad_connections_fail_clearly_and_change_nothing(
     run = offload_dag.test(run_conf={}, retries=False)
     assert str(run.state) == "failed"
     assert task_states(run)["plan"] == ["failed"]
+    # without a plan there is nothing to wire: not a failure of its own, not retried
+    assert task_states(run)["delete_hot_copies"] == ["upstream_failed"]
     out, err = capfd.readouterr()
     assert fragment in out + err
     assert not Path("/tmp/x.db").exists()

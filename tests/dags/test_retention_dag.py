@@ -198,4 +198,8 @@ def test_the_plan_operator_templates_every_request_field() -> None:
     from offloader.retention.request import RetentionRequest
     from offloader_airflow.retention_operators import PlanRetentionOperator
 
-    assert tuple(PlanRetentionOperator.template_fields) == tuple(RetentionRequest.model_fields)
+    assert tuple(PlanRetentionOperator.template_fields) == (
+        "offloader_conn_id",
+        "aws_conn_id",
+        *RetentionRequest.model_fields,
+    )

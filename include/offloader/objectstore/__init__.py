@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 if TYPE_CHECKING:
+    from offloader.objectstore.s3 import S3ClientFactory
     from offloader.settings import Settings
 
 MiB = 1024 * 1024
@@ -145,8 +146,12 @@ class ObjectStore(abc.ABC):
         """Release connections."""
 
 
-def open_object_store(url: str, settings: Settings | None = None) -> ObjectStore:
-    """Pick the binding by URL scheme: ``file:///abs/dir`` or ``s3://bucket/prefix``."""
+def open_object_store(
+    url: str, settings: Settings | None = None, client_factory: S3ClientFactory | None = None
+) -> ObjectStore:
+    """Pick the binding by URL scheme: ``file:///abs/dir`` or ``s3://bucket/prefix``;
+    ``client_factory`` (see :data:`~offloader.objectstore.s3.S3ClientFactory`) makes S3
+    clients instead of the settings' keys."""
     scheme = urlparse(url).scheme
     if scheme == "file":
         from offloader.objectstore.filesystem import FilesystemObjectStore
@@ -155,7 +160,7 @@ def open_object_store(url: str, settings: Settings | None = None) -> ObjectStore
     if scheme == "s3":
         from offloader.objectstore.s3 import S3ObjectStore
 
-        return S3ObjectStore.from_url(url, settings)
+        return S3ObjectStore.from_url(url, settings, client_factory)
     raise ValueError(
         f"object store URL {url!r}: scheme must be 'file' (file:///abs/dir) or 's3' "
         "(s3://bucket/prefix)"

@@ -18,6 +18,7 @@ from offloader.objectstore.location import FILE, StoreLocation
 
 if TYPE_CHECKING:
     from offloader.metadata import MetadataStore
+    from offloader.objectstore.s3 import S3ClientFactory
     from offloader.settings import Settings
 
 
@@ -26,7 +27,9 @@ def default_location(settings: Settings) -> StoreLocation:
     return StoreLocation.from_url(settings.resolved_object_store_url, settings.s3_endpoint_url)
 
 
-def open_location(location: StoreLocation, settings: Settings) -> ObjectStore:
+def open_location(
+    location: StoreLocation, settings: Settings, client_factory: S3ClientFactory | None = None
+) -> ObjectStore:
     """Open a recorded store; StoreUnavailableError naming it if it is gone or unreachable.
 
     A recorded store is never created: a missing directory or bucket means the data is not
@@ -38,7 +41,7 @@ def open_location(location: StoreLocation, settings: Settings) -> ObjectStore:
         )
     at = settings.model_copy(update={"s3_endpoint_url": location.endpoint or None})
     try:
-        store = open_object_store(location.store_url, at)
+        store = open_object_store(location.store_url, at, client_factory)
     except Exception as exc:
         raise StoreUnavailableError(f"object store {location} cannot be opened: {exc}") from exc
     try:
@@ -56,6 +59,7 @@ class StoreRegistry:
     metadata: MetadataStore
     settings: Settings
     default: ObjectStore
+    client_factory: S3ClientFactory | None = None  # the runtime's: recorded stores use it too
     _default_location: StoreLocation = field(init=False)
     _default_id: int | None = field(default=None, init=False)
     _opened: dict[int, ObjectStore] = field(default_factory=dict, init=False)
@@ -90,7 +94,7 @@ class StoreRegistry:
                 if location == self._default_location:
                     store = self.default  # the same store: never open it twice
                 else:
-                    store = open_location(location, self.settings)
+                    store = open_location(location, self.settings, self.client_factory)
                 self._opened[store_id] = store
             return store
 

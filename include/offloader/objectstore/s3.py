@@ -27,7 +27,7 @@ NoSuchUpload; wrong credentials give 403 (HEAD) or SignatureDoesNotMatch.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlparse, urlunparse
@@ -109,9 +109,15 @@ def _secret(value: Any) -> str | None:
     return value.get_secret_value() if value is not None else None
 
 
-def build_client(settings: Settings) -> Any:
-    """A thread-safe boto3 S3 client: adaptive retries (503 SlowDown), path addressing."""
-    config = Config(
+#: Makes the S3 client for ``settings`` (their endpoint and region). The library's own is
+#: :func:`build_client`; a host (the Airflow hook) injects one whose session refreshes its
+#: credentials, so no secret has to be copied into the settings.
+S3ClientFactory = Callable[["Settings"], Any]
+
+
+def client_config(settings: Settings) -> Config:
+    """The library's client config: adaptive retries (503 SlowDown), path addressing."""
+    return Config(
         region_name=settings.s3_region,
         retries={"mode": "adaptive", "total_max_attempts": 10},
         max_pool_connections=max(10, 2 * settings.upload_concurrency),
@@ -123,13 +129,19 @@ def build_client(settings: Settings) -> Any:
         request_checksum_calculation="when_required",
         response_checksum_validation="when_required",
     )
+
+
+def build_client(settings: Settings) -> Any:
+    """A thread-safe boto3 S3 client from the settings' keys (or boto3's default chain)."""
     session = boto3.session.Session(
         aws_access_key_id=_secret(settings.s3_access_key_id),
         aws_secret_access_key=_secret(settings.s3_secret_access_key),
         aws_session_token=_secret(settings.s3_session_token),
         region_name=settings.s3_region,
     )
-    return session.client("s3", endpoint_url=settings.s3_endpoint_url, config=config)
+    return session.client(
+        "s3", endpoint_url=settings.s3_endpoint_url, config=client_config(settings)
+    )
 
 
 class S3ObjectStore(ObjectStore):
@@ -155,14 +167,20 @@ class S3ObjectStore(ObjectStore):
         self.endpoint_url = _safe_endpoint(getattr(client.meta, "endpoint_url", None))
 
     @classmethod
-    def from_url(cls, url: str, settings: Settings | None = None) -> S3ObjectStore:
-        """``s3://bucket/prefix``; endpoint, region and credentials come from ``settings``."""
+    def from_url(
+        cls,
+        url: str,
+        settings: Settings | None = None,
+        client_factory: S3ClientFactory | None = None,
+    ) -> S3ObjectStore:
+        """``s3://bucket/prefix``; endpoint and region come from ``settings``, credentials
+        from them too unless ``client_factory`` makes the client."""
         bucket, prefix = _parse_url(url)
         if settings is None:
             from offloader.settings import Settings
 
             settings = Settings()
-        return cls(build_client(settings), bucket, prefix)
+        return cls((client_factory or build_client)(settings), bucket, prefix)
 
     @property
     def url(self) -> str:

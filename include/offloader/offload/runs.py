@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from offloader.metadata import MetadataStore
 from offloader.offload.batch import DEFAULT_WINDOW, BatchOffloader
 from offloader.offload.ledger_offloader import LedgerOffloader, OffloadResult, Outcome
+from offloader.offload.params import OffloadRunParams
 from offloader.offload.planner import due_ledgers
 from offloader.runtime import Runtime
 
@@ -26,20 +27,6 @@ class Batch:
         return asdict(self)
 
 
-def validate_run_params(
-    topic: str | None, up_to: int | None, batch_size: int, batch_bytes: int | None = None
-) -> None:
-    if topic is not None and not isinstance(topic, str):
-        raise TypeError(f"topic must be a string, got {type(topic).__name__}")
-    if up_to is not None and (isinstance(up_to, bool) or not isinstance(up_to, int) or up_to < 0):
-        raise ValueError(f"up_to_ledger must be a ledger id >= 0 or empty, got {up_to!r}")
-    for name, value in (("batch_size", batch_size), ("batch_bytes", batch_bytes)):
-        if name == "batch_bytes" and value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-
-
 def plan_batches(
     metadata: MetadataStore,
     topic: str | None,
@@ -50,9 +37,23 @@ def plan_batches(
     """Due ledgers of ``topic`` (or of every topic when None/empty), in batches, oldest first.
 
     A batch closes at ``batch_size`` ledgers or before it would pass ``batch_bytes``, so
-    many small ledgers share a task while large ones get a task each.
+    many small ledgers share a task while large ones get a task each. The arguments are
+    checked by :class:`OffloadRunParams` (RunParamsError) before anything is read.
     """
-    validate_run_params(topic, up_to, batch_size, batch_bytes)
+    params = OffloadRunParams.parse(
+        {
+            "topic": topic,
+            "up_to_ledger": up_to,
+            "batch_size": batch_size,
+            "batch_bytes": batch_bytes,
+        }
+    )
+    topic, up_to, batch_size, batch_bytes = (
+        params.topic,
+        params.up_to_ledger,
+        params.batch_size,
+        params.batch_bytes,
+    )
     names = [topic] if topic else [t.name for t in metadata.list_topics()]
     batches = []
     now = metadata.db_now_ms()  # ages are measured on the database's clock

@@ -13,6 +13,7 @@ import pytest
 from fixtures.backends import make_topic, produce_ledgers
 from fixtures.databases import upgraded
 from offloader.offload.ledger_offloader import Outcome
+from offloader.offload.params import RunParamsError
 from offloader.offload.runs import Batch, offload_batch, plan_batches
 from offloader.runtime import Runtime
 from offloader.settings import Settings
@@ -29,11 +30,11 @@ def rt(tmp_path: Path) -> Runtime:  # type: ignore[misc]
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
-        ({"topic": 5}, TypeError, "topic must be a string, got int"),
-        ({"up_to": True}, ValueError, "up_to_ledger must be a ledger id >= 0 or empty, got True"),
-        ({"up_to": "3"}, ValueError, "up_to_ledger must be a ledger id >= 0 or empty, got '3'"),
-        ({"batch_size": None}, ValueError, "batch_size must be an integer >= 1, got None"),
-        ({"batch_bytes": 1.5}, ValueError, "batch_bytes must be an integer >= 1, got 1.5"),
+        ({"topic": 5}, RunParamsError, "topic: 5 is not of type 'null', 'string'"),
+        ({"up_to": True}, RunParamsError, "up_to_ledger: True is not of type 'null', 'integer'"),
+        ({"up_to": "3"}, RunParamsError, "up_to_ledger: '3' is not of type 'null', 'integer'"),
+        ({"batch_size": None}, RunParamsError, "batch_size: None is not of type 'integer'"),
+        ({"batch_bytes": 1.5}, RunParamsError, "batch_bytes: 1.5 is not of type 'null', 'integer'"),
     ],
 )
 def test_bad_run_params_are_named_before_anything_is_read(

@@ -49,10 +49,10 @@ def test_batches_by_bytes_give_a_large_ledger_its_own_task(rt: Runtime) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"up_to": -1}, "up_to_ledger must be a ledger id >= 0"),
-        ({"batch_size": 0}, "batch_size must be an integer >= 1"),
-        ({"batch_size": True}, "batch_size must be an integer >= 1"),
-        ({"batch_bytes": 0}, "batch_bytes must be an integer >= 1"),
+        ({"up_to": -1}, "up_to_ledger: -1 is less than the minimum of 0"),
+        ({"batch_size": 0}, "batch_size: 0 is less than the minimum of 1"),
+        ({"batch_size": True}, "batch_size: True is not of type 'integer'"),
+        ({"batch_bytes": 0}, "batch_bytes: 0 is less than the minimum of 1"),
     ],
 )
 def test_bad_run_params_are_named(rt: Runtime, kwargs, message) -> None:
