@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from offloader.metadata import MetadataStore
 from offloader.offload.batch import DEFAULT_WINDOW, BatchOffloader
 from offloader.offload.ledger_offloader import LedgerOffloader, OffloadResult, Outcome
-from offloader.offload.planner import due_ledgers
+from offloader.offload.planner import CreationWindow, due_ledgers
 from offloader.runtime import Runtime
 
 
@@ -46,13 +46,19 @@ def plan_batches(
     up_to: int | None,
     batch_size: int,
     batch_bytes: int | None = None,
+    window: CreationWindow | None = None,
 ) -> list[Batch]:
     """Due ledgers of ``topic`` (or of every topic when None/empty), in batches, oldest first.
 
     A batch closes at ``batch_size`` ledgers or before it would pass ``batch_bytes``, so
-    many small ledgers share a task while large ones get a task each.
+    many small ledgers share a task while large ones get a task each. ``window`` plans the
+    ledgers created inside it whatever the policy (a backfill of a past period), reading
+    only those from the database.
     """
     validate_run_params(topic, up_to, batch_size, batch_bytes)
+    if window is not None and not isinstance(window, CreationWindow):
+        raise TypeError(f"window must be a CreationWindow, got {window!r}")
+    created = (window.start_ms, window.end_ms) if window is not None else None
     names = [topic] if topic else [t.name for t in metadata.list_topics()]
     batches = []
     now = metadata.db_now_ms()  # ages are measured on the database's clock
@@ -60,8 +66,8 @@ def plan_batches(
         policy = metadata.get_topic(name).policy  # NotFoundError names a missing topic
         current: list[int] = []
         size = 0
-        hot = metadata.ledgers_with_hot_copy(name, offloaded=False)
-        for ledger in due_ledgers(hot, policy, now, up_to):
+        hot = metadata.ledgers_with_hot_copy(name, offloaded=False, created=created)
+        for ledger in due_ledgers(hot, policy, now, up_to, window):
             too_big = batch_bytes is not None and size + ledger.size_bytes > batch_bytes
             if current and (len(current) >= batch_size or too_big):
                 batches.append(Batch(name, current, size))
