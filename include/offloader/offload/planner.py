@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+import calendar
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
 from offloader.metadata import HotState, Ledger, LedgerState, OffloadState
 from offloader.policy import OffloadPolicy
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,10 @@ class CreationWindow:
 
 
 def _epoch_ms(moment: datetime) -> int:
-    return (moment - _EPOCH) // timedelta(milliseconds=1)
+    """Floored to the millisecond, in integers (no float rounding); plain arithmetic on the
+    fields, so datetime subclasses (Airflow hands over pendulum's) convert the same way."""
+    seconds = calendar.timegm(moment.utctimetuple())
+    return seconds * 1000 + moment.microsecond // 1000
 
 
 def due_ledgers(

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from fixtures.metadata import begin, sealed_ledger
+from fixtures.metadata import begin, created_at, sealed_ledger
 from offloader.metadata import MetadataStore, Position, schema
 from offloader.offload.planner import CreationWindow
 from offloader.offload.runs import Batch, plan_batches
@@ -24,18 +24,6 @@ def store(metadata_url: str) -> Iterator[MetadataStore]:
     store = MetadataStore.open(metadata_url)
     yield store
     store.close()
-
-
-def created_at(store: MetadataStore, topic: str, created: dict[int, int]) -> None:
-    """Give ledgers known creation times (a writer records the database's clock)."""
-    ledgers = schema.ledgers
-    with store.transaction() as conn:
-        for ledger_id, created_ms in created.items():
-            conn.execute(
-                ledgers.update()
-                .where(ledgers.c.topic == topic, ledgers.c.ledger_id == ledger_id)
-                .values(created_ms=created_ms)
-            )
 
 
 def test_a_window_plans_exactly_the_ledgers_created_in_it(store: MetadataStore) -> None:

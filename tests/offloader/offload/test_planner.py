@@ -204,6 +204,20 @@ def test_a_window_is_built_from_timezone_aware_datetimes_to_the_millisecond() ->
         datetime(2026, 3, 1, 0, 0, 1, tzinfo=UTC),
     )
     assert odd == CreationWindow(1_772_323_200_001, 1_772_323_201_000)  # floored, not rounded
+    before_epoch_ms = datetime(1969, 12, 31, 23, 59, 59, 999_000, tzinfo=UTC)
+    with pytest.raises(ValueError, match="start_ms must be epoch milliseconds >= 0, got -1"):
+        CreationWindow.between(before_epoch_ms, datetime(1970, 1, 2, tzinfo=UTC))
+
+
+def test_a_window_from_airflow_pendulum_datetimes() -> None:
+    """Airflow hands a run's data interval over as pendulum DateTimes."""
+    import pendulum
+
+    window = CreationWindow.between(
+        pendulum.datetime(2026, 3, 1, 1, tz="Europe/Paris"),
+        pendulum.datetime(2026, 3, 2, tz="UTC"),
+    )
+    assert window == CreationWindow(1_772_323_200_000, 1_772_409_600_000)
 
 
 @pytest.mark.parametrize(
