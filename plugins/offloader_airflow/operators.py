@@ -14,6 +14,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 
 from offloader.offload.hot_deletion import delete_hot_copies
+from offloader.offload.planner import CreationWindow
 from offloader.offload.runs import offload_batch, plan_batches, summarize
 from offloader_airflow.hooks import OffloaderHook
 from offloader_airflow.links import XCOM_KEY, OffloadedObjectsLink, object_browser_url
@@ -44,6 +45,8 @@ class PlanOffloadOperator(BaseOperator):
 
     Nothing changes here. In a dry run the batches are logged and pushed as XCom ``plan``
     but the return value is empty, so the mapped offload task has nothing to do.
+    ``window="data_interval"`` plans the ledgers created inside the run's data interval,
+    whatever the policy (backfills); a run without a data interval then fails saying so.
     """
 
     template_fields: Sequence[str] = (
@@ -62,6 +65,7 @@ class PlanOffloadOperator(BaseOperator):
         batch_size: Any = 500,
         batch_bytes: Any = 1 << 30,
         dry_run: Any = False,
+        window: str | None = None,
         offloader_conn_id: str = "offloader_default",
         **kwargs: Any,
     ) -> None:
@@ -71,6 +75,7 @@ class PlanOffloadOperator(BaseOperator):
         self.batch_size = batch_size
         self.batch_bytes = batch_bytes
         self.dry_run = dry_run
+        self.window = window
         self.offloader_conn_id = offloader_conn_id
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
@@ -79,8 +84,9 @@ class PlanOffloadOperator(BaseOperator):
         batch_size = _optional_int(self.batch_size, "batch_size") or 0
         batch_bytes = _optional_int(self.batch_bytes, "batch_bytes")
         dry_run = _bool(self.dry_run, "dry_run")
+        window = self._window(context)
         with OffloaderHook(self.offloader_conn_id).get_runtime() as runtime:
-            batches = plan_batches(runtime.metadata, topic, up_to, batch_size, batch_bytes)
+            batches = plan_batches(runtime.metadata, topic, up_to, batch_size, batch_bytes, window)
             topics = [topic] if topic else [t.name for t in runtime.metadata.list_topics()]
         plan = [b.to_dict() for b in batches]
         ledgers = sum(len(b.ledger_ids) for b in batches)
@@ -97,6 +103,21 @@ class PlanOffloadOperator(BaseOperator):
         context["ti"].xcom_push(key="topics", value=topics)
         context["ti"].xcom_push(key="dry_run", value=dry_run)
         return [] if dry_run else plan
+
+    def _window(self, context: Context) -> CreationWindow | None:
+        """The creation window the plan selects by: none, or the run's data interval."""
+        if self.window is None:
+            return None
+        if self.window != "data_interval":
+            raise ValueError(f"window must be None or 'data_interval', got {self.window!r}")
+        start, end = context.get("data_interval_start"), context.get("data_interval_end")
+        if start is None or end is None:
+            raise ValueError(
+                "this run has no data interval to offload: backfill a date range "
+                "(airflow backfill create) or trigger the run with a logical date"
+            )
+        self.log.info("planning ledgers created in [%s, %s)", start.isoformat(), end.isoformat())
+        return CreationWindow.between(start, end)
 
 
 class OffloadLedgersOperator(BaseOperator):
@@ -183,7 +204,7 @@ class OffloadSummaryOperator(BaseOperator):
         *,
         offload_task_id: str = "offload",
         plan_task_id: str = "plan",
-        hot_task_id: str = "delete_hot_copies",
+        hot_task_id: str | None = "delete_hot_copies",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -195,9 +216,16 @@ class OffloadSummaryOperator(BaseOperator):
         ti = context["ti"]
         plan = ti.xcom_pull(task_ids=self.plan_task_id, key="plan") or []
         dry_run = bool(ti.xcom_pull(task_ids=self.plan_task_id, key="dry_run"))
-        pulled = ti.xcom_pull(task_ids=self.offload_task_id, default=[]) or []
+        # one map index per batch this run planned: after a clear, map indexes of an earlier
+        # try that planned more batches are REMOVED but keep their XComs; they are not ours
+        batches = ti.xcom_pull(task_ids=self.plan_task_id) or []
+        pulled = (
+            ti.xcom_pull(task_ids=self.offload_task_id, map_indexes=range(len(batches))) or []
+            if batches
+            else []
+        )
         results = [r for batch in _as_batches(pulled) for r in batch]
-        hot = ti.xcom_pull(task_ids=self.hot_task_id) or []
+        hot = (ti.xcom_pull(task_ids=self.hot_task_id) if self.hot_task_id else None) or []
         started = context["dag_run"].start_date
         elapsed = time.time() - started.timestamp() if started else None
         summary = {
@@ -207,7 +235,8 @@ class OffloadSummaryOperator(BaseOperator):
             "dry_run": dry_run,
         }
         self.log.info("offload run summary: %s", summary)
-        raise_if_failed(context, [self.plan_task_id, self.offload_task_id, self.hot_task_id])
+        upstream = [self.plan_task_id, self.offload_task_id, self.hot_task_id]
+        raise_if_failed(context, [t for t in upstream if t])
         return summary
 
 
