@@ -6,14 +6,16 @@ interval** (one UTC day, `[00:00, next 00:00)`) to the object store, whatever th
 offload policies say. Ledgers already offloaded, trimmed or still open are never planned.
 Hot copies are left to `offload_ledgers`, which deletes them once the deletion lag passed.
 
-The daily schedule has real data intervals and catchup is off: the DAG does nothing on its
-own until a backfill asks for days, e.g.
+The daily schedule has real data intervals and catchup is off. Unpause the DAG (no run of
+a paused DAG starts, backfill runs included), then ask for days, e.g.
 
     airflow backfill create --dag-id offload_historical \\
         --from-date 2026-03-01 --to-date 2026-03-03
 
 runs 2026-03-01, -02 and -03 (ledgers created from 2026-03-01 00:00 up to 2026-03-04 00:00
-UTC). A date with no such ledgers succeeds having done nothing.
+UTC). A date with no such ledgers succeeds having done nothing. While unpaused the DAG
+also runs daily for the day before; pause it after the backfill if the policies alone
+should decide. Step by step: docs/OPERATIONS.md, "Backfill historical ledgers".
 
 **Reprocessing.** A backfill skips dates that already have a run; add
 `--reprocess-behavior completed` to run them again. A re-run plans only ledgers of that

@@ -220,6 +220,10 @@ def test_a_window_from_airflow_pendulum_datetimes() -> None:
     assert window == CreationWindow(1_772_323_200_000, 1_772_409_600_000)
 
 
+def test_the_epoch_itself_may_start_a_window() -> None:
+    assert CreationWindow(0, 1).contains(ledger(1, created_ms=0))
+
+
 @pytest.mark.parametrize(
     ("start", "end", "error", "message"),
     [
