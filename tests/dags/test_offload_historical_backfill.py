@@ -1,5 +1,6 @@
 """offload_historical through Airflow's own backfill: `airflow backfill create` run by a real
-scheduler (LocalExecutor), API server and dag-processor, on files + SQLite.
+scheduler (LocalExecutor), API server and dag-processor (Airflow on PostgreSQL), and the
+offloader on files + SQLite.
 
 Ledgers get known creation times across several days; a backfill of a date range must
 offload exactly those created in it, a second backfill of the same range (reprocessing the
@@ -33,24 +34,33 @@ def at(day: int, hour: int = 0, ms: int = 0) -> int:
 
 
 def backfill(af: AirflowServices, first: str, last: str, *options: str) -> dict[str, str]:
-    """Run ``airflow backfill create`` and wait until the scheduler completed it: the run
-    id of each of its runs, by logical date, all successful."""
+    """Run ``airflow backfill create`` and wait for its runs to finish: the run id of each,
+    by logical date, all successful."""
+    # one backfill per DAG at a time: the scheduler marks the last one complete (every 30 s)
+    af.wait_for(
+        "the previous backfill to be marked complete",
+        lambda: not af.query("SELECT 1 FROM backfill WHERE completed_at IS NULL"),
+        timeout=120,
+    )
     before = af.query("SELECT COALESCE(MAX(id), 0) FROM backfill")[0][0]
     af.cli("backfill", "create", "--dag-id", DAG, "--from-date", first, "--to-date", last, *options)
-    (backfill_id,) = af.query("SELECT id FROM backfill WHERE id > ?", before)[0]
-    af.wait_for(
-        f"backfill {first}..{last} to complete",
-        lambda: af.query(
-            "SELECT 1 FROM backfill WHERE id = ? AND completed_at IS NOT NULL", backfill_id
-        ),
+    (backfill_id,) = af.query("SELECT id FROM backfill WHERE id > :before", before=before)[0]
+    # the CLI created (or cleared, to reprocess) every run before it returned
+    runs = af.wait_for(
+        f"the runs of backfill {first}..{last} to finish",
+        lambda: _finished_runs(af, backfill_id),
         timeout=240,
-    )
-    runs = af.query(
-        "SELECT logical_date, run_id, state FROM dag_run WHERE backfill_id = ?", backfill_id
     )
     failed = [r for r in runs if r[2] != "success"]
     assert not failed, f"runs not successful: {failed}\n{af.task_log_tail()}"
     return {str(logical)[:10]: run_id for logical, run_id, _ in runs}
+
+
+def _finished_runs(af: AirflowServices, backfill_id: int) -> list[tuple] | None:
+    runs = af.query(
+        "SELECT logical_date, run_id, state FROM dag_run WHERE backfill_id = :id", id=backfill_id
+    )
+    return runs if runs and all(r[2] in ("success", "failed") for r in runs) else None
 
 
 def snapshot(settings: Settings) -> dict[tuple[str, int], Ledger]:
@@ -77,65 +87,58 @@ def test_backfill_offloads_exactly_its_range_and_again_changes_nothing(tmp_path:
     with Runtime.open(settings) as rt:
         make_topic(rt, "orders")  # no thresholds: the policy alone would offload nothing
         make_topic(rt, "clicks")
-        orders = produce_ledgers(rt, "orders", [(5, 200)] * 6)
+        orders = produce_ledgers(rt, "orders", [(5, 200)] * 7)
         clicks = produce_ledgers(rt, "clicks", [(5, 200)] * 3)
         created_at(
             rt.metadata,
             "orders",
             {
-                orders[0]: at(1),  # the first instant of the range
-                orders[1]: at(2, ms=-1),  # the last instant of 2026-03-01
-                orders[2]: at(2, 12),
-                orders[3]: at(3),  # the first instant after the range
-                orders[4]: at(3, 8),
-                orders[5]: at(5, 1),
+                orders[0]: at(1, ms=-1),  # the last instant before the range
+                orders[1]: at(1),  # the first instant of the range
+                orders[2]: at(1, 12),
+                orders[3]: at(3),  # 2026-03-02 has no ledgers
+                orders[4]: at(4, ms=-1),  # the last instant of the range
+                orders[5]: at(4),  # the first instant after it
+                orders[6]: at(6, 1),
             },
         )
         created_at(
-            rt.metadata,
-            "clicks",
-            {clicks[0]: at(2, 6), clicks[1]: at(2, 7), clicks[2]: at(1, ms=-1)},
+            rt.metadata, "clicks", {clicks[0]: at(1, 6), clicks[1]: at(3, 7), clicks[2]: at(5)}
         )
-    in_range = {("orders", i) for i in orders[:3]} | {("clicks", i) for i in clicks[:2]}
+    in_range = {("orders", i) for i in orders[1:5]} | {("clicks", i) for i in clicks[:2]}
 
     home = tmp_path / "airflow"
     with airflow_services(home, [f"{DAG}.py"], connection_env(settings)) as af:
         af.wait_for(
             "the dag-processor to parse the DAG",
-            lambda: af.query("SELECT 1 FROM serialized_dag WHERE dag_id = ?", DAG),
+            lambda: af.query("SELECT 1 FROM serialized_dag WHERE dag_id = :dag", dag=DAG),
             timeout=180,
         )
         af.cli("dags", "unpause", DAG)  # runs of a paused DAG, backfills too, never start
 
-        runs = backfill(af, "2026-03-01", "2026-03-02")
-        assert sorted(runs) == ["2026-03-01", "2026-03-02"]
+        runs = backfill(af, "2026-03-01", "2026-03-03")
+        assert sorted(runs) == ["2026-03-01", "2026-03-02", "2026-03-03"]
         ledgers = snapshot(settings)
         assert {k for k, x in ledgers.items() if x.is_offloaded} == in_range
         summaries = {day: af.xcom(run, "summary") for day, run in runs.items()}
-        assert {d: s["offloaded"] for d, s in summaries.items()} == {
-            "2026-03-01": 2,
-            "2026-03-02": 3,
+        assert {d: (s["planned_ledgers"], s["offloaded"]) for d, s in summaries.items()} == {
+            "2026-03-01": (3, 3),
+            "2026-03-02": (0, 0),  # a date without ledgers succeeds doing nothing
+            "2026-03-03": (3, 3),
         }
         attempts = committed_attempts(settings)
         assert {k: len(v) for k, v in attempts.items()} == dict.fromkeys(in_range, 1)
         assert {k: [ledgers[k].offload_uuid] for k in in_range} == attempts
         objects = sorted(p.name for p in (tmp_path / "data").rglob("*") if p.is_file())
 
-        # a date without ledgers: the run succeeds and does nothing
-        empty = backfill(af, "2026-03-04", "2026-03-04")
-        summary = af.xcom(empty["2026-03-04"], "summary")
-        assert (summary["planned_ledgers"], summary["offloaded"]) == (0, 0)
-        assert snapshot(settings) == ledgers
-
         # the same range again, its completed runs reprocessed: nothing changes
-        again = backfill(af, "2026-03-01", "2026-03-02", "--reprocess-behavior", "completed")
-        assert sorted(again) == ["2026-03-01", "2026-03-02"]
+        again = backfill(af, "2026-03-01", "2026-03-03", "--reprocess-behavior", "completed")
         assert again == runs  # Airflow clears and re-runs the same runs...
         for run in again.values():  # ...so their plan ran a second time
             assert af.query(
-                "SELECT try_number FROM task_instance WHERE run_id = ? AND task_id = 'plan'", run
+                "SELECT try_number FROM task_instance WHERE run_id = :run AND task_id = 'plan'",
+                run=run,
             ) == [(2,)]
-        for run in again.values():
             summary = af.xcom(run, "summary")
             assert (summary["planned_ledgers"], summary["offloaded"]) == (0, 0)
         assert snapshot(settings) == ledgers
