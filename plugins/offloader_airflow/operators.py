@@ -15,6 +15,7 @@ from airflow.sdk import BaseOperator, Context
 
 from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.params import OffloadRunParams
+from offloader.offload.planner import CreationWindow
 from offloader.offload.runs import offload_batch, plan_batches, summarize
 from offloader_airflow.base import OffloaderBaseOperator, offloader_template_fields
 from offloader_airflow.links import XCOM_KEY, OffloadedObjectsLink, object_browser_url
@@ -50,6 +51,8 @@ class PlanOffloadOperator(OffloaderBaseOperator):
     Nothing changes here. XComs ``plan`` (every batch), ``topics`` and ``dry_run`` feed the
     later tasks; in a dry run the return value is empty, so the mapped offload has nothing
     to do. Pass a DAG's ``dag.param(...)`` (or a literal) for each argument.
+    ``window="data_interval"`` plans the ledgers created inside the run's data interval,
+    whatever the policy (backfills); a run without a data interval then fails saying so.
     """
 
     template_fields: Sequence[str] = offloader_template_fields(*OffloadRunParams.model_fields)
@@ -62,6 +65,7 @@ class PlanOffloadOperator(OffloaderBaseOperator):
         batch_size: int = _DEFAULTS.batch_size,
         batch_bytes: int | None = _DEFAULTS.batch_bytes,
         dry_run: bool = _DEFAULTS.dry_run,
+        window: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -70,11 +74,13 @@ class PlanOffloadOperator(OffloaderBaseOperator):
         self.batch_size = batch_size
         self.batch_bytes = batch_bytes
         self.dry_run = dry_run
+        self.window = window
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
         params = OffloadRunParams.parse(
             {name: getattr(self, name) for name in OffloadRunParams.model_fields}
         )
+        window = self._window(context)  # a bad window fails before anything is read
         with self.hook.get_runtime() as runtime:
             batches = plan_batches(
                 runtime.metadata,
@@ -82,6 +88,7 @@ class PlanOffloadOperator(OffloaderBaseOperator):
                 params.up_to_ledger,
                 params.batch_size,
                 params.batch_bytes,
+                window,
             )
             topics = (
                 [params.topic] if params.topic else [t.name for t in runtime.metadata.list_topics()]
@@ -101,6 +108,22 @@ class PlanOffloadOperator(OffloaderBaseOperator):
         context["ti"].xcom_push(key="topics", value=topics)
         context["ti"].xcom_push(key="dry_run", value=params.dry_run)
         return [] if params.dry_run else plan
+
+    def _window(self, context: Context) -> CreationWindow | None:
+        """The creation window the plan selects by: none, or the run's data interval."""
+        if self.window is None:
+            return None
+        if self.window != "data_interval":
+            raise ValueError(f"window must be None or 'data_interval', got {self.window!r}")
+        start, end = context.get("data_interval_start"), context.get("data_interval_end")
+        if start is None or end is None:
+            raise ValueError(
+                "this run has no data interval to offload: backfill a date range "
+                "(airflow backfill create) or trigger the run with a logical date"
+            )
+        self.log.info("planning ledgers created in [%s, %s)", start.isoformat(), end.isoformat())
+        return CreationWindow.between(start, end)
+
 
 
 class OffloadLedgersOperator(OffloaderBaseOperator):

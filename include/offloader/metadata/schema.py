@@ -84,6 +84,7 @@ ledgers = Table(
     # the end of a topic's sealed data (its first open ledger) without a scan of history
     Index("ix_ledgers_state", "topic", "state", "ledger_id"),
     Index("ix_ledgers_hot", "topic", "hot_state"),  # planning and hot deletion
+    Index("ix_ledgers_created", "topic", "created_ms"),  # backfills plan by creation time
     Index("ix_ledgers_data_key", "data_key"),  # the orphan sweep's lookups by key
     Index("ix_ledgers_index_key", "index_key"),
     ForeignKeyConstraint(["topic"], ["topics.name"]),

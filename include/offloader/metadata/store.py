@@ -309,16 +309,28 @@ class MetadataStore:
             rows = conn.execute(query.order_by(L.c.ledger_id)).mappings()
             return [Ledger.model_validate(dict(r)) for r in rows]
 
-    def ledgers_with_hot_copy(self, topic: str, *, offloaded: bool | None = None) -> list[Ledger]:
+    def ledgers_with_hot_copy(
+        self,
+        topic: str,
+        *,
+        offloaded: bool | None = None,
+        created: tuple[int, int] | None = None,
+    ) -> list[Ledger]:
         """The topic's live ledgers (at or above its start, not marked by a trim) whose hot
         copy is not deleted, optionally only offloaded or only not offloaded ones, oldest
         first. Planning and hot deletion look at no others, so they never load the topic's
-        offloaded history (selected in SQL, as IN lists that ``ix_ledgers_hot`` serves)."""
+        offloaded history (selected in SQL, as IN lists that ``ix_ledgers_hot`` serves).
+
+        ``created`` (``[from_ms, to_ms)``) keeps only ledgers created in that window: a
+        backfill of a past period reads that period's ledgers, not the topic's hot set.
+        """
         hot = [s.value for s in HotState if s is not HotState.DELETED]
         where = [L.c.topic == topic, L.c.hot_state.in_(hot)]
         if offloaded is not None:
             states = [s.value for s in OffloadState if (s is OffloadState.OFFLOADED) == offloaded]
             where.append(L.c.offload_state.in_(states))
+        if created is not None:
+            where += [L.c.created_ms >= created[0], L.c.created_ms < created[1]]
         with self.engine.connect() as conn:
             current = self._topic(conn, topic)
             # what a trim removes takes retention's path, never the planner's or hot deletion's

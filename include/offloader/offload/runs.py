@@ -13,7 +13,7 @@ from offloader.metadata import MetadataStore
 from offloader.offload.batch import DEFAULT_WINDOW, BatchOffloader
 from offloader.offload.ledger_offloader import LedgerOffloader, OffloadResult, Outcome
 from offloader.offload.params import OffloadRunParams
-from offloader.offload.planner import due_ledgers
+from offloader.offload.planner import CreationWindow, due_ledgers
 from offloader.runtime import Runtime
 
 
@@ -33,12 +33,15 @@ def plan_batches(
     up_to: int | None,
     batch_size: int,
     batch_bytes: int | None = None,
+    window: CreationWindow | None = None,
 ) -> list[Batch]:
     """Due ledgers of ``topic`` (or of every topic when None/empty), in batches, oldest first.
 
     A batch closes at ``batch_size`` ledgers or before it would pass ``batch_bytes``, so
-    many small ledgers share a task while large ones get a task each. The arguments are
-    checked by :class:`OffloadRunParams` (RunParamsError) before anything is read.
+    many small ledgers share a task while large ones get a task each. ``window`` plans the
+    ledgers created inside it whatever the policy (a backfill of a past period), reading
+    only those from the database. The arguments are checked by :class:`OffloadRunParams`
+    (RunParamsError) before anything is read.
     """
     params = OffloadRunParams.parse(
         {
@@ -54,6 +57,9 @@ def plan_batches(
         params.batch_size,
         params.batch_bytes,
     )
+    if window is not None and not isinstance(window, CreationWindow):
+        raise TypeError(f"window must be a CreationWindow, got {window!r}")
+    created = (window.start_ms, window.end_ms) if window is not None else None
     names = [topic] if topic else [t.name for t in metadata.list_topics()]
     batches = []
     now = metadata.db_now_ms()  # ages are measured on the database's clock
@@ -61,8 +67,8 @@ def plan_batches(
         policy = metadata.get_topic(name).policy  # NotFoundError names a missing topic
         current: list[int] = []
         size = 0
-        hot = metadata.ledgers_with_hot_copy(name, offloaded=False)
-        for ledger in due_ledgers(hot, policy, now, up_to):
+        hot = metadata.ledgers_with_hot_copy(name, offloaded=False, created=created)
+        for ledger in due_ledgers(hot, policy, now, up_to, window):
             too_big = batch_bytes is not None and size + ledger.size_bytes > batch_bytes
             if current and (len(current) >= batch_size or too_big):
                 batches.append(Batch(name, current, size))

@@ -219,3 +219,11 @@ def test_0003_downgrades_to_0002_and_upgrades_again(engine: sa.Engine) -> None:
         assert "deletion_state" not in {c["name"] for c in inspector.get_columns("ledgers")}
 
     downgrade_then_upgrade(engine, "0002", check)
+
+
+def test_0004_downgrades_to_0003_and_upgrades_again(engine: sa.Engine) -> None:
+    def check(inspector: sa.Inspector) -> None:
+        names = {ix["name"] for ix in inspector.get_indexes("ledgers")}
+        assert "ix_ledgers_hot" in names and "ix_ledgers_created" not in names
+
+    downgrade_then_upgrade(engine, "0003", check)

@@ -6,11 +6,13 @@ tests hand it records directly; every boundary of a rule is checked from both si
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta, timezone
+
 import pytest
 
 from fixtures.metadata import ledger_record as ledger
 from offloader.metadata import HotState, Ledger, LedgerState, OffloadState
-from offloader.offload.planner import due_ledgers, is_retirable_empty
+from offloader.offload.planner import CreationWindow, due_ledgers, is_retirable_empty
 from offloader.policy import OffloadPolicy
 
 NOW_MS = 1_000_000_000
@@ -150,3 +152,98 @@ def test_which_empty_ledgers_are_retired(fields: dict[str, object], retirable: b
     expected = [1, 2] if retirable else [1]
     assert ids(due_ledgers([ledger(1), empty], NO_RULES, NOW_MS, up_to=2)) == expected
     assert ids(due_ledgers([empty], NO_RULES, NOW_MS)) == expected[1:]
+
+
+DAY_MS = 86_400_000
+WINDOW = CreationWindow(10 * DAY_MS, 11 * DAY_MS)
+
+
+def test_a_window_takes_the_candidates_created_inside_it_whatever_the_policy() -> None:
+    policy = OffloadPolicy(offload_threshold_bytes=10**9, offload_age_seconds=10**6)
+    ledgers = [
+        ledger(1, created_ms=WINDOW.start_ms - 1),
+        ledger(2, created_ms=WINDOW.start_ms),  # the start is inside
+        ledger(3, created_ms=WINDOW.end_ms - 1),
+        ledger(4, created_ms=WINDOW.end_ms),  # the end is not
+        ledger(5, entry_count=0, size_bytes=0, created_ms=WINDOW.start_ms + 1),  # retired
+    ]
+    assert ids(due_ledgers(ledgers, policy, NOW_MS, window=WINDOW)) == [2, 3, 5]
+    assert ids(due_ledgers(ledgers, NO_RULES, NOW_MS, window=WINDOW)) == [2, 3, 5]
+    # with a prefix too, a ledger must pass both
+    assert ids(due_ledgers(ledgers, NO_RULES, NOW_MS, up_to=2, window=WINDOW)) == [2]
+
+
+@pytest.mark.parametrize(
+    ("fields", "why"),
+    [
+        (dict(state=LedgerState.OPEN, sealed_ms=None), "open"),
+        (dict(offload_state=OffloadState.OFFLOADED), "offloaded"),
+        (dict(hot_state=HotState.DELETING), "hot copy being deleted"),
+        (dict(hot_state=HotState.DELETED), "hot copy deleted"),
+        (dict(entry_count=0, size_bytes=0, hot_state=HotState.DELETED), "empty, retired"),
+    ],
+)
+def test_a_window_refuses_what_the_planner_always_refuses(
+    fields: dict[str, object], why: str
+) -> None:
+    inside = WINDOW.start_ms + 5
+    ledgers = [ledger(1, created_ms=inside), ledger(2, created_ms=inside, **fields)]
+    assert ids(due_ledgers(ledgers, NO_RULES, NOW_MS, window=WINDOW)) == [1], why
+
+
+def test_a_window_is_built_from_timezone_aware_datetimes_to_the_millisecond() -> None:
+    utc = CreationWindow.between(datetime(2026, 3, 1, tzinfo=UTC), datetime(2026, 3, 2, tzinfo=UTC))
+    assert utc == CreationWindow(1_772_323_200_000, 1_772_409_600_000)
+    plus_two = timezone(timedelta(hours=2))
+    same = CreationWindow.between(
+        datetime(2026, 3, 1, 2, tzinfo=plus_two), datetime(2026, 3, 2, 2, tzinfo=plus_two)
+    )
+    assert same == utc  # the same instants, written in another zone
+    odd = CreationWindow.between(
+        datetime(2026, 3, 1, 0, 0, 0, 1999, tzinfo=UTC),
+        datetime(2026, 3, 1, 0, 0, 1, tzinfo=UTC),
+    )
+    assert odd == CreationWindow(1_772_323_200_001, 1_772_323_201_000)  # floored, not rounded
+    before_epoch_ms = datetime(1969, 12, 31, 23, 59, 59, 999_000, tzinfo=UTC)
+    with pytest.raises(ValueError, match="start_ms must be epoch milliseconds >= 0, got -1"):
+        CreationWindow.between(before_epoch_ms, datetime(1970, 1, 2, tzinfo=UTC))
+
+
+def test_a_window_from_airflow_pendulum_datetimes() -> None:
+    """Airflow hands a run's data interval over as pendulum DateTimes."""
+    import pendulum
+
+    window = CreationWindow.between(
+        pendulum.datetime(2026, 3, 1, 1, tz="Europe/Paris"),
+        pendulum.datetime(2026, 3, 2, tz="UTC"),
+    )
+    assert window == CreationWindow(1_772_323_200_000, 1_772_409_600_000)
+
+
+def test_the_epoch_itself_may_start_a_window() -> None:
+    assert CreationWindow(0, 1).contains(ledger(1, created_ms=0))
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "error", "message"),
+    [
+        (5, 5, ValueError, r"\[5, 5\) is empty"),
+        (6, 5, ValueError, "is empty"),
+        (-1, 5, ValueError, "start_ms must be epoch milliseconds"),
+        (True, 5, ValueError, "start_ms"),
+        (0, "9", ValueError, "end_ms"),
+    ],
+)
+def test_a_bad_window_is_refused_naming_what_is_wrong(
+    start: object, end: object, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        CreationWindow(start, end)  # type: ignore[arg-type]
+
+
+def test_a_window_from_naive_or_non_datetimes_is_refused() -> None:
+    aware = datetime(2026, 3, 1, tzinfo=UTC)
+    with pytest.raises(ValueError, match="window end 2026-03-02T00:00:00 has no timezone"):
+        CreationWindow.between(aware, datetime(2026, 3, 2))
+    with pytest.raises(TypeError, match="window start must be a datetime"):
+        CreationWindow.between("2026-03-01", aware)  # type: ignore[arg-type]

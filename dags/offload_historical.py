@@ -1,0 +1,68 @@
+"""
+### offload_historical
+
+Offloads a past period: each run moves the sealed ledgers **created inside its data
+interval** (one UTC day, `[00:00, next 00:00)`) to the object store, whatever the topics'
+offload policies say. Ledgers already offloaded, trimmed or still open are never planned.
+Hot copies are left to `offload_ledgers`, which deletes them once the deletion lag passed.
+
+The daily schedule has real data intervals and catchup is off. Unpause the DAG (no run of
+a paused DAG starts, backfill runs included), then ask for days, e.g.
+
+    airflow backfill create --dag-id offload_historical \\
+        --from-date 2026-03-01 --to-date 2026-03-03
+
+runs 2026-03-01, -02 and -03 (ledgers created from 2026-03-01 00:00 up to 2026-03-04 00:00
+UTC). A date with no such ledgers succeeds having done nothing. While unpaused the DAG
+also runs daily for the day before; pause it after the backfill if the policies alone
+should decide. Step by step: docs/OPERATIONS.md, "Backfill historical ledgers".
+
+**Reprocessing.** A backfill skips dates that already have a run; add
+`--reprocess-behavior completed` to run them again. A re-run plans only ledgers of that
+date still not offloaded, so after a finished run it plans nothing and changes nothing; a
+ledger another run committed meanwhile reports `already-offloaded` and keeps its offload.
+
+plan (ledgers created in the data interval) -> offload (mapped over bounded batches,
+pool `offload_uploads`) -> summary
+"""
+
+from __future__ import annotations
+
+from airflow.sdk import CronDataIntervalTimetable, TriggerRule
+
+from offloader_airflow.assets import DELETION_QUEUE
+from offloader_airflow.dag_defaults import dry_run_param, offloader_dag, topic_param
+from offloader_airflow.operators import (
+    OffloadLedgersOperator,
+    OffloadSummaryOperator,
+    PlanOffloadOperator,
+)
+
+with offloader_dag(
+    "offload_historical",
+    description="Backfill: offload the sealed ledgers created in each run's data interval",
+    schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
+    doc_md=__doc__,
+    params={
+        "topic": topic_param("Offload this topic only; leave empty for every topic."),
+        "dry_run": dry_run_param("Plan and log what would move; change nothing."),
+    },
+    tags=("backfill",),
+) as dag:
+    plan = PlanOffloadOperator(
+        task_id="plan",
+        topic="{{ params.topic }}",
+        dry_run="{{ params.dry_run }}",
+        window="data_interval",
+    )
+    offload = OffloadLedgersOperator.partial(
+        task_id="offload",
+        pool="offload_uploads",
+        max_active_tis_per_dagrun=4,
+        outlets=[DELETION_QUEUE],  # a losing or stale attempt queues its objects
+    ).expand(batch=plan.output)
+    summary = OffloadSummaryOperator(
+        task_id="summary", hot_task_id=None, trigger_rule=TriggerRule.ALL_DONE
+    )
+
+    plan >> offload >> summary
