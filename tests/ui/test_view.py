@@ -1,0 +1,145 @@
+"""The tiered-storage view in a real Airflow API server and a real headless chromium: only
+for signed-in users, the numbers of a known setup, a screenshot kept as an artifact."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from fixtures.airflow_server import AirflowServer, api_token
+from fixtures.backends import make_topic, produce_ledgers
+from fixtures.browser import WAIT_SECONDS, Screenshots, sign_in
+from offloader.metadata.records import Position
+from offloader.offload.hot_deletion import delete_hot_copies
+from offloader.offload.ledger_offloader import LedgerOffloader
+from offloader.retention.trim import trim_topic
+from offloader.runtime import Runtime
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.xdist_group("airflow_server")]
+
+
+@pytest.fixture(scope="module")
+def known_setup(
+    airflow_server: AirflowServer,
+) -> Iterator[dict[str, tuple[int, int, int, int, int]]]:
+    """Two topics: `orders` with two of three ledgers offloaded, their hot copies deleted and
+    the first trimmed (its two objects queued for deletion); `clicks` only hot. The expected
+    (hot ledgers, hot bytes, offloaded ledgers, offloaded bytes, pending deletions) come from
+    the ledger rows and the offload results, not from the code under test."""
+    with Runtime.open(airflow_server.settings) as rt:
+        make_topic(rt, "orders")
+        make_topic(rt, "clicks")
+        orders = produce_ledgers(rt, "orders", [(40, 3000), (30, 3000), (20, 3000)], seed=1)
+        produce_ledgers(rt, "clicks", [(50, 500), (10, 500)], seed=2)
+        results = LedgerOffloader(rt).offload_topic("orders", up_to=orders[1])
+        assert [r.ledger_id for r in results] == orders[:2]
+        delete_hot_copies(rt.metadata, rt.hot, "orders")
+        trim_topic(rt, "orders", Position(ledger_id=orders[1], entry_id=0))
+        expected = {}
+        for topic in ("orders", "clicks"):
+            ledgers = rt.metadata.list_ledgers(topic)
+            moved = orders[:2] if topic == "orders" else []
+            hot = [x.size_bytes for x in ledgers if x.ledger_id not in moved]
+            off = [x.data_len or 0 for x in ledgers if x.ledger_id in moved]
+            pending = 2 if topic == "orders" else 0
+            expected[topic] = (len(hot), sum(hot), len(off), sum(off), pending)
+    assert expected["orders"][3] > 0 and expected["clicks"][1] > 0
+    yield expected
+
+
+def get(server: AirflowServer, path: str, token: str | None = None) -> tuple[int, str, str]:
+    """(status, final URL, body) of a GET that does not follow redirects."""
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            return None
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(f"{server.base_url}{path}", headers=headers)
+    try:
+        with urllib.request.build_opener(NoRedirect).open(request, timeout=60) as response:
+            return response.status, response.url, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers.get("Location", ""), exc.read().decode()
+
+
+def test_the_view_and_its_api_need_a_signed_in_user(airflow_server: AirflowServer) -> None:
+    status, location, _ = get(airflow_server, "/offloader/")
+    assert status == 303 and "/auth/login?next=" in location
+    assert get(airflow_server, "/offloader/api/tiers")[0] == 401
+    assert get(airflow_server, "/offloader/api/tiers", token="not-a-jwt")[0] == 403
+    assert get(airflow_server, "/offloader/", token="not-a-jwt")[0] == 303
+
+
+def test_the_api_reports_the_known_setup(airflow_server: AirflowServer, known_setup) -> None:  # type: ignore[no-untyped-def]
+    status, _, body = get(airflow_server, "/offloader/api/tiers", token=api_token(airflow_server))
+    assert status == 200, body
+    data = json.loads(body)
+    got = {
+        t["topic"]: (
+            t["hot_ledgers"],
+            t["hot_bytes"],
+            t["offloaded_ledgers"],
+            t["offloaded_bytes"],
+            t["pending_deletions"],
+        )
+        for t in data["report"]["topics"]
+    }
+    assert got == known_setup
+    assert data["report"]["deletion_backlog"]["pending"] == 2
+    assert {d["dag_id"] for d in data["dags"]} == {
+        "offload_ledgers",
+        "retention",
+        "garbage_collection",
+    }
+    assert airflow_server.password not in body
+    assert airflow_server.env["AIRFLOW__API_AUTH__JWT_SECRET"] not in body
+
+
+def test_the_view_in_the_browser_shows_the_known_setup(
+    airflow_server: AirflowServer,
+    known_setup,
+    browser,
+    screenshots: Screenshots,  # type: ignore[no-untyped-def]
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(browser, WAIT_SECONDS)
+    # through the UI's navigation: the external view embeds the page in an iframe
+    sign_in(browser, airflow_server, f"{airflow_server.base_url}/")
+    wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, "button[aria-label=Browse]"))).click()
+    wait.until(ec.element_to_be_clickable((By.LINK_TEXT, "Tiered storage"))).click()
+    wait.until(ec.url_contains("/plugin/tiered-storage"))
+    wait.until(ec.frame_to_be_available_and_switch_to_it((By.TAG_NAME, "iframe")))
+    try:
+        wait.until(ec.presence_of_element_located((By.ID, "topics")))
+        for topic, (hot_n, hot_b, off_n, off_b, pending) in known_setup.items():
+            row = browser.find_element(By.CSS_SELECTOR, f"tr[data-topic='{topic}']")
+
+            def cell(field: str) -> str:
+                return row.find_element(By.CSS_SELECTOR, f"[data-field={field}]").text  # noqa: B023
+
+            assert cell("hot_ledgers") == str(hot_n)
+            assert cell("hot_bytes").startswith(f"{hot_b:,} B")
+            assert cell("offloaded_ledgers") == str(off_n)
+            assert cell("offloaded_bytes").startswith(f"{off_b:,} B")
+            assert cell("pending_deletions") == str(pending)
+        backlog = browser.find_element(By.ID, "backlog")
+        assert backlog.find_element(By.CSS_SELECTOR, "[data-field=pending]").text == "2"
+        assert browser.find_element(By.ID, "chart-hot").get_attribute("points")
+        assert browser.find_element(By.ID, "chart-offloaded").get_attribute("points")
+        dags = {
+            e.get_attribute("data-dag")
+            for e in browser.find_elements(By.CSS_SELECTOR, "tr[data-dag]")
+        }
+        assert dags == {"offload_ledgers", "retention", "garbage_collection"}
+        assert airflow_server.password not in browser.page_source
+    finally:
+        browser.switch_to.default_content()
+    screenshots.save(browser, "tiered-storage-view", doc=True)
