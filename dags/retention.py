@@ -49,8 +49,8 @@ with offloader_dag(
             "Trim at cut", "Trim the topic at this stream cut (`offloader cut list TOPIC`)."
         ),
         "position": Param(
-            "",
-            type="string",
+            None,  # nullable: the UI's form counts an empty non-null string as missing
+            type=["null", "string"],
             pattern=r"^(\s*|\s*\d+:\d+\s*)$",
             title="Trim at position",
             description="Trim the topic at LEDGER:ENTRY (e.g. 12:0) instead of a cut.",

@@ -48,8 +48,11 @@ def offloader_dag(
 
 
 def topic_param(description: str) -> Param:
-    """The form field naming one topic; empty means every topic."""
-    return Param("", type="string", maxLength=512, title="Topic", description=description)
+    """The form field naming one topic; empty (None) means every topic. Nullable, so the UI's
+    trigger form does not count the empty default as a missing required value."""
+    return Param(
+        None, type=["null", "string"], maxLength=512, title="Topic", description=description
+    )
 
 
 def optional_number_param(title: str, description: str, kind: str = "integer") -> Param:
