@@ -51,6 +51,25 @@ def known_setup(
     yield expected
 
 
+@pytest.fixture(scope="module")
+def backfill(airflow_server: AirflowServer) -> list[str]:
+    """Three hourly runs of garbage_collection, made by `airflow backfill create` (queued:
+    no scheduler runs here); their run ids."""
+    airflow_server.airflow(
+        "backfill",
+        "create",
+        "--dag-id",
+        "garbage_collection",
+        "--from-date",
+        "2026-01-01T00:00:00",
+        "--to-date",
+        "2026-01-01T02:00:00",
+        "--dag-run-conf",
+        '{"dry_run": true}',
+    )
+    return [f"backfill__2026-01-01T0{h}:00:00+00:00" for h in range(3)]
+
+
 def get(server: AirflowServer, path: str, token: str | None = None) -> tuple[int, str, str]:
     """(status, final URL, body) of a GET that does not follow redirects."""
 
@@ -75,7 +94,9 @@ def test_the_view_and_its_api_need_a_signed_in_user(airflow_server: AirflowServe
     assert get(airflow_server, "/offloader/", token="not-a-jwt")[0] == 303
 
 
-def test_the_api_reports_the_known_setup(airflow_server: AirflowServer, known_setup) -> None:  # type: ignore[no-untyped-def]
+def test_the_api_reports_the_known_setup(
+    airflow_server: AirflowServer, known_setup, backfill
+) -> None:  # type: ignore[no-untyped-def]
     status, _, body = get(airflow_server, "/offloader/api/tiers", token=api_token(airflow_server))
     assert status == 200, body
     data = json.loads(body)
@@ -91,11 +112,11 @@ def test_the_api_reports_the_known_setup(airflow_server: AirflowServer, known_se
     }
     assert got == known_setup
     assert data["report"]["deletion_backlog"]["pending"] == 2
-    assert {d["dag_id"] for d in data["dags"]} == {
-        "offload_ledgers",
-        "retention",
-        "garbage_collection",
-    }
+    dags = {d["dag_id"]: d["runs"] for d in data["dags"]}
+    assert sorted(dags) == ["garbage_collection", "offload_ledgers", "retention"]
+    backfilled = [r for r in dags["garbage_collection"] if r["run_type"] == "backfill"]
+    assert sorted(r["run_id"] for r in backfilled) == backfill
+    assert {r["state"] for r in backfilled} == {"queued"}
     assert airflow_server.password not in body
     assert airflow_server.env["AIRFLOW__API_AUTH__JWT_SECRET"] not in body
 
@@ -103,6 +124,7 @@ def test_the_api_reports_the_known_setup(airflow_server: AirflowServer, known_se
 def test_the_view_in_the_browser_shows_the_known_setup(
     airflow_server: AirflowServer,
     known_setup,
+    backfill,
     browser,
     screenshots: Screenshots,  # type: ignore[no-untyped-def]
 ) -> None:
@@ -139,7 +161,20 @@ def test_the_view_in_the_browser_shows_the_known_setup(
             for e in browser.find_elements(By.CSS_SELECTOR, "tr[data-dag]")
         }
         assert dags == {"offload_ledgers", "retention", "garbage_collection"}
+        for run_id in backfill:
+            row = browser.find_element(
+                By.XPATH, f"//tr[@data-dag='garbage_collection'][td/a='{run_id}']"
+            )
+            assert [td.text for td in row.find_elements(By.TAG_NAME, "td")][2:4] == [
+                "backfill",
+                "queued",
+            ]
         assert airflow_server.password not in browser.page_source
     finally:
         browser.switch_to.default_content()
-    screenshots.save(browser, "tiered-storage-view", doc=True)
+    size = browser.get_window_size()
+    browser.set_window_size(size["width"], 1500)  # the whole page, for the docs
+    try:
+        screenshots.save(browser, "tiered-storage-view", doc=True)
+    finally:
+        browser.set_window_size(size["width"], size["height"])
