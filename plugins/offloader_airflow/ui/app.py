@@ -49,25 +49,26 @@ def collect(user: BaseUser, session: Any) -> dict[str, Any]:
     """What the page and the API show: the tiers (or why they cannot be read) and the last
     runs of the DAGs the user may read."""
     dag_ids = get_auth_manager().get_authorized_dag_ids(user=user, method="GET")
-    result: dict[str, Any] = {"dags": last_runs(session, dag_ids), "error": None}
-    hook = OffloaderHook()  # offloader_default, as the DAGs use
+    return {"dags": last_runs(session, dag_ids), **tiers_state(OffloaderHook())}
+
+
+def tiers_state(hook: OffloaderHook) -> dict[str, Any]:
+    """The stores (URLs without passwords) and the tiers report; or, if they cannot be
+    read, ``error``: a message that names what is wrong and never carries a secret."""
     try:
         with hook.get_runtime() as runtime:
             report = tiers_report(runtime.metadata, runtime.settings.gc_failing_tries)
-            result["store"] = {
+            store = {
                 "metadata_url": hook.connection.safe_metadata_url,
                 "object_store_url": runtime.objects.url,
             }
     except (OffloaderConnectionError, OffloaderError) as exc:
-        result["error"] = str(exc)  # ours: they name what is wrong and carry no secret
-        return result
+        return {"error": str(exc)}  # ours: they name the field or the revision, no secret
     except Exception as exc:
         # a driver's message may quote a URL: the log has it (masked), the page not
         log.exception("tiered-storage view: reading the offloader metadata failed")
-        result["error"] = f"{type(exc).__name__} reading the offloader metadata; see the log"
-        return result
-    result["report"] = report.model_dump(mode="json")
-    return result
+        return {"error": f"{type(exc).__name__} reading the offloader metadata; see the log"}
+    return {"error": None, "store": store, "report": report.model_dump(mode="json")}
 
 
 @app.get("/api/tiers")
