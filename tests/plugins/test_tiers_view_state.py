@@ -43,6 +43,7 @@ def shown(state: dict) -> str:
     return json.dumps(state) + render_page({"dags": [], **state})
 
 
+@pytest.mark.postgres
 def test_the_metadata_url_is_shown_without_its_password(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, pg_url_with_password: str
 ) -> None:
