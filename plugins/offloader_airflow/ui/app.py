@@ -1,22 +1,21 @@
-"""The FastAPI app of the tiered-storage view: ``/`` (HTML) and ``/api/tiers`` (JSON)."""
+"""The FastAPI app of the tiered-storage view: ``/`` (HTML) and ``/api/tiers`` (JSON).
+
+Every process that loads plugins (workers, scheduler, dag-processor) imports this module,
+so Airflow's API-server modules are imported only inside the routes, in the API server.
+"""
 
 from __future__ import annotations
 
 import logging
 from typing import Annotated, Any
 
-from airflow.api_fastapi.app import get_auth_manager
-from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
-from airflow.api_fastapi.common.db.common import SessionDep
-from airflow.api_fastapi.core_api.security import GetUserDep, bearer_scheme, get_user
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from fastapi.security import HTTPAuthorizationCredentials
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from offloader.exceptions import OffloaderError
 from offloader.status import tiers_report
 from offloader_airflow.hooks import OffloaderConnectionError, OffloaderHook
-from offloader_airflow.ui.dag_runs import last_runs
 from offloader_airflow.ui.page import render_page
 
 log = logging.getLogger(__name__)
@@ -34,22 +33,40 @@ EXTERNAL_VIEW = {
 }
 
 
-async def _signed_in_or_none(
-    request: Request,
-    bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
-) -> BaseUser | None:
-    """The page redirects to the login page instead of answering 401."""
+_bearer = HTTPBearer(auto_error=False)
+Bearer = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+
+
+async def signed_in_user(request: Request, bearer: Bearer) -> Any:
+    """Airflow's own check (the bearer token, else the UI's session cookie): 401 without
+    either, 403 for an invalid token."""
+    from airflow.api_fastapi.core_api.security import get_user
+
+    return await get_user(request, None, bearer)
+
+
+async def _signed_in_or_none(request: Request, bearer: Bearer) -> Any:
+    """The page sends the browser to the login page instead of answering 401."""
     try:
-        return await get_user(request, None, bearer)
+        return await signed_in_user(request, bearer)
     except HTTPException:
         return None
 
 
-def collect(user: BaseUser, session: Any) -> dict[str, Any]:
+def collect(user: Any) -> dict[str, Any]:
     """What the page and the API show: the tiers (or why they cannot be read) and the last
     runs of the DAGs the user may read."""
-    dag_ids = get_auth_manager().get_authorized_dag_ids(user=user, method="GET")
-    return {"dags": last_runs(session, dag_ids), **tiers_state(OffloaderHook())}
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.utils.session import create_session
+
+    from offloader_airflow.ui.dag_runs import last_runs
+
+    with create_session() as session:
+        dag_ids = get_auth_manager().get_authorized_dag_ids(
+            user=user, method="GET", session=session
+        )
+        dags = last_runs(session, dag_ids)
+    return {"dags": dags, **tiers_state(OffloaderHook())}
 
 
 def tiers_state(hook: OffloaderHook) -> dict[str, Any]:
@@ -72,8 +89,8 @@ def tiers_state(hook: OffloaderHook) -> dict[str, Any]:
 
 
 @app.get("/api/tiers")
-def api_tiers(user: GetUserDep, session: SessionDep) -> Any:
-    result = collect(user, session)
+def api_tiers(user: Annotated[Any, Depends(signed_in_user)]) -> Any:
+    result = collect(user)
     if result["error"]:
         raise HTTPException(status_code=503, detail=result["error"])
     return result
@@ -82,10 +99,11 @@ def api_tiers(user: GetUserDep, session: SessionDep) -> Any:
 @app.get("/", response_class=HTMLResponse)
 def page(
     request: Request,
-    user: Annotated[BaseUser | None, Depends(_signed_in_or_none)],
-    session: SessionDep,
+    user: Annotated[Any, Depends(_signed_in_or_none)],
 ) -> Response:
     if user is None:
+        from airflow.api_fastapi.app import get_auth_manager
+
         login = get_auth_manager().get_url_login(next_url=str(request.url))
         return RedirectResponse(login, status_code=303)
-    return HTMLResponse(render_page(collect(user, session)))
+    return HTMLResponse(render_page(collect(user)))
