@@ -8,15 +8,13 @@ to the API, whose refusal naming the param the dialog shows above the form.
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.request
 from typing import Any
 
 import pytest
 
 from fixtures.airflow import DAGS
-from fixtures.airflow_server import AirflowServer, api_token
+from fixtures.airflow_server import AirflowServer, api_get
 from fixtures.browser import WAIT_SECONDS, Screenshots, sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.xdist_group("airflow_server")]
@@ -30,17 +28,8 @@ BAD_VALUES = {
 }
 
 
-def api(server: AirflowServer, path: str) -> Any:
-    request = urllib.request.Request(
-        f"{server.base_url}/api/v2{path}",
-        headers={"Authorization": f"Bearer {api_token(server)}"},
-    )
-    with urllib.request.urlopen(request, timeout=60) as response:
-        return json.load(response)
-
-
 def runs(server: AirflowServer, dag_id: str) -> list[dict[str, Any]]:
-    return api(server, f"/dags/{dag_id}/dagRuns")["dag_runs"]
+    return api_get(server, f"/api/v2/dags/{dag_id}/dagRuns")["dag_runs"]
 
 
 def open_form(browser, server: AirflowServer, dag_id: str):  # type: ignore[no-untyped-def]
@@ -110,7 +99,8 @@ def test_the_form_submitted_with_its_defaults_creates_a_run(
 ) -> None:
     before = {r["dag_run_id"] for r in runs(airflow_server, dag_id)}
     defaults = {
-        k: v["value"] for k, v in api(airflow_server, f"/dags/{dag_id}/details")["params"].items()
+        k: v["value"]
+        for k, v in api_get(airflow_server, f"/api/v2/dags/{dag_id}/details")["params"].items()
     }
     dialog, trigger = open_form(browser, airflow_server, dag_id)
     if dag_id == "offload_ledgers":

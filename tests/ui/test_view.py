@@ -4,13 +4,11 @@ for signed-in users, the numbers of a known setup, a screenshot kept as an artif
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 
 import pytest
 
-from fixtures.airflow_server import AirflowServer, api_token
+from fixtures.airflow_server import AirflowServer, api_get, http_get
 from fixtures.backends import make_topic, produce_ledgers
 from fixtures.browser import WAIT_SECONDS, Screenshots, sign_in
 from offloader.metadata.records import Position
@@ -70,36 +68,19 @@ def backfill(airflow_server: AirflowServer) -> list[str]:
     return [f"backfill__2026-01-01T0{h}:00:00+00:00" for h in range(3)]
 
 
-def get(server: AirflowServer, path: str, token: str | None = None) -> tuple[int, str, str]:
-    """(status, final URL, body) of a GET that does not follow redirects."""
-
-    class NoRedirect(urllib.request.HTTPRedirectHandler):
-        def redirect_request(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-            return None
-
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    request = urllib.request.Request(f"{server.base_url}{path}", headers=headers)
-    try:
-        with urllib.request.build_opener(NoRedirect).open(request, timeout=60) as response:
-            return response.status, response.url, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.headers.get("Location", ""), exc.read().decode()
-
-
 def test_the_view_and_its_api_need_a_signed_in_user(airflow_server: AirflowServer) -> None:
-    status, location, _ = get(airflow_server, "/offloader/")
+    status, location, _ = http_get(airflow_server, "/offloader/")
     assert status == 303 and "/auth/login?next=" in location
-    assert get(airflow_server, "/offloader/api/tiers")[0] == 401
-    assert get(airflow_server, "/offloader/api/tiers", token="not-a-jwt")[0] == 403
-    assert get(airflow_server, "/offloader/", token="not-a-jwt")[0] == 303
+    assert http_get(airflow_server, "/offloader/api/tiers")[0] == 401
+    assert http_get(airflow_server, "/offloader/api/tiers", token="not-a-jwt")[0] == 403
+    assert http_get(airflow_server, "/offloader/", token="not-a-jwt")[0] == 303
 
 
 def test_the_api_reports_the_known_setup(
     airflow_server: AirflowServer, known_setup, backfill
 ) -> None:  # type: ignore[no-untyped-def]
-    status, _, body = get(airflow_server, "/offloader/api/tiers", token=api_token(airflow_server))
-    assert status == 200, body
-    data = json.loads(body)
+    data = api_get(airflow_server, "/offloader/api/tiers")
+    body = json.dumps(data)
     got = {
         t["topic"]: (
             t["hot_ledgers"],
