@@ -8,14 +8,13 @@ to the API, whose refusal naming the param the dialog shows above the form.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
 
 from fixtures.airflow import DAGS
 from fixtures.airflow_server import AirflowServer, api_get
-from fixtures.browser import WAIT_SECONDS, Screenshots, sign_in
+from fixtures.browser import Screenshots, sign_in, until
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.xdist_group("airflow_server")]
 
@@ -36,17 +35,13 @@ def open_form(browser, server: AirflowServer, dag_id: str):  # type: ignore[no-u
     """The DAG's page, its Trigger button, the open dialog (with its Trigger button)."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
 
-    wait = WebDriverWait(browser, WAIT_SECONDS)
     sign_in(browser, server, f"{server.base_url}/dags/{dag_id}")
-    wait.until(
-        ec.element_to_be_clickable((By.CSS_SELECTOR, "button[aria-label='Trigger Dag']"))
-    ).click()
-    dialog = wait.until(
-        ec.visibility_of_element_located((By.CSS_SELECTOR, "[role=dialog][data-state=open]"))
-    )
-    wait.until(lambda _: dialog.find_elements(By.NAME, "element_dry_run"))  # params rendered
+    button = (By.CSS_SELECTOR, "button[aria-label='Trigger Dag']")
+    until(browser, ec.element_to_be_clickable(button), f"{dag_id}'s Trigger button").click()
+    open_dialog = (By.CSS_SELECTOR, "[role=dialog][data-state=open]")
+    dialog = until(browser, ec.visibility_of_element_located(open_dialog), "the trigger dialog")
+    until(browser, lambda _: dialog.find_elements(By.NAME, "element_dry_run"), "the Params' fields")
     return dialog, submit_button(dialog)
 
 
@@ -76,16 +71,6 @@ def type_into(browser, dialog, name: str, value: str):  # type: ignore[no-untype
     return field
 
 
-def wait_for(condition, what: str, timeout: float = WAIT_SECONDS):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.5)
-    pytest.fail(f"timed out after {timeout}s waiting for {what}")
-
-
 def test_every_dag_has_a_bad_value_case() -> None:
     assert sorted(BAD_VALUES) == DAG_IDS
 
@@ -107,8 +92,9 @@ def test_the_form_submitted_with_its_defaults_creates_a_run(
         screenshots.save(browser, "trigger-form", doc=True)
     assert trigger.is_enabled(), f"{dag_id}: the form refuses its own defaults:\n{dialog.text}"
     trigger.click()
-    new = wait_for(
-        lambda: [r for r in runs(airflow_server, dag_id) if r["dag_run_id"] not in before],
+    new = until(
+        browser,
+        lambda _: [r for r in runs(airflow_server, dag_id) if r["dag_run_id"] not in before],
         f"a new run of {dag_id}",
     )
     assert len(new) == 1
@@ -134,8 +120,11 @@ def test_a_bad_value_is_refused_and_shown(
         root = field.find_element(
             By.XPATH, "ancestor::*[@data-scope='field' and @data-part='root'][1]"
         )
-        errors = wait_for(
-            lambda: [e.text for e in root.find_elements(By.CSS_SELECTOR, "[data-part=error-text]")],
+        errors = until(
+            browser,
+            lambda _: [
+                e.text for e in root.find_elements(By.CSS_SELECTOR, "[data-part=error-text]")
+            ],
             f"the error under {name}",
         )
         assert errors == [message]
@@ -145,7 +134,7 @@ def test_a_bad_value_is_refused_and_shown(
             screenshots.save(browser, "trigger-form-error", doc=True)
     else:
         trigger.click()
-        wait_for(lambda: message in dialog.text, f"the API's refusal of {name}={value!r}")
+        until(browser, lambda _: message in dialog.text, f"the API's refusal of {name}={value!r}")
         assert dialog.is_displayed()
         screenshots.save(browser, f"trigger-form-error-{dag_id}")
     assert len(runs(airflow_server, dag_id)) == before
@@ -159,4 +148,4 @@ def test_a_number_below_its_minimum_is_set_back_to_the_minimum(
     dialog, _ = open_form(browser, airflow_server, "offload_ledgers")
     field = type_into(browser, dialog, "batch_size", "0")
     assert field.get_attribute("aria-valuemin") == "1"
-    wait_for(lambda: field.get_attribute("value") == "1", "batch_size set back to 1")
+    until(browser, lambda _: field.get_attribute("value") == "1", "batch_size set back to 1")

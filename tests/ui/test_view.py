@@ -10,7 +10,7 @@ import pytest
 
 from fixtures.airflow_server import AirflowServer, api_get, http_get
 from fixtures.backends import make_topic, produce_ledgers
-from fixtures.browser import WAIT_SECONDS, Screenshots, sign_in
+from fixtures.browser import Screenshots, sign_in, until
 from offloader.metadata.records import Position
 from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.ledger_offloader import LedgerOffloader
@@ -111,17 +111,18 @@ def test_the_view_in_the_browser_shows_the_known_setup(
 ) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
 
-    wait = WebDriverWait(browser, WAIT_SECONDS)
     # through the UI's navigation: the external view embeds the page in an iframe
     sign_in(browser, airflow_server, f"{airflow_server.base_url}/")
-    wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, "button[aria-label=Browse]"))).click()
-    wait.until(ec.element_to_be_clickable((By.LINK_TEXT, "Tiered storage"))).click()
-    wait.until(ec.url_contains("/plugin/tiered-storage"))
-    wait.until(ec.frame_to_be_available_and_switch_to_it((By.TAG_NAME, "iframe")))
+    browse = (By.CSS_SELECTOR, "button[aria-label=Browse]")
+    until(browser, ec.element_to_be_clickable(browse), "the Browse menu").click()
+    entry = (By.LINK_TEXT, "Tiered storage")
+    until(browser, ec.element_to_be_clickable(entry), "Browse > Tiered storage").click()
+    until(browser, ec.url_contains("/plugin/tiered-storage"), "the view's URL")
+    iframe = (By.TAG_NAME, "iframe")
+    until(browser, ec.frame_to_be_available_and_switch_to_it(iframe), "the view's iframe")
     try:
-        wait.until(ec.presence_of_element_located((By.ID, "topics")))
+        until(browser, ec.presence_of_element_located((By.ID, "topics")), "the topics table")
         for topic, (hot_n, hot_b, off_n, off_b, pending) in known_setup.items():
             row = browser.find_element(By.CSS_SELECTOR, f"tr[data-topic='{topic}']")
 
