@@ -8,13 +8,17 @@ to the API, whose refusal naming the param the dialog shows above the form.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from fixtures.airflow import DAGS
 from fixtures.airflow_server import AirflowServer, api_get
 from fixtures.browser import Screenshots, sign_in, until
+
+if TYPE_CHECKING:
+    from selenium.webdriver.remote.webdriver import WebDriver
+    from selenium.webdriver.remote.webelement import WebElement
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.xdist_group("airflow_server")]
 
@@ -31,7 +35,9 @@ def runs(server: AirflowServer, dag_id: str) -> list[dict[str, Any]]:
     return api_get(server, f"/api/v2/dags/{dag_id}/dagRuns")["dag_runs"]
 
 
-def open_form(browser, server: AirflowServer, dag_id: str):  # type: ignore[no-untyped-def]
+def open_form(
+    browser: WebDriver, server: AirflowServer, dag_id: str
+) -> tuple[WebElement, WebElement]:
     """The DAG's page, its Trigger button, the open dialog (with its Trigger button)."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
@@ -45,7 +51,7 @@ def open_form(browser, server: AirflowServer, dag_id: str):  # type: ignore[no-u
     return dialog, submit_button(dialog)
 
 
-def submit_button(dialog):  # type: ignore[no-untyped-def]
+def submit_button(dialog: WebElement) -> WebElement:
     from selenium.webdriver.common.by import By
 
     buttons = [
@@ -55,7 +61,7 @@ def submit_button(dialog):  # type: ignore[no-untyped-def]
     return buttons[0]
 
 
-def type_into(browser, dialog, name: str, value: str):  # type: ignore[no-untyped-def]
+def type_into(browser: WebDriver, dialog: WebElement, name: str, value: str) -> WebElement:
     """Replace the field's value as a person would, then leave the field."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
@@ -78,9 +84,9 @@ def test_every_dag_has_a_bad_value_case() -> None:
 @pytest.mark.parametrize("dag_id", DAG_IDS)
 def test_the_form_submitted_with_its_defaults_creates_a_run(
     airflow_server: AirflowServer,
-    browser,
+    browser: WebDriver,
     screenshots: Screenshots,
-    dag_id: str,  # type: ignore[no-untyped-def]
+    dag_id: str,
 ) -> None:
     before = {r["dag_run_id"] for r in runs(airflow_server, dag_id)}
     defaults = {
@@ -106,9 +112,9 @@ def test_the_form_submitted_with_its_defaults_creates_a_run(
 @pytest.mark.parametrize("dag_id", DAG_IDS)
 def test_a_bad_value_is_refused_and_shown(
     airflow_server: AirflowServer,
-    browser,
+    browser: WebDriver,
     screenshots: Screenshots,
-    dag_id: str,  # type: ignore[no-untyped-def]
+    dag_id: str,
 ) -> None:
     from selenium.webdriver.common.by import By
 
@@ -142,7 +148,7 @@ def test_a_bad_value_is_refused_and_shown(
 
 def test_a_number_below_its_minimum_is_set_back_to_the_minimum(
     airflow_server: AirflowServer,
-    browser,  # type: ignore[no-untyped-def]
+    browser: WebDriver,
 ) -> None:
     """batch_size 0 cannot be submitted: the form's number field keeps to minimum 1."""
     dialog, _ = open_form(browser, airflow_server, "offload_ledgers")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -17,13 +18,19 @@ from offloader.offload.ledger_offloader import LedgerOffloader
 from offloader.retention.trim import trim_topic
 from offloader.runtime import Runtime
 
+if TYPE_CHECKING:
+    from selenium.webdriver.remote.webdriver import WebDriver
+
+#: per topic (hot ledgers, hot bytes, offloaded ledgers, offloaded bytes, pending deletions)
+Tiers = dict[str, tuple[int, int, int, int, int]]
+
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.xdist_group("airflow_server")]
 
 
 @pytest.fixture(scope="module")
 def known_setup(
     airflow_server: AirflowServer,
-) -> Iterator[dict[str, tuple[int, int, int, int, int]]]:
+) -> Iterator[Tiers]:
     """Two topics: `orders` with two of three ledgers offloaded, their hot copies deleted and
     the first trimmed (its two objects queued for deletion); `clicks` only hot. The expected
     (hot ledgers, hot bytes, offloaded ledgers, offloaded bytes, pending deletions) come from
@@ -77,8 +84,8 @@ def test_the_view_and_its_api_need_a_signed_in_user(airflow_server: AirflowServe
 
 
 def test_the_api_reports_the_known_setup(
-    airflow_server: AirflowServer, known_setup, backfill
-) -> None:  # type: ignore[no-untyped-def]
+    airflow_server: AirflowServer, known_setup: Tiers, backfill: list[str]
+) -> None:
     data = api_get(airflow_server, "/offloader/api/tiers")
     body = json.dumps(data)
     got = {
@@ -104,10 +111,10 @@ def test_the_api_reports_the_known_setup(
 
 def test_the_view_in_the_browser_shows_the_known_setup(
     airflow_server: AirflowServer,
-    known_setup,
-    backfill,
-    browser,
-    screenshots: Screenshots,  # type: ignore[no-untyped-def]
+    known_setup: Tiers,
+    backfill: list[str],
+    browser: WebDriver,
+    screenshots: Screenshots,
 ) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
