@@ -82,3 +82,24 @@ def test_thinning_keeps_the_first_and_last_samples() -> None:
     assert _thin(samples[:5], 10) == samples[:5]
     with pytest.raises(ValueError, match="points must be >= 2, got 1"):
         _thin(samples, 1)
+
+
+def test_an_attempts_leftovers_count_for_its_topic_and_sweep_orphans_for_none(
+    runtime: Runtime,
+) -> None:
+    rt = runtime
+    make_topic(rt, "orders")
+    [ledger_id] = produce_ledgers(rt, "orders", [(10, 1000)])
+    LedgerOffloader(rt).offload_topic("orders", up_to=ledger_id)
+    ledger = rt.metadata.get_ledger("orders", ledger_id)
+    assert ledger.offload_uuid and ledger.store_id is not None
+    rt.metadata.enqueue_deletions(
+        ["a/data", "a/index"],
+        "lost attempt",
+        store_id=ledger.store_id,
+        attempt_id=ledger.offload_uuid,
+    )
+    rt.metadata.enqueue_deletions(["orphan"], "sweep", store_id=ledger.store_id)
+    [orders] = topic_tiers(rt.metadata)
+    assert orders.pending_deletions == 2
+    assert tiers_report(rt.metadata, 5).deletion_backlog.pending == 3
