@@ -7,7 +7,8 @@ PYSPARK_VERSION := $(shell sed -n 's/^pyspark==//p' requirements.txt)
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install test lint demo airflow bench constraints clean mutate mutate-smoke mutate-survivors mutate-docs
+.PHONY: install test lint demo airflow bench constraints clean mutate mutate-smoke mutate-survivors mutate-docs \
+	browser doc-screenshots
 
 install: $(VENV)/.installed
 
@@ -42,6 +43,19 @@ airflow: install
 	  && airflow pools set offload_uploads 4 "bounded concurrent uploads" >/dev/null \
 	  && $(BIN)/python scripts/airflow_login.py \
 	  && exec airflow standalone
+
+# Debian's chromium and its driver for the browser tests (tests/ui/), from apt, only when
+# missing; sudo when not root. CI runs it before `make test`.
+browser:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then exit 0; fi; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo "sudo -n" ); \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q \
+	  && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+	       chromium chromium-driver
+
+# Rerun the browser tests and copy the screenshots docs/OPERATIONS.md shows to docs/images/.
+doc-screenshots: install browser
+	$(BIN)/python -m pytest -p no:xdist tests/ui --update-doc-screenshots
 
 bench: install
 	$(BIN)/python -m benchmarks.run

@@ -51,8 +51,8 @@ with offloader_dag(
 ) as dag:
     plan = PlanOffloadOperator(
         task_id="plan",
-        topic="{{ params.topic }}",
-        dry_run="{{ params.dry_run }}",
+        topic=dag.param("topic"),
+        dry_run=dag.param("dry_run"),
         window="data_interval",
     )
     offload = OffloadLedgersOperator.partial(

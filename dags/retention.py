@@ -50,7 +50,7 @@ with offloader_dag(
             "Trim at cut", "Trim the topic at this stream cut (`offloader cut list TOPIC`)."
         ),
         "position": Param(
-            None,
+            None,  # nullable: the UI's form counts an empty non-null string as missing
             type=["null", "string"],
             pattern=r"^(\s*|\s*\d+:\d+\s*)$",
             title="Trim at position",

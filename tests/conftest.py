@@ -25,4 +25,6 @@ pytest_plugins = [
     "fixtures.databases",
     "fixtures.backends",
     "fixtures.airflow",
+    "fixtures.airflow_server",
+    "fixtures.browser",
 ]

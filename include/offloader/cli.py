@@ -37,6 +37,7 @@ from offloader.retention.run import describe as describe_retention
 from offloader.retention.trim import TrimResult, delete_topic, resolve_target, trim_topic
 from offloader.runtime import Runtime, check_database, upgrade_database
 from offloader.settings import Settings
+from offloader.status import topic_tiers
 
 Handler = Callable[[argparse.Namespace, Runtime], tuple[Any, str]]
 
@@ -252,14 +253,22 @@ def cmd_metadata_rebuild(args: argparse.Namespace, rt: Runtime) -> tuple[Any, st
 
 def cmd_status(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     backlog = rt.metadata.deletion_backlog(rt.settings.gc_failing_tries)
+    tiers = topic_tiers(rt.metadata)
     status = {
         "metadata_url": _redact_url(rt.settings.resolved_metadata_url),
         "object_store": rt.objects.url,
         "ledger_dir": str(rt.settings.resolved_ledger_dir),
         **rt.metadata.counts(),
         "deletion_backlog": backlog,
+        "tiers": tiers,  # per topic, as the Airflow UI's tiered-storage view shows them
     }
-    lines = [f"{k}: {v}" for k, v in status.items() if k != "deletion_backlog"]
+    lines = [f"{k}: {v}" for k, v in status.items() if k not in ("deletion_backlog", "tiers")]
+    lines += [
+        f"topic {t.topic}: hot {t.hot_ledgers} ledger(s) {t.hot_bytes} B, offloaded "
+        f"{t.offloaded_ledgers} ledger(s) {t.offloaded_bytes} B, {t.pending_deletions} "
+        "deletion(s) pending"
+        for t in tiers
+    ]
     return status, "\n".join(lines + _backlog_lines(backlog))
 
 

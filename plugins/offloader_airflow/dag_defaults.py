@@ -60,7 +60,8 @@ def model_params(model: type[BaseModel]) -> dict[str, Param]:
 
 
 def topic_param(description: str) -> Param:
-    """The form field naming one topic; empty (None) means every topic."""
+    """The form field naming one topic; empty (None) means every topic. Nullable, so the UI's
+    trigger form does not count the empty default as a missing required value."""
     return Param(
         None, type=["null", "string"], maxLength=512, title="Topic", description=description
     )

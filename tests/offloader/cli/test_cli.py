@@ -54,6 +54,10 @@ def test_the_whole_cycle_through_the_cli(tmp_path: Path) -> None:
     assert all(e["size"] == 1000 for e in entries)
     status = cli_json(d, "status")
     assert status["ledgers_by_state"] == {"sealed/offloaded/deleted": 2, "sealed/none/present": 1}
+    [tiers] = status["tiers"]
+    assert (tiers["topic"], tiers["hot_ledgers"], tiers["offloaded_ledgers"]) == ("orders", 1, 2)
+    assert tiers["hot_bytes"] > 0 and tiers["offloaded_bytes"] > tiers["hot_bytes"]
+    assert "topic orders: hot 1 ledger(s) " in cli(d, "status").stdout
     assert cli_json(d, "offload", "orders", "--up-to", "2")["results"] == []
     assert cli_json(d, "gc")["remaining"] == 0
     policy = cli_json(d, "topic", "policy", "orders", "--set", "read_priority=hot-first")

@@ -1,0 +1,109 @@
+"""The FastAPI app of the tiered-storage view: ``/`` (HTML) and ``/api/tiers`` (JSON).
+
+Every process that loads plugins (workers, scheduler, dag-processor) imports this module,
+so Airflow's API-server modules are imported only inside the routes, in the API server.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from offloader.exceptions import OffloaderError
+from offloader.status import tiers_report
+from offloader_airflow.hooks import OffloaderConnectionError, OffloaderHook
+from offloader_airflow.ui.page import render_page
+
+log = logging.getLogger(__name__)
+
+URL_PREFIX = "/offloader"
+app = FastAPI(title="Tiered storage", docs_url=None, redoc_url=None, openapi_url=None)
+FASTAPI_APP = {"app": app, "url_prefix": URL_PREFIX, "name": "Tiered storage"}
+#: The entry in the UI's navigation: the page, embedded under /plugin/tiered-storage.
+EXTERNAL_VIEW = {
+    "name": "Tiered storage",
+    "href": f"{URL_PREFIX}/",
+    "destination": "nav",
+    "category": "browse",
+    "url_route": "tiered-storage",
+}
+
+
+_bearer = HTTPBearer(auto_error=False)
+Bearer = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+
+
+async def signed_in_user(request: Request, bearer: Bearer) -> Any:
+    """Airflow's own check (the bearer token, else the UI's session cookie): 401 without
+    either, 403 for an invalid token."""
+    from airflow.api_fastapi.core_api.security import get_user
+
+    return await get_user(request, None, bearer)
+
+
+async def _signed_in_or_none(request: Request, bearer: Bearer) -> Any:
+    """The page sends the browser to the login page instead of answering 401."""
+    try:
+        return await signed_in_user(request, bearer)
+    except HTTPException:
+        return None
+
+
+def collect(user: Any) -> dict[str, Any]:
+    """What the page and the API show: the tiers (or why they cannot be read) and the last
+    runs of the DAGs the user may read."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.utils.session import create_session
+
+    from offloader_airflow.ui.dag_runs import last_runs
+
+    with create_session() as session:
+        dag_ids = get_auth_manager().get_authorized_dag_ids(
+            user=user, method="GET", session=session
+        )
+        dags = last_runs(session, dag_ids)
+    return {"dags": dags, **tiers_state(OffloaderHook())}
+
+
+def tiers_state(hook: OffloaderHook) -> dict[str, Any]:
+    """The stores (URLs without passwords) and the tiers report; or, if they cannot be
+    read, ``error``: a message that names what is wrong and never carries a secret."""
+    try:
+        with hook.get_runtime() as runtime:
+            report = tiers_report(runtime.metadata, runtime.settings.gc_failing_tries)
+            store = {
+                "metadata_url": hook.connection.safe_metadata_url,
+                "object_store_url": runtime.objects.url,
+            }
+    except (OffloaderConnectionError, OffloaderError) as exc:
+        return {"error": str(exc)}  # ours: they name the field or the revision, no secret
+    except Exception as exc:
+        # a driver's message may quote a URL: the log has it (masked), the page not
+        log.exception("tiered-storage view: reading the offloader metadata failed")
+        return {"error": f"{type(exc).__name__} reading the offloader metadata; see the log"}
+    return {"error": None, "store": store, "report": report.model_dump(mode="json")}
+
+
+@app.get("/api/tiers")
+def api_tiers(user: Annotated[Any, Depends(signed_in_user)]) -> Any:
+    result = collect(user)
+    if result["error"]:
+        raise HTTPException(status_code=503, detail=result["error"])
+    return result
+
+
+@app.get("/", response_class=HTMLResponse)
+def page(
+    request: Request,
+    user: Annotated[Any, Depends(_signed_in_or_none)],
+) -> Response:
+    if user is None:
+        from airflow.api_fastapi.app import get_auth_manager
+
+        login = get_auth_manager().get_url_login(next_url=str(request.url))
+        return RedirectResponse(login, status_code=303)
+    return HTMLResponse(render_page(collect(user)))
