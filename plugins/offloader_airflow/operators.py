@@ -125,7 +125,6 @@ class PlanOffloadOperator(OffloaderBaseOperator):
         return CreationWindow.between(start, end)
 
 
-
 class OffloadLedgersOperator(OffloaderBaseOperator):
     """Offload one batch of ledgers (map it over the plan). Returns one result per ledger."""
 
