@@ -31,7 +31,8 @@ from __future__ import annotations
 from airflow.sdk import CronDataIntervalTimetable, TriggerRule
 
 from offloader_airflow.assets import DELETION_QUEUE
-from offloader_airflow.dag_defaults import dry_run_param, offloader_dag, topic_param
+from offloader.offload.params import OffloadRunParams
+from offloader_airflow.dag_defaults import model_params, offloader_dag
 from offloader_airflow.operators import (
     OffloadLedgersOperator,
     OffloadSummaryOperator,
@@ -43,16 +44,13 @@ with offloader_dag(
     description="Backfill: offload the sealed ledgers created in each run's data interval",
     schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
     doc_md=__doc__,
-    params={
-        "topic": topic_param("Offload this topic only; leave empty for every topic."),
-        "dry_run": dry_run_param("Plan and log what would move; change nothing."),
-    },
+    # the offload_ledgers form's model, less up_to_ledger: the data interval selects here
+    params={k: v for k, v in model_params(OffloadRunParams).items() if k != "up_to_ledger"},
     tags=("backfill",),
 ) as dag:
     plan = PlanOffloadOperator(
         task_id="plan",
-        topic=dag.param("topic"),
-        dry_run=dag.param("dry_run"),
+        **{name: dag.param(name) for name in dag.params},
         window="data_interval",
     )
     offload = OffloadLedgersOperator.partial(

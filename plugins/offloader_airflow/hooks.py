@@ -221,17 +221,24 @@ class OffloaderHook(BaseHook):
         own = self.aws_hook.conn_config.botocore_config
         if own is not None:
             config = config.merge(own)
+        # a store recorded on S3 while the default is now a directory has no endpoint in
+        # ``settings``: it comes from the AWS connection like everything else (invariant 7)
+        endpoint = settings.s3_endpoint_url or self.aws_hook.conn_config.get_service_endpoint_url(
+            "s3"
+        )
         return self._session.client(
             "s3",
-            endpoint_url=settings.s3_endpoint_url,
-            region_name=settings.s3_region,
+            endpoint_url=endpoint,
+            region_name=self._region,
             config=config,
             verify=self.aws_hook.verify,
         )
 
     def get_runtime(self) -> Runtime:
         settings = self.get_settings()
-        return Runtime.open(settings, self.s3_client if self.connection.is_s3 else None)
+        # always the AWS connection's clients, also for S3 stores recorded before the default
+        # store became a directory; the AWS hook is only built when such a store is opened
+        return Runtime.open(settings, self.s3_client)
 
     def test_connection(self) -> tuple[bool, str]:
         """Reach the metadata database and the object store; never echo a secret."""

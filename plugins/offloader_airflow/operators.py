@@ -202,7 +202,7 @@ class OffloadSummaryOperator(BaseOperator):
         *,
         offload_task_id: str = "offload",
         plan_task_id: str = "plan",
-        hot_task_id: str = "delete_hot_copies",
+        hot_task_id: str | None = "delete_hot_copies",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -214,9 +214,16 @@ class OffloadSummaryOperator(BaseOperator):
         ti = context["ti"]
         plan = ti.xcom_pull(task_ids=self.plan_task_id, key="plan") or []
         dry_run = bool(ti.xcom_pull(task_ids=self.plan_task_id, key="dry_run"))
-        pulled = ti.xcom_pull(task_ids=self.offload_task_id, default=[]) or []
+        # one map index per batch this run planned: after a clear, map indexes of an earlier
+        # try that planned more batches are REMOVED but keep their XComs; they are not ours
+        batches = ti.xcom_pull(task_ids=self.plan_task_id) or []
+        pulled = (
+            ti.xcom_pull(task_ids=self.offload_task_id, map_indexes=range(len(batches))) or []
+            if batches
+            else []
+        )
         results = [r for batch in _as_batches(pulled) for r in batch]
-        hot = ti.xcom_pull(task_ids=self.hot_task_id) or []
+        hot = (ti.xcom_pull(task_ids=self.hot_task_id) if self.hot_task_id else None) or []
         started = context["dag_run"].start_date
         elapsed = time.time() - started.timestamp() if started else None
         summary = {
@@ -226,7 +233,8 @@ class OffloadSummaryOperator(BaseOperator):
             "dry_run": dry_run,
         }
         self.log.info("offload run summary: %s", summary)
-        raise_if_failed(context, [self.plan_task_id, self.offload_task_id, self.hot_task_id])
+        upstream = [self.plan_task_id, self.offload_task_id, self.hot_task_id]
+        raise_if_failed(context, [t for t in upstream if t])
         return summary
 
 

@@ -90,7 +90,9 @@ def test_the_operator_takes_the_models_defaults() -> None:
     assert OffloadRunParams.parse(values) == OffloadRunParams()
 
 
-@pytest.mark.parametrize("dag_id", ["offload_ledgers", "retention", "garbage_collection"])
+@pytest.mark.parametrize(
+    "dag_id", ["offload_ledgers", "offload_historical", "retention", "garbage_collection"]
+)
 def test_every_form_accepts_what_its_help_promises(dags: dict[str, Any], dag_id: str) -> None:
     """The defaults are a valid run; a field whose help says it may stay empty takes None
     (the UI sends null for an empty field: an empty string counts as missing)."""

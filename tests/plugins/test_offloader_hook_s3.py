@@ -135,6 +135,11 @@ def test_recorded_stores_open_with_the_hook_session(
     offloader_conn(monkeypatch, tmp_path, new_url)
     with OffloaderHook().get_runtime() as runtime:
         assert runtime.stores.get(old_id, "a test").get("kept") == b"old data"
+    # the default store is a directory now: the S3 store still opens through the AWS
+    # connection (its endpoint and session), not with the worker's ambient credentials
+    offloader_conn(monkeypatch, tmp_path, f"file://{tmp_path}/objects")
+    with OffloaderHook().get_runtime() as runtime:
+        assert runtime.stores.get(old_id, "a test").get("kept") == b"old data"
 
 
 def test_offloader_environment_does_not_change_hook_settings(

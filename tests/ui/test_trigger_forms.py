@@ -26,6 +26,7 @@ DAG_IDS = sorted(p.stem for p in DAGS.glob("*.py"))
 #: Per DAG a bad value: (field, value typed, message, shown under the field?)
 BAD_VALUES = {
     "offload_ledgers": ("batch_size", "", "This field is required", True),
+    "offload_historical": ("batch_size", "", "This field is required", True),
     "garbage_collection": ("max_items", "", "This field is required", True),
     "retention": ("position", "abc", "Invalid input for param position", False),
 }
