@@ -24,7 +24,7 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt pyproj
 	  assert (Path(pyspark.__file__).parent / 'jars').is_dir(), 'full pyspark missing'"
 	touch $@
 
-test: install lint
+test: install lint browser
 	$(BIN)/python -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 lint: install
@@ -45,7 +45,7 @@ airflow: install
 	  && exec airflow standalone
 
 # Debian's chromium and its driver for the browser tests (tests/ui/), from apt, only when
-# missing; sudo when not root. CI runs it before `make test`.
+# missing; sudo when not root. `make test` runs it first.
 browser:
 	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then exit 0; fi; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo "sudo -n" ); \

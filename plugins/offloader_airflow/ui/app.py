@@ -14,6 +14,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from offloader.exceptions import OffloaderError
+from offloader.metadata import MetadataStore
 from offloader.status import tiers_report
 from offloader_airflow.hooks import OffloaderConnectionError, OffloaderHook
 from offloader_airflow.ui.page import render_page
@@ -73,12 +74,18 @@ def tiers_state(hook: OffloaderHook) -> dict[str, Any]:
     """The stores (URLs without passwords) and the tiers report; or, if they cannot be
     read, ``error``: a message that names what is wrong and never carries a secret."""
     try:
-        with hook.get_runtime() as runtime:
-            report = tiers_report(runtime.metadata, runtime.settings.gc_failing_tries)
-            store = {
-                "metadata_url": hook.connection.safe_metadata_url,
-                "object_store_url": runtime.objects.url,
-            }
+        # the metadata only: a whole Runtime would create the hot tier's and the store's
+        # directories on the API server's host, or open an S3 session, for a read-only page
+        settings = hook.get_settings()
+        metadata = MetadataStore.open(settings.resolved_metadata_url)
+        try:
+            report = tiers_report(metadata, settings.gc_failing_tries)
+        finally:
+            metadata.close()
+        store = {
+            "metadata_url": hook.connection.safe_metadata_url,
+            "object_store_url": settings.resolved_object_store_url,
+        }
     except (OffloaderConnectionError, OffloaderError) as exc:
         return {"error": str(exc)}  # ours: they name the field or the revision, no secret
     except Exception as exc:
