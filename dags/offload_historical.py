@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from airflow.sdk import CronDataIntervalTimetable, TriggerRule
 
-from offloader_airflow.assets import DELETION_QUEUE
 from offloader.offload.params import OffloadRunParams
+from offloader_airflow.assets import DELETION_QUEUE
 from offloader_airflow.dag_defaults import model_params, offloader_dag
 from offloader_airflow.operators import (
     OffloadLedgersOperator,
