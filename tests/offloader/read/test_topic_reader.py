@@ -193,3 +193,19 @@ def test_the_checksum_covers_every_entry_by_its_definition(runtime: Runtime) -> 
     assert reader.checksum("orders", Source.HOT) == expected
     with pytest.raises(ObjectNotFoundError, match="is not offloaded"):
         reader.checksum("orders", Source.TIERED)
+
+
+@pytest.mark.parametrize("source", list(Source), ids=lambda s: s.value)
+def test_read_entry_returns_that_entry_from_the_asked_copy(
+    runtime: Runtime, source: Source
+) -> None:
+    ledger_id, entries = offloaded_topic(runtime, "tiered-first")
+    rt, counting = counting_stores(runtime, ledger_id)
+    reader = TopicReader(rt)
+    for entry_id in (0, 5, 11):
+        assert reader.read_entry("orders", ledger_id, entry_id, source) == entries[entry_id][1]
+    assert (counting.total > 0) is (source is not Source.HOT)
+    with pytest.raises(
+        ValueError, match=rf"^entries 12\.\.12 are outside 0\.\.11 of ledger orders/{ledger_id}$"
+    ):
+        reader.read_entry("orders", ledger_id, 12, source)
