@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import struct
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -61,6 +62,21 @@ class ClosedStores:
 
     def get(self, store_id: int | None, what: str) -> ObjectStore:
         raise StoreUnavailableError(f"store {store_id} for {what}: no credentials")
+
+
+class ThreadNoting:
+    """An object store that notes which thread makes each ranged GET."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+        self.threads: list[str] = []
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    def read_range(self, key: str, offset: int, length: int) -> bytes:
+        self.threads.append(threading.current_thread().name)
+        return self.inner.read_range(key, offset, length)
 
 
 def counting_stores(rt: Runtime, ledger_id: int) -> tuple[Runtime, CountingStore]:
@@ -209,3 +225,23 @@ def test_read_entry_returns_that_entry_from_the_asked_copy(
         ValueError, match=rf"^entries 12\.\.12 are outside 0\.\.11 of ledger orders/{ledger_id}$"
     ):
         reader.read_entry("orders", ledger_id, 12, source)
+
+
+@pytest.mark.parametrize("prefetch", [0, 1])
+def test_the_read_prefetch_setting_decides_which_threads_fetch(
+    runtime: Runtime, prefetch: int
+) -> None:
+    """read_prefetch reaches the tiered reader: 0 fetches in the reading thread, 1 in one
+    read-ahead worker (the reader's own default is 4 workers)."""
+    make_topic(runtime)
+    (ledger_id,) = produce_ledgers(runtime, "orders", [(24, 1_000_000)])  # about 12 MB
+    LedgerOffloader(runtime).offload_ledger("orders", ledger_id)
+    entries = list(runtime.hot.read("orders", ledger_id))
+    store_id = runtime.metadata.get_ledger("orders", ledger_id).store_id
+    noting = ThreadNoting(runtime.stores.get(store_id, "test"))
+    settings = runtime.settings.model_copy(update={"read_prefetch": prefetch})
+    rt = dataclasses.replace(runtime, stores=OnlyStore(noting), settings=settings)  # type: ignore[arg-type]
+    assert list(TopicReader(rt).read("orders", ledger_id, source=Source.TIERED)) == entries
+    assert len(noting.threads) >= 2  # more than one range: the read-ahead path
+    expected = threading.current_thread().name if prefetch == 0 else "read-ahead_0"
+    assert set(noting.threads) == {expected}
