@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 import struct
 import threading
 from collections.abc import Iterator
@@ -15,12 +16,20 @@ import pytest
 from fixtures.backends import make_topic, produce_ledgers
 from fixtures.counting import CountingStore
 from fixtures.faults import OnlyStore
-from offloader.exceptions import HotLedgerMissingError, ObjectNotFoundError, StoreUnavailableError
+from offloader.exceptions import (
+    HotLedgerMissingError,
+    ObjectNotFoundError,
+    StoreUnavailableError,
+    TopicDeletedError,
+    TrimmedError,
+)
 from offloader.hottier import HotLedgerStore
+from offloader.metadata import Position
 from offloader.objectstore import ObjectStore
 from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.ledger_offloader import LedgerOffloader
 from offloader.read.topic_reader import Checksum, Source, TopicReader
+from offloader.retention.trim import delete_topic, trim_topic
 from offloader.runtime import Runtime
 
 Entries = list[tuple[int, bytes]]
@@ -245,3 +254,77 @@ def test_the_read_prefetch_setting_decides_which_threads_fetch(
     assert len(noting.threads) >= 2  # more than one range: the read-ahead path
     expected = threading.current_thread().name if prefetch == 0 else "read-ahead_0"
     assert set(noting.threads) == {expected}
+
+
+def test_reads_below_the_topics_start_are_refused_naming_it(runtime: Runtime) -> None:
+    """A trim inside the second ledger: the first is refused whole, the second below the
+    start entry; from the start entry on it reads, and later ledgers read from entry 0.
+    (The CLI's rendering of the same error is tested in retention/test_trim.py.)"""
+    make_topic(runtime)
+    ids = produce_ledgers(runtime, "orders", [(3, 10), (4, 10), (3, 10)])
+    entries = {i: list(runtime.hot.read("orders", i)) for i in ids}
+    start = Position(ledger_id=ids[1], entry_id=2)
+    trim_topic(runtime, "orders", start)
+    reader = TopicReader(runtime)
+
+    def refused(what: str) -> str:
+        text = f"{what} of topic 'orders' is below the topic's start {start}: trimmed"
+        return f"^{re.escape(text)}$"
+
+    with pytest.raises(TrimmedError, match=refused(f"ledger {ids[0]}")):
+        list(reader.read("orders", ids[0]))
+    with pytest.raises(TrimmedError, match=refused(f"ledger {ids[0]} entry 0")):
+        list(reader.read("orders", ids[0], 0))
+    with pytest.raises(TrimmedError, match=refused(f"ledger {ids[1]} entry 1")):
+        reader.read_entry("orders", ids[1], 1)
+    assert list(reader.read("orders", ids[1])) == entries[ids[1]][2:]
+    assert list(reader.read("orders", ids[1], 2, 2)) == entries[ids[1]][2:3]
+    assert list(reader.read("orders", ids[2])) == entries[ids[2]]
+    assert list(reader.read("orders", ids[2], 0, 0)) == entries[ids[2]][:1]
+    kept = {ids[1]: entries[ids[1]][2:], ids[2]: entries[ids[2]]}
+    assert reader.checksum("orders") == expected_checksum(kept)
+
+
+def test_a_deleted_topic_is_not_read(runtime: Runtime) -> None:
+    make_topic(runtime)
+    (ledger_id,) = produce_ledgers(runtime, "orders", [(3, 10)])
+    delete_topic(runtime, "orders")
+    reader = TopicReader(runtime)
+    message = "^topic 'orders' was deleted; nothing of it is readable$"
+    with pytest.raises(TopicDeletedError, match=message):
+        reader.read_entry("orders", ledger_id, 0)
+    with pytest.raises(TopicDeletedError, match=message):
+        reader.checksum("orders")
+
+
+def test_an_open_ledger_reads_what_its_hot_copy_holds(runtime: Runtime) -> None:
+    """An open ledger's length is its hot copy's; one allocated but not yet created in the
+    hot tier is empty: nothing for the default range, an error for an explicit one."""
+    make_topic(runtime)
+    epoch = runtime.metadata.claim_writer("orders").writer_epoch
+    ledger_id = runtime.metadata.allocate_ledger("orders", epoch).ledger_id
+    reader = TopicReader(runtime)
+    assert list(reader.read("orders", ledger_id)) == []
+    empty = f"^ledger {ledger_id} of topic 'orders' is empty$"
+    with pytest.raises(ValueError, match=empty):
+        list(reader.read("orders", ledger_id, 0))
+    with pytest.raises(ValueError, match=empty):
+        list(reader.read("orders", ledger_id, last=0))
+    assert reader.checksum("orders") == expected_checksum({})
+
+    writable = runtime.hot.create("orders", ledger_id)
+    payloads = [b"a" * 5, b"", b"c" * 7]
+    for payload in payloads:
+        writable.append(payload)
+    writable.sync()
+    try:
+        assert list(reader.read("orders", ledger_id)) == list(enumerate(payloads))
+        assert reader.read_entry("orders", ledger_id, 2) == payloads[2]
+        outside = rf"^entries 1\.\.3 are outside 0\.\.2 of ledger orders/{ledger_id}$"
+        with pytest.raises(ValueError, match=outside):
+            list(reader.read("orders", ledger_id, 1, 3))
+        assert reader.checksum("orders") == expected_checksum(
+            {ledger_id: list(enumerate(payloads))}
+        )
+    finally:
+        writable.close()
