@@ -328,3 +328,16 @@ def test_an_open_ledger_reads_what_its_hot_copy_holds(runtime: Runtime) -> None:
         )
     finally:
         writable.close()
+
+
+def test_a_ledger_below_the_start_is_refused_before_the_trim_marks_it(runtime: Runtime) -> None:
+    """A trim moves the start first and marks the ledgers below it after (in batches, or
+    never if it crashes in between): the start alone refuses them."""
+    make_topic(runtime)
+    ids = produce_ledgers(runtime, "orders", [(3, 10), (3, 10)])
+    start = Position(ledger_id=ids[1], entry_id=0)
+    runtime.metadata.move_start(runtime.metadata.get_topic("orders"), start)
+    assert runtime.metadata.get_ledger("orders", ids[0]).is_live  # not marked yet
+    text = f"ledger {ids[0]} of topic 'orders' is below the topic's start {start}: trimmed"
+    with pytest.raises(TrimmedError, match=f"^{re.escape(text)}$"):
+        list(TopicReader(runtime).read("orders", ids[0]))
