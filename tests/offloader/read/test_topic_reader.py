@@ -73,21 +73,6 @@ class ClosedStores:
         raise StoreUnavailableError(f"store {store_id} for {what}: no credentials")
 
 
-class ThreadNoting:
-    """An object store that notes which thread makes each ranged GET."""
-
-    def __init__(self, inner: ObjectStore) -> None:
-        self.inner = inner
-        self.threads: list[str] = []
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.inner, name)
-
-    def read_range(self, key: str, offset: int, length: int) -> bytes:
-        self.threads.append(threading.current_thread().name)
-        return self.inner.read_range(key, offset, length)
-
-
 def counting_stores(rt: Runtime, ledger_id: int) -> tuple[Runtime, CountingStore]:
     """The runtime with the ledger's store counted."""
     store_id = rt.metadata.get_ledger("orders", ledger_id).store_id
@@ -247,13 +232,13 @@ def test_the_read_prefetch_setting_decides_which_threads_fetch(
     LedgerOffloader(runtime).offload_ledger("orders", ledger_id)
     entries = list(runtime.hot.read("orders", ledger_id))
     store_id = runtime.metadata.get_ledger("orders", ledger_id).store_id
-    noting = ThreadNoting(runtime.stores.get(store_id, "test"))
+    counting = CountingStore(runtime.stores.get(store_id, "test"))
     settings = runtime.settings.model_copy(update={"read_prefetch": prefetch})
-    rt = dataclasses.replace(runtime, stores=OnlyStore(noting), settings=settings)  # type: ignore[arg-type]
+    rt = dataclasses.replace(runtime, stores=OnlyStore(counting), settings=settings)  # type: ignore[arg-type]
     assert list(TopicReader(rt).read("orders", ledger_id, source=Source.TIERED)) == entries
-    assert len(noting.threads) >= 2  # more than one range: the read-ahead path
+    assert counting.requests["read_range"] >= 2  # more than one range: the read-ahead path
     expected = threading.current_thread().name if prefetch == 0 else "read-ahead_0"
-    assert set(noting.threads) == {expected}
+    assert counting.threads["read_range"] == {expected}
 
 
 def test_reads_below_the_topics_start_are_refused_naming_it(runtime: Runtime) -> None:
