@@ -17,6 +17,7 @@ from fixtures.backends import make_topic, produce_ledgers
 from fixtures.counting import CountingStore
 from fixtures.faults import OnlyStore
 from offloader.exceptions import (
+    DamagedObjectError,
     HotLedgerMissingError,
     ObjectNotFoundError,
     StoreUnavailableError,
@@ -326,3 +327,19 @@ def test_a_ledger_below_the_start_is_refused_before_the_trim_marks_it(runtime: R
     text = f"ledger {ids[0]} of topic 'orders' is below the topic's start {start}: trimmed"
     with pytest.raises(TrimmedError, match=f"^{re.escape(text)}$"):
         list(TopicReader(runtime).read("orders", ids[0]))
+
+
+def test_an_index_that_disagrees_with_the_ledger_row_is_refused(runtime: Runtime) -> None:
+    """The reader is given the ledger row's last entry: an index (with a valid CRC) that
+    records another one, here the index of the next ledger, is damage, named as such."""
+    make_topic(runtime)
+    ids = produce_ledgers(runtime, "orders", [(5, 100), (8, 100)])
+    for ledger_id in ids:
+        LedgerOffloader(runtime).offload_ledger("orders", ledger_id)
+    first, second = (runtime.metadata.get_ledger("orders", i) for i in ids)
+    assert first.index_key is not None and second.index_key is not None
+    runtime.objects.put(first.index_key, runtime.objects.get(second.index_key))
+    address = f"topic orders ledger {ids[0]} object {first.index_key} offset 0"
+    message = f"^{re.escape(address)}: index says last entry 7, the metadata store 4$"
+    with pytest.raises(DamagedObjectError, match=message):
+        list(TopicReader(runtime).read("orders", ids[0], source=Source.TIERED))
