@@ -529,6 +529,11 @@ def test_chunk_table_refusals_name_the_chunk() -> None:
         "chunks cover 11 of 12 blocks": [c for c in chunks if c.offset < index.blocks[-1].offset],
         # a table that does not begin at the first block: nothing ended before it
         f"chunk at offset {chunks[1].offset} does not follow the one ending -1": chunks[1:],
+        # a forged first chunk before the data object: it ends inside no block at all
+        "chunk at offset -1+2 overruns its block": [
+            replace(chunks[0], offset=-1, length=2),
+            *chunks[1:],
+        ],
     }
     for message, table in cases.items():
         assert str(refusal(reencoded(index, chunks=table))) == message

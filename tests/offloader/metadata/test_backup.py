@@ -141,7 +141,15 @@ def test_import_or_rebuild_into_a_non_empty_database_is_refused(populated: Runti
     rows = table_rows(rt)
     with pytest.raises(SnapshotError, match=r"not empty \(object_stores"):
         import_snapshot(rt.metadata.engine, rt.objects, "latest")
+    with pytest.raises(SnapshotError, match=r"not empty \(object_stores"):
+        rebuild_from_objects(rt.metadata.engine, rt.objects, rt.stores.default_location)
     assert table_rows(rt) == rows
+
+
+def test_the_cli_refuses_a_non_empty_database_in_one_line(populated: Runtime) -> None:
+    rt = populated
+    export_from(rt)
+    rows = table_rows(rt)
     for command in ("import", "rebuild"):
         proc = run_cli(rt, "metadata", command)
         _, err = proc.communicate(timeout=120)
@@ -195,11 +203,20 @@ def test_damaged_or_foreign_snapshots_are_refused(populated: Runtime, fresh: Fre
         with pytest.raises(SnapshotError, match=message):
             import_snapshot(target.metadata.engine, target.objects, bad)
         assert all(not rows for rows in table_rows(target).values())
+    assert import_snapshot(target.metadata.engine, target.objects, key).key == key
+
+
+def test_the_cli_names_a_damaged_snapshot_in_one_line(populated: Runtime, fresh: Fresh) -> None:
+    rt = populated
+    raw = rt.objects.get(export_from(rt).snapshot.key)
+    flipped = f"_metadata/snapshots/flipped-{uuid.uuid4()}.jsonl.gz"
+    rt.objects.put(flipped, raw[:40] + bytes([raw[40] ^ 0xFF]) + raw[41:])
+    target = fresh()
     proc = run_cli(target, "metadata", "import", "--snapshot", flipped)
     _, err = proc.communicate(timeout=120)
     lines = err.decode().strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and "is damaged" in lines[0]
-    assert import_snapshot(target.metadata.engine, target.objects, key).key == key
+    assert all(not rows for rows in table_rows(target).values())
 
 
 def test_an_export_killed_before_its_manifest_never_becomes_the_latest(

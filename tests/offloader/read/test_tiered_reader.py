@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import random
 import struct
+import threading
+import time
 from pathlib import Path
 
 import crc32c
@@ -23,6 +25,7 @@ from offloader.format import (
     encode_blocks,
     encode_index,
 )
+from offloader.objectstore import ObjectStore
 from offloader.objectstore.filesystem import FilesystemObjectStore
 from offloader.read.tiered import MAX_SKIPPED_GAP, IndexCache, TieredLedgerReader
 
@@ -73,6 +76,95 @@ def test_large_gaps_split_ranges(tmp_path: Path) -> None:
     assert list(r.read()) == entries
     assert r.stats.requests == len(r.index.blocks) == 12
     assert r.stats.bytes_fetched == 12 * (128 + 12 + 600 * KiB)
+
+
+def test_a_range_is_full_at_exactly_sequential_range_bytes(tmp_path: Path) -> None:
+    # one block of four 16-entry chunks: the first holds the 128-byte header as well
+    store, entries = offloaded(tmp_path, [1000] * 64, block=1024 * KiB, chunk=16 * KiB)
+    chunks = reader(store).index.chunks
+    assert chunks is not None and [c.entry_count for c in chunks] == [16] * 4
+    assert chunks[0].length == 128 + 16 * 1012 and chunks[1].length == 16 * 1012
+    r = reader(store, sequential_range=chunks[0].length, prefetch=0)
+    assert list(r.read()) == entries
+    # [c0] is full at exactly sequential_range bytes, [c1, c2] passes it, [c3] is the rest
+    assert r.stats.requests == 3
+    assert r.stats.bytes_fetched == store.stat("data").size
+
+
+@pytest.mark.parametrize(("extra", "requests"), [(0, 1), (1, 3)], ids=["gap-at-limit", "gap-over"])
+def test_padding_of_max_skipped_gap_bytes_is_still_stepped_over(
+    tmp_path: Path, extra: int, requests: int
+) -> None:
+    # one 300 KiB entry per block, padded with exactly MAX_SKIPPED_GAP (+ extra) bytes
+    entry = 300 * KiB
+    block = HEADER_LEN + 12 + entry + MAX_SKIPPED_GAP + extra
+    store, entries = offloaded(tmp_path, [entry] * 3, block=block, chunk=64 * KiB)
+    r = reader(store)
+    assert list(r.read()) == entries
+    assert len(r.index.blocks) == 3
+    assert r.stats.requests == requests
+    padding = 0 if requests == 3 else 2 * (MAX_SKIPPED_GAP + extra)
+    assert r.stats.bytes_fetched == 3 * (HEADER_LEN + 12 + entry) + padding
+
+
+def test_one_range_is_fetched_by_the_reader_two_by_a_read_ahead_worker(tmp_path: Path) -> None:
+    # two 1 MiB blocks with ~424 KiB of padding each: two ranges for the whole ledger
+    store, entries = offloaded(tmp_path, [600 * KiB] * 2, block=1024 * KiB, chunk=64 * KiB)
+    counting = CountingStore(store)
+    r = reader(counting, prefetch=1)
+    assert r.read_entry(1) == entries[1][1]
+    assert counting.threads["read_range"] == {threading.current_thread().name}
+    counting.threads.clear()
+    assert list(r.read()) == entries
+    assert r.stats.requests == 3
+    assert counting.threads["read_range"] == {"read-ahead_0"}
+
+
+class GatedStore:
+    """Every ranged GET but the first waits for ``gate``: what read-ahead has started before
+    the reader takes its second range can be counted."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+        self.gate = threading.Event()
+        self.started = 0
+        self._changed = threading.Condition()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    def read_range(self, key: str, offset: int, length: int) -> bytes:
+        with self._changed:
+            self.started += 1
+            first = self.started == 1
+            self._changed.notify_all()
+        if not first:
+            assert self.gate.wait(timeout=30)
+        return self.inner.read_range(key, offset, length)
+
+    def settled_at(self, count: int) -> int:
+        """``started`` once it reached ``count`` and a short while passed with no more."""
+        with self._changed:
+            assert self._changed.wait_for(lambda: self.started >= count, timeout=30)
+        time.sleep(0.05)
+        return self.started
+
+
+def test_read_ahead_keeps_prefetch_gets_in_flight_and_twice_as_many_ranges_ahead(
+    tmp_path: Path,
+) -> None:
+    # twelve blocks, one range each (as test_large_gaps_split_ranges); the default prefetch
+    store, entries = offloaded(tmp_path, [600 * KiB] * 12, block=1024 * KiB, chunk=64 * KiB)
+    gated = GatedStore(store)
+    read = reader(gated).read()
+    assert next(read) == entries[0]
+    # ranges 1..8 are queued (2 x 4 ahead); four workers hold four of them
+    assert gated.settled_at(5) == 5
+    gated.gate.set()
+    # the queued ranges finish; nothing more is fetched until the reader moves on
+    assert gated.settled_at(9) == 9
+    assert list(read) == entries[1:]
+    assert gated.started == 12
 
 
 def test_single_entries_fetch_one_chunk(tmp_path: Path) -> None:

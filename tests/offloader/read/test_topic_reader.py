@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 import struct
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -14,12 +16,21 @@ import pytest
 from fixtures.backends import make_topic, produce_ledgers
 from fixtures.counting import CountingStore
 from fixtures.faults import OnlyStore
-from offloader.exceptions import HotLedgerMissingError, ObjectNotFoundError, StoreUnavailableError
+from offloader.exceptions import (
+    DamagedObjectError,
+    HotLedgerMissingError,
+    ObjectNotFoundError,
+    StoreUnavailableError,
+    TopicDeletedError,
+    TrimmedError,
+)
 from offloader.hottier import HotLedgerStore
+from offloader.metadata import Position
 from offloader.objectstore import ObjectStore
 from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.ledger_offloader import LedgerOffloader
 from offloader.read.topic_reader import Checksum, Source, TopicReader
+from offloader.retention.trim import delete_topic, trim_topic
 from offloader.runtime import Runtime
 
 Entries = list[tuple[int, bytes]]
@@ -193,3 +204,142 @@ def test_the_checksum_covers_every_entry_by_its_definition(runtime: Runtime) -> 
     assert reader.checksum("orders", Source.HOT) == expected
     with pytest.raises(ObjectNotFoundError, match="is not offloaded"):
         reader.checksum("orders", Source.TIERED)
+
+
+@pytest.mark.parametrize("source", list(Source), ids=lambda s: s.value)
+def test_read_entry_returns_that_entry_from_the_asked_copy(
+    runtime: Runtime, source: Source
+) -> None:
+    ledger_id, entries = offloaded_topic(runtime, "tiered-first")
+    rt, counting = counting_stores(runtime, ledger_id)
+    reader = TopicReader(rt)
+    for entry_id in (0, 5, 11):
+        assert reader.read_entry("orders", ledger_id, entry_id, source) == entries[entry_id][1]
+    assert (counting.total > 0) is (source is not Source.HOT)
+    with pytest.raises(
+        ValueError, match=rf"^entries 12\.\.12 are outside 0\.\.11 of ledger orders/{ledger_id}$"
+    ):
+        reader.read_entry("orders", ledger_id, 12, source)
+
+
+@pytest.mark.parametrize("prefetch", [0, 1])
+def test_the_read_prefetch_setting_decides_which_threads_fetch(
+    runtime: Runtime, prefetch: int
+) -> None:
+    """read_prefetch reaches the tiered reader: 0 fetches in the reading thread, 1 in one
+    read-ahead worker (the reader's own default is 4 workers)."""
+    make_topic(runtime)
+    (ledger_id,) = produce_ledgers(runtime, "orders", [(24, 1_000_000)])  # about 12 MB
+    LedgerOffloader(runtime).offload_ledger("orders", ledger_id)
+    entries = list(runtime.hot.read("orders", ledger_id))
+    store_id = runtime.metadata.get_ledger("orders", ledger_id).store_id
+    counting = CountingStore(runtime.stores.get(store_id, "test"))
+    settings = runtime.settings.model_copy(update={"read_prefetch": prefetch})
+    rt = dataclasses.replace(runtime, stores=OnlyStore(counting), settings=settings)  # type: ignore[arg-type]
+    assert list(TopicReader(rt).read("orders", ledger_id, source=Source.TIERED)) == entries
+    assert counting.requests["read_range"] >= 2  # more than one range: the read-ahead path
+    expected = threading.current_thread().name if prefetch == 0 else "read-ahead_0"
+    assert counting.threads["read_range"] == {expected}
+
+
+def test_reads_below_the_topics_start_are_refused_naming_it(runtime: Runtime) -> None:
+    """A trim inside the second ledger: the first is refused whole, the second below the
+    start entry; from the start entry on it reads, and later ledgers read from entry 0.
+    (The CLI's rendering of the same error is tested in retention/test_trim.py.)"""
+    make_topic(runtime)
+    ids = produce_ledgers(runtime, "orders", [(3, 10), (4, 10), (3, 10)])
+    entries = {i: list(runtime.hot.read("orders", i)) for i in ids}
+    start = Position(ledger_id=ids[1], entry_id=2)
+    trim_topic(runtime, "orders", start)
+    reader = TopicReader(runtime)
+
+    def refused(what: str) -> str:
+        text = f"{what} of topic 'orders' is below the topic's start {start}: trimmed"
+        return f"^{re.escape(text)}$"
+
+    with pytest.raises(TrimmedError, match=refused(f"ledger {ids[0]}")):
+        list(reader.read("orders", ids[0]))
+    with pytest.raises(TrimmedError, match=refused(f"ledger {ids[0]} entry 0")):
+        list(reader.read("orders", ids[0], 0))
+    with pytest.raises(TrimmedError, match=refused(f"ledger {ids[1]} entry 1")):
+        reader.read_entry("orders", ids[1], 1)
+    assert list(reader.read("orders", ids[1])) == entries[ids[1]][2:]
+    assert list(reader.read("orders", ids[1], 2, 2)) == entries[ids[1]][2:3]
+    assert list(reader.read("orders", ids[2])) == entries[ids[2]]
+    assert list(reader.read("orders", ids[2], 0, 0)) == entries[ids[2]][:1]
+    kept = {ids[1]: entries[ids[1]][2:], ids[2]: entries[ids[2]]}
+    assert reader.checksum("orders") == expected_checksum(kept)
+
+
+def test_a_deleted_topic_is_not_read(runtime: Runtime) -> None:
+    make_topic(runtime)
+    (ledger_id,) = produce_ledgers(runtime, "orders", [(3, 10)])
+    delete_topic(runtime, "orders")
+    reader = TopicReader(runtime)
+    message = "^topic 'orders' was deleted; nothing of it is readable$"
+    with pytest.raises(TopicDeletedError, match=message):
+        reader.read_entry("orders", ledger_id, 0)
+    with pytest.raises(TopicDeletedError, match=message):
+        reader.checksum("orders")
+
+
+def test_an_open_ledger_reads_what_its_hot_copy_holds(runtime: Runtime) -> None:
+    """An open ledger's length is its hot copy's; one allocated but not yet created in the
+    hot tier is empty: nothing for the default range, an error for an explicit one."""
+    make_topic(runtime)
+    epoch = runtime.metadata.claim_writer("orders").writer_epoch
+    ledger_id = runtime.metadata.allocate_ledger("orders", epoch).ledger_id
+    reader = TopicReader(runtime)
+    assert list(reader.read("orders", ledger_id)) == []
+    empty = f"^ledger {ledger_id} of topic 'orders' is empty$"
+    with pytest.raises(ValueError, match=empty):
+        list(reader.read("orders", ledger_id, 0))
+    with pytest.raises(ValueError, match=empty):
+        list(reader.read("orders", ledger_id, last=0))
+    assert reader.checksum("orders") == expected_checksum({})
+
+    writable = runtime.hot.create("orders", ledger_id)
+    payloads = [b"a" * 5, b"", b"c" * 7]
+    for payload in payloads:
+        writable.append(payload)
+    writable.sync()
+    try:
+        assert list(reader.read("orders", ledger_id)) == list(enumerate(payloads))
+        assert reader.read_entry("orders", ledger_id, 2) == payloads[2]
+        outside = rf"^entries 1\.\.3 are outside 0\.\.2 of ledger orders/{ledger_id}$"
+        with pytest.raises(ValueError, match=outside):
+            list(reader.read("orders", ledger_id, 1, 3))
+        assert reader.checksum("orders") == expected_checksum(
+            {ledger_id: list(enumerate(payloads))}
+        )
+    finally:
+        writable.close()
+
+
+def test_a_ledger_below_the_start_is_refused_before_the_trim_marks_it(runtime: Runtime) -> None:
+    """A trim moves the start first and marks the ledgers below it after (in batches, or
+    never if it crashes in between): the start alone refuses them."""
+    make_topic(runtime)
+    ids = produce_ledgers(runtime, "orders", [(3, 10), (3, 10)])
+    start = Position(ledger_id=ids[1], entry_id=0)
+    runtime.metadata.move_start(runtime.metadata.get_topic("orders"), start)
+    assert runtime.metadata.get_ledger("orders", ids[0]).is_live  # not marked yet
+    text = f"ledger {ids[0]} of topic 'orders' is below the topic's start {start}: trimmed"
+    with pytest.raises(TrimmedError, match=f"^{re.escape(text)}$"):
+        list(TopicReader(runtime).read("orders", ids[0]))
+
+
+def test_an_index_that_disagrees_with_the_ledger_row_is_refused(runtime: Runtime) -> None:
+    """The reader is given the ledger row's last entry: an index (with a valid CRC) that
+    records another one, here the index of the next ledger, is damage, named as such."""
+    make_topic(runtime)
+    ids = produce_ledgers(runtime, "orders", [(5, 100), (8, 100)])
+    for ledger_id in ids:
+        LedgerOffloader(runtime).offload_ledger("orders", ledger_id)
+    first, second = (runtime.metadata.get_ledger("orders", i) for i in ids)
+    assert first.index_key is not None and second.index_key is not None
+    runtime.objects.put(first.index_key, runtime.objects.get(second.index_key))
+    address = f"topic orders ledger {ids[0]} object {first.index_key} offset 0"
+    message = f"^{re.escape(address)}: index says last entry 7, the metadata store 4$"
+    with pytest.raises(DamagedObjectError, match=message):
+        list(TopicReader(runtime).read("orders", ids[0], source=Source.TIERED))
