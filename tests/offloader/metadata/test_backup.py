@@ -21,6 +21,7 @@ from pydantic import SecretStr
 
 from fixtures.backends import make_topic, produce_ledgers, run_cli, tiered_digests
 from fixtures.databases import sqlite_url, temporary_database, upgraded
+from offloader.exceptions import ObjectNotFoundError
 from offloader.format import decode_index, encode_index
 from offloader.gc.deletion_queue import process_deletions
 from offloader.metadata import schema
@@ -440,6 +441,8 @@ def test_rebuild_reports_each_index_it_cannot_trust(populated: Runtime, fresh: F
         "no-data": _copy_ledger(rt, ledger, attempt["no-data"]),
     }
     rt.objects.delete_many([keys["no-data"][0]])
+    with pytest.raises(ObjectNotFoundError) as gone:  # the store's own words
+        rt.objects.stat(keys["no-data"][0])
     liar = ledger_object_keys(str(uuid.UUID(int=99)), 9)[1]
     rt.objects.put(liar, index, metadata=rt.objects.stat(ledger.index_key).metadata)
 
@@ -454,7 +457,7 @@ def test_rebuild_reports_each_index_it_cannot_trust(populated: Runtime, fresh: F
         f"{keys['topic'][1]}: the index says orders/1, the key and user metadata say other/t/1",
         f"{keys['no-id'][1]}: the index says orders/1, the key and user metadata say orders/1",
         f"{keys['short'][1]}: data object {keys['short'][0]} is {n - 1} bytes, the index says {n}",
-        f"{keys['no-data'][1]}: object {keys['no-data'][0]!r} not found",
+        f"{keys['no-data'][1]}: {gone.value}",
         f"{liar}: the index says orders/1, the key and user metadata say orders/1",
     ])  # fmt: skip
     assert result.ledgers == 4  # the unversioned copy is trusted: objects of before the field
