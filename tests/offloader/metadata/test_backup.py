@@ -268,9 +268,21 @@ def test_an_export_killed_before_its_manifest_never_becomes_the_latest(
 def test_only_the_newest_snapshots_are_kept(backend_settings: Settings) -> None:
     settings = backend_settings.model_copy(update={"metadata_snapshots_keep": 2})
     with Runtime.open(settings) as rt:
-        keys = [export_from(rt).snapshot.key for _ in range(4)]
+        results = [export_from(rt) for _ in range(4)]
+        keys = [r.snapshot.key for r in results]
+        assert [(r.kept, r.retired) for r in results] == [
+            (keys[:1], []),
+            (keys[:2], []),
+            (keys[1:3], keys[:1]),
+            (keys[2:4], keys[1:2]),
+        ]
         assert [s.key for s in read_manifest(rt.objects)] == keys[2:]
-        assert {d.object_key for d in rt.metadata.pending_deletions()} == set(keys[:2])
+        assert sorted(
+            (d.object_key, d.reason, d.store_id) for d in rt.metadata.pending_deletions()
+        ) == sorted(
+            (key, "metadata snapshot beyond the kept ones", rt.stores.default_id())
+            for key in keys[:2]
+        )
         process_deletions(rt.metadata, rt.stores, rt.settings)
         assert {o.key for o in rt.objects.list("_metadata/snapshots/2")} == set(keys[2:])
 
