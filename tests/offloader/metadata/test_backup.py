@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import signal
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
@@ -31,6 +32,7 @@ from offloader.metadata.backup import (
     MANIFEST_KEY,
     SnapshotError,
     export_from,
+    export_snapshot,
     import_snapshot,
     latest_snapshot,
     read_manifest,
@@ -583,14 +585,32 @@ def _compact(value: object) -> bytes:
     return json.dumps(value, separators=(",", ":"), sort_keys=True).encode() + b"\n"
 
 
-def test_an_export_writes_the_documented_snapshot(populated: Runtime) -> None:
-    """FORMAT.md's snapshot byte for byte: key, gzip header, lines, end line, user
-    metadata, manifest."""
+@pytest.fixture
+def away_from_utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The process's local time zone 3.5 hours behind UTC: UTC stamps must not follow it."""
+    monkeypatch.setenv("TZ", "America/St_Johns")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_an_export_writes_the_documented_snapshot(
+    populated: Runtime, away_from_utc: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FORMAT.md's snapshot byte for byte: key (in UTC), gzip header, lines, end line,
+    user metadata, manifest; a snapshot below the part size goes up in one PUT."""
     rt = populated
     rows = table_rows(rt)
+    parts: list[int] = []
+    upload_part = rt.objects.upload_part
+    monkeypatch.setattr(
+        rt.objects, "upload_part", lambda u, n, data: parts.append(n) or upload_part(u, n, data)
+    )
     before = rt.metadata.db_now_ms()
     exported = export_from(rt)
     after = rt.metadata.db_now_ms()
+    assert parts == []
     info = exported.snapshot
     assert (exported.kept, exported.retired) == ([info.key], [])
     assert before <= info.created_ms <= after
@@ -700,3 +720,17 @@ def test_a_snapshot_above_the_part_size_goes_in_parts(
         export_from(rt)
     assert list(rt.objects.list_multipart_uploads()) == []
     assert read_manifest(rt.objects) == [info]
+
+
+def test_an_export_of_a_database_without_schema_is_refused(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    (tmp_path / "bare").mkdir()
+    engine = sa.create_engine(sqlite_url(tmp_path / "bare"))
+    try:
+        with pytest.raises(SnapshotError) as refused:
+            export_snapshot(engine, runtime.objects, 1, 1)
+    finally:
+        engine.dispose()
+    assert str(refused.value) == "the metadata database has no schema: run `offloader db upgrade`"
+    assert [o.key for o in runtime.objects.list("_metadata/")] == []
