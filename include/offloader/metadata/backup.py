@@ -294,7 +294,14 @@ def _verify(path: Path, key: str, expected: str | None) -> tuple[dict, dict]:
                 trailer = item
                 continue
             else:
-                counts[item["t"]] = counts.get(item["t"], 0) + 1
+                table = item["t"]
+                width = len(header.get("tables", {}).get(table, ()))
+                if len(item["r"]) != width:
+                    raise SnapshotError(
+                        f"snapshot {key} is damaged: a row of table {table!r} has "
+                        f"{len(item['r'])} values, its header names {width} columns"
+                    )
+                counts[table] = counts.get(table, 0) + 1
             digest.update(data)
     except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError, AttributeError) as exc:
         if isinstance(exc, SnapshotError):
