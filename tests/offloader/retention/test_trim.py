@@ -27,7 +27,7 @@ from offloader.offload.ledger_offloader import LedgerOffloader, Outcome
 from offloader.read.topic_reader import Source, TopicReader
 from offloader.retention.cuts import take_cut
 from offloader.retention.deletion import finish_deleted_ledgers
-from offloader.retention.trim import resolve_target, trim_topic
+from offloader.retention.trim import MAX_TRIES, delete_topic, resolve_target, trim_topic
 from offloader.runtime import Runtime
 
 
@@ -93,10 +93,6 @@ def test_trim_moves_the_start_hides_the_head_and_deletes_what_is_wholly_below(
     for source in (Source.AUTO, Source.HOT):
         checksum = reader.checksum("orders", source)
         assert (checksum.digest, checksum.entries) == (digest_of(kept), len(kept))
-    line = assert_one_line_error(cli(rt, "read", "orders", "--ledger", str(ids[0])))
-    assert line == (
-        f"error: ledger {ids[0]} of topic 'orders' is below the topic's start {start}: trimmed"
-    )
 
     # intent recorded: deleting, hot copies gone (mark first), committed keys queued with
     # the store each offload recorded and the ledger they belong to
@@ -142,6 +138,16 @@ def test_trim_moves_the_start_hides_the_head_and_deletes_what_is_wholly_below(
     assert all_entries(rt, "orders") == kept
 
 
+def test_the_cli_names_the_start_when_a_read_is_below_it(runtime: Runtime) -> None:
+    ids = mixed_topic(runtime)
+    start = Position(ledger_id=ids[3], entry_id=2)
+    trim_topic(runtime, "orders", start)
+    line = assert_one_line_error(cli(runtime, "read", "orders", "--ledger", str(ids[0])))
+    assert line == (
+        f"error: ledger {ids[0]} of topic 'orders' is below the topic's start {start}: trimmed"
+    )
+
+
 def test_trim_at_or_below_the_start_is_a_no_op_and_repeats_are_idempotent(
     runtime: Runtime,
 ) -> None:
@@ -185,7 +191,19 @@ def test_a_trim_beyond_the_end_or_at_an_unknown_cut_is_refused_and_changes_nothi
         resolve_target(rt, "orders", cut_id=99)
     with pytest.raises(NotFoundError, match="topic 'nope' does not exist"):
         trim_topic(rt, "nope", Position(ledger_id=1, entry_id=0))
+    with pytest.raises(
+        ValueError, match=r"^a trim takes exactly one of a cut id or a position L:E$"
+    ):
+        resolve_target(rt, "orders")
+    with pytest.raises(ValueError, match=r"^a trim takes exactly one of a cut id or a position"):
+        resolve_target(rt, "orders", cut_id=1, position=f"{ids[0]}:0")
     assert snapshot(rt) == state
+
+
+def test_the_cli_refuses_a_bad_trim_and_changes_nothing(runtime: Runtime) -> None:
+    rt = runtime
+    ids = mixed_topic(rt)
+    state = snapshot(rt)
     for args, fragment in (
         (["--position", f"{ids[-1] + 5}:0"], "is beyond the end of topic 'orders'"),
         (["--cut", "99"], "cut 99 of topic 'orders' does not exist"),
@@ -196,7 +214,7 @@ def test_a_trim_beyond_the_end_or_at_an_unknown_cut_is_refused_and_changes_nothi
     assert snapshot(rt) == state
 
 
-def test_trim_at_a_cut_and_the_cli_dry_run(runtime: Runtime) -> None:
+def test_the_cli_dry_run_of_a_trim_at_a_cut_changes_nothing(runtime: Runtime) -> None:
     rt = runtime
     ids = mixed_topic(rt)
     cut = take_cut(rt, "orders")
@@ -204,6 +222,17 @@ def test_trim_at_a_cut_and_the_cli_dry_run(runtime: Runtime) -> None:
     report = cli_json(rt, "trim", "orders", "--cut", str(cut.cut_id), "--dry-run")
     assert report["dry_run"] and not report["changed"]
     assert report["ledgers_deleting"] == ids and report["queued_keys"] == 8
+    assert snapshot(rt) == state
+
+
+def test_trim_at_a_cut(runtime: Runtime) -> None:
+    rt = runtime
+    ids = mixed_topic(rt)
+    cut = take_cut(rt, "orders")
+    state = snapshot(rt)
+    dry = trim_topic(rt, "orders", resolve_target(rt, "orders", cut_id=cut.cut_id), dry_run=True)
+    assert (dry.dry_run, dry.changed, dry.start_after) == (True, False, cut.position)
+    assert (dry.ledgers_deleting, dry.queued_keys) == (ids, 8)
     assert snapshot(rt) == state
     result = trim_topic(rt, "orders", resolve_target(rt, "orders", cut_id=cut.cut_id))
     assert result.start_after == cut.position and result.ledgers_deleting == ids
@@ -274,3 +303,38 @@ def test_an_offload_in_flight_when_its_ledger_is_trimmed_cannot_commit_or_leak(
     assert finish_deleted_ledgers(rt) == 2
     assert stored_keys(rt) == set()
     assert all(not rt.metadata.get_ledger("orders", i).is_offloaded for i in ids[:2])
+
+
+def test_a_trim_or_delete_that_keeps_losing_the_race_gives_up_and_changes_nothing(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt = runtime
+    ids = mixed_topic(rt)
+    stale = rt.metadata.get_topic("orders")
+    rt.metadata.move_start(stale, Position(ledger_id=ids[0], entry_id=1))  # a writer won
+    state = snapshot(rt)
+    reads: list[str] = []
+
+    def get_topic(name: str) -> object:
+        reads.append(name)
+        return stale  # every try reads a version that is already gone
+
+    monkeypatch.setattr(rt.metadata, "get_topic", get_topic)
+    with pytest.raises(
+        CommitFailedError,
+        match=r"^could not move the start of topic 'orders': too much contention$",
+    ):
+        trim_topic(rt, "orders", Position(ledger_id=ids[2], entry_id=0))
+    assert reads == ["orders"] * MAX_TRIES == ["orders"] * 20
+    with pytest.raises(
+        CommitFailedError, match=r"^could not delete topic 'orders': too much contention$"
+    ):
+        delete_topic(rt, "orders")
+    monkeypatch.undo()
+    assert snapshot(rt) == state
+
+
+def test_a_trim_target_is_a_position_or_its_text(runtime: Runtime) -> None:
+    position = Position(ledger_id=3, entry_id=2)
+    assert resolve_target(runtime, "orders", position=position) == position
+    assert resolve_target(runtime, "orders", position="3:2") == position
