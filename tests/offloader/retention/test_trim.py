@@ -43,7 +43,7 @@ def snapshot(rt: Runtime) -> tuple[object, ...]:
 
 
 def test_trim_moves_the_start_hides_the_head_and_deletes_what_is_wholly_below(
-    runtime: Runtime,
+    runtime: Runtime, caplog: pytest.LogCaptureFixture
 ) -> None:
     rt = runtime
     ids = mixed_topic(rt)
@@ -62,12 +62,15 @@ def test_trim_moves_the_start_hides_the_head_and_deletes_what_is_wholly_below(
     assert snapshot(rt) == untouched
 
     doomed = {lid: rt.metadata.get_ledger("orders", lid) for lid in ids[:3]}
-    result = trim_topic(rt, "orders", start)
+    with caplog.at_level("INFO", logger="offloader.retention.trim"):
+        result = trim_topic(rt, "orders", start)
     assert (result.changed, result.start_before, result.start_after) == (
         True,
         Position(ledger_id=0, entry_id=0),
         start,
     )
+    logged = [r.getMessage() for r in caplog.records if r.name == "offloader.retention.trim"]
+    assert logged == [f"topic orders start moved from 0:0 to {start}"]
     assert (result.ledgers_deleting, result.queued_keys, result.hot_deleted) == (
         ids[:3],
         6,
