@@ -3,6 +3,7 @@ below go through the deletion states and the queue, nothing is leaked. Both pair
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 import pytest
@@ -18,6 +19,7 @@ from fixtures.retention import (
     mixed_topic,
     stored_keys,
 )
+from offloader import failpoints
 from offloader.exceptions import CommitFailedError, NotFoundError, TrimmedError
 from offloader.gc.deletion_queue import process_deletions
 from offloader.metadata import DeletionState, HotState, OffloadState, Position
@@ -26,7 +28,7 @@ from offloader.offload.keys import ledger_object_keys
 from offloader.offload.ledger_offloader import LedgerOffloader, Outcome
 from offloader.read.topic_reader import Source, TopicReader
 from offloader.retention.cuts import take_cut
-from offloader.retention.deletion import finish_deleted_ledgers
+from offloader.retention.deletion import finish_deleted_ledgers, mark_below_start
 from offloader.retention.trim import MAX_TRIES, delete_topic, resolve_target, trim_topic
 from offloader.runtime import Runtime
 
@@ -341,3 +343,75 @@ def test_a_trim_target_is_a_position_or_its_text(runtime: Runtime) -> None:
     position = Position(ledger_id=3, entry_id=2)
     assert resolve_target(runtime, "orders", position=position) == position
     assert resolve_target(runtime, "orders", position="3:2") == position
+
+
+def test_a_trim_works_in_batches_passing_each_crash_point_in_order(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The in-process view of what the crash tests kill at: with two ledgers a batch, five
+    ledgers are marked in three transactions and their hot copies recorded gone in two."""
+    ids = mixed_topic(runtime)
+    rt = dataclasses.replace(
+        runtime, settings=runtime.settings.model_copy(update={"trim_batch_ledgers": 2})
+    )
+    reached: list[str] = []
+    monkeypatch.setattr(failpoints, "reach", reached.append)
+    recorded: list[list[int]] = []
+    record_gone = rt.metadata.mark_hot_copies_deleted
+
+    def mark_hot_copies_deleted(topic: str, ledger_ids: list[int]) -> None:
+        recorded.append(list(ledger_ids))
+        record_gone(topic, ledger_ids)
+
+    monkeypatch.setattr(rt.metadata, "mark_hot_copies_deleted", mark_hot_copies_deleted)
+    result = trim_topic(rt, "orders", Position(ledger_id=ids[5], entry_id=0))
+    assert (result.ledgers_deleting, result.queued_keys) == (ids[:5], 6)
+    assert result.hot_deleted == ids[2:5]  # 1 and 2 had no hot copy left
+    assert recorded == [ids[2:4], ids[4:5]]
+    assert reached == [
+        "after-trim-start-moved",
+        "mid-trim-ledgers",  # after each full batch: more may follow
+        "mid-trim-ledgers",
+        "after-ledger-deleting",
+        *["after-trim-hot-delete"] * 3,
+    ]
+
+
+def test_the_gc_finishes_trims_cut_short_and_a_trim_finishes_only_its_topic(
+    runtime: Runtime,
+) -> None:
+    rt = runtime
+    ids = mixed_topic(rt)
+    kept = mixed_topic(rt, "keep")
+    # a trim of orders killed once the start moved: nothing below it marked yet
+    start = Position(ledger_id=ids[3], entry_id=0)
+    rt.metadata.move_start(rt.metadata.get_topic("orders"), start)
+    # a trim of keep killed once its ledgers were marked: their hot copies still there
+    keep = rt.metadata.move_start(
+        rt.metadata.get_topic("keep"), Position(ledger_id=kept[3], entry_id=0)
+    )
+    assert mark_below_start(rt, keep).ledgers_deleting == kept[:3]
+    assert rt.hot.exists("keep", kept[2])
+
+    # trimming orders again at its start finishes its own trim, not keep's
+    again = trim_topic(rt, "orders", start)
+    assert (again.start_before, again.start_after) == (start, start)
+    assert (again.ledgers_deleting, again.queued_keys, again.hot_deleted) == (ids[:3], 6, [ids[2]])
+    assert again.changed
+    assert rt.hot.exists("keep", kept[2])
+
+    # the GC's finishing step finishes every topic, then the drained ledgers are deleted
+    orders = rt.metadata.get_topic("orders")
+    rt.metadata.move_start(orders, Position(ledger_id=ids[4], entry_id=0))  # cut short again
+    assert finish_deleted_ledgers(rt) == 1  # ids[3] was hot only; the rest wait on keys
+    assert not rt.hot.exists("keep", kept[2])
+    assert rt.metadata.get_ledger("orders", ids[3]).deletion_state is DeletionState.DELETED
+    process_deletions(rt.metadata, rt.stores, rt.settings)
+    assert finish_deleted_ledgers(rt) == 6
+    deleted = {
+        (x.topic, x.ledger_id)
+        for topic in ("orders", "keep")
+        for x in rt.metadata.list_ledgers(topic)
+        if x.deletion_state is DeletionState.DELETED
+    }
+    assert deleted == {("orders", i) for i in ids[:4]} | {("keep", i) for i in kept[:3]}
