@@ -237,10 +237,16 @@ def test_trim_at_a_cut(runtime: Runtime) -> None:
     state = snapshot(rt)
     dry = trim_topic(rt, "orders", resolve_target(rt, "orders", cut_id=cut.cut_id), dry_run=True)
     assert (dry.dry_run, dry.changed, dry.start_after) == (True, False, cut.position)
-    assert (dry.ledgers_deleting, dry.queued_keys) == (ids, 8)
+    assert (dry.topic, dry.ledgers_deleting, dry.queued_keys, dry.hot_deleted) == (
+        "orders",
+        ids,
+        8,
+        [],
+    )
     assert snapshot(rt) == state
     result = trim_topic(rt, "orders", resolve_target(rt, "orders", cut_id=cut.cut_id))
     assert result.start_after == cut.position and result.ledgers_deleting == ids
+    assert result.topic == "orders"
     assert TopicReader(rt).checksum("orders").entries == 0
     # the history stays countable: a later cut still measures from the first ever entry
     assert take_cut(rt, "orders").offset_bytes == cut.offset_bytes
