@@ -115,3 +115,47 @@ def test_a_dry_run_only_reports_the_backlog(runtime: Runtime) -> None:
     assert result.backlog.pending == 4 and result.backlog.due == 4
     assert result.backlog.oldest_enqueued_ms is not None
     assert stored(runtime) == set(keys)
+
+
+def test_one_item_is_a_valid_bound(runtime: Runtime) -> None:
+    keys = queue(runtime, 2)
+    result = drain_queue(runtime.metadata, runtime.stores, runtime.settings, max_items=1)
+    assert (result.passes, result.deleted, result.stopped) == (1, 1, "max items")
+    assert stored(runtime) == set(keys[1:])
+
+
+def test_failed_items_count_against_max_items_and_each_pass_is_logged(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(deletion_queue, "DEFAULT_PASS_LIMIT", 2)
+    keys = queue(runtime, 5)
+    settings = runtime.settings.model_copy(update={"delete_retry_base_seconds": 60.0})
+    refusing = FlakyDeletes(runtime.objects, refuse=["k001"])
+    with caplog.at_level("INFO", logger=deletion_queue.__name__):
+        result = drain_queue(runtime.metadata, OnlyStore(refusing), settings, max_items=3)
+    # pass 1 takes k000 (deleted) and k001 (refused); pass 2 may take only 3 - 1 - 1 = 1
+    assert (result.passes, result.deleted, result.failed) == (2, 2, 1)
+    assert result.stopped == "max items"
+    assert stored(runtime) == {"k001", *keys[3:]}
+    passes = [m for m in caplog.messages if m.startswith("pass ")]
+    assert passes == ["pass 1: deleted 1, failed 1", "pass 2: deleted 1, failed 0"]
+
+
+def test_the_default_time_budget_is_half_an_hour(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ticks = iter([0.0, 1800.0, 1800.0])  # start, the first budget check, the end
+    monkeypatch.setattr(deletion_queue.time, "monotonic", lambda: next(ticks))
+    keys = queue(runtime, 1)
+    result = drain_queue(runtime.metadata, runtime.stores, runtime.settings)
+    assert (result.passes, result.deleted, result.stopped) == (0, 0, "time budget")
+    assert stored(runtime) == set(keys)
+
+
+def test_the_reported_duration_is_rounded_to_milliseconds(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ticks = iter([100.0, 101.23456])  # start, the end (a dry run checks no budget)
+    monkeypatch.setattr(deletion_queue.time, "monotonic", lambda: next(ticks))
+    result = drain_queue(runtime.metadata, runtime.stores, runtime.settings, dry_run=True)
+    assert result.seconds == 1.235

@@ -16,7 +16,7 @@ from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.ledger_offloader import LedgerOffloader
 from offloader.retention.cuts import take_cut
 from offloader.retention.policy import choose_cut, in_list, retention_bounds
-from offloader.retention.run import apply_retention
+from offloader.retention.run import apply_retention, describe
 from offloader.runtime import Runtime
 
 TOPIC = "orders"
@@ -262,3 +262,37 @@ def test_cut_offsets_are_exact_with_an_open_ledger_between_cuts(runtime: Runtime
         assert cut.offset_bytes == sum(x.size_bytes for x in below)
     assert [c.ledger_id for c in seen] == [1, 2, 2, 3, 3, 4]
     assert seen[0].offset_bytes == 0 < seen[1].offset_bytes == seen[2].offset_bytes
+
+
+def test_what_retention_did_is_one_line_and_logged(
+    runtime: Runtime, caplog: pytest.LogCaptureFixture
+) -> None:
+    rt = runtime
+    ids, cuts = build(rt)
+    end = cuts[-1]
+    policy = rt.metadata.get_topic(TOPIC).policy
+    too_much = policy.updated({"retention_size_bytes": end.offset_bytes + 1})
+    last_ledger = policy.updated({"retention_size_bytes": 1300})  # 2 entries of 650 bytes
+    with caplog.at_level("INFO", logger="offloader.retention.run"):
+        results = [
+            apply_retention(rt, TOPIC, dry_run=True, end=end),
+            apply_retention(rt, TOPIC, dry_run=True, end=end, policy=too_much),
+            apply_retention(rt, TOPIC, dry_run=True, end=end, policy=last_ledger),
+            apply_retention(rt, TOPIC, end=end, policy=last_ledger),
+        ]
+    plain, none_old_enough, dry, done = results
+    for kept in (plain, none_old_enough):
+        assert (kept.topic, kept.chosen, kept.trim, kept.changed) == (TOPIC, None, None, False)
+    ending = f"end {end.position}, {end.offset_bytes} bytes)"
+    assert describe(plain) == f"keeps everything (no retention rule set; {ending}"
+    assert describe(none_old_enough) == f"keeps everything (no cut old enough; {ending}"
+    chosen = cuts[5]
+    assert (done.topic, done.chosen, done.changed) == (TOPIC, chosen, True)
+    what = (
+        f"at cut {chosen.cut_id} ({chosen.position}), keeping 1300 bytes; start 0:0 -> "
+        f"{chosen.position}, ledgers deleting {ids[:5]}, 6 keys queued"
+    )
+    assert describe(dry) == f"would trim {what}"
+    assert describe(done) == f"trimmed {what}"
+    logged = [r.getMessage() for r in caplog.records if r.name == "offloader.retention.run"]
+    assert logged == [f"retention of {TOPIC}: {describe(r)}" for r in results]

@@ -16,16 +16,21 @@ from offloader.runtime import Runtime
 
 
 def test_cuts_record_the_end_of_the_sealed_data_and_the_bytes_before_it(
-    runtime: Runtime,
+    runtime: Runtime, caplog: pytest.LogCaptureFixture
 ) -> None:
     rt = runtime
     ids = mixed_topic(rt)  # offloaded, hot and offloaded-with-hot ledgers
     sizes = {x.ledger_id: x.size_bytes for x in rt.metadata.list_ledgers("orders")}
     assert len(set(sizes.values())) > 1  # sizes differ, so a wrong sum shows
 
-    first = take_cut(rt, "orders")
+    with caplog.at_level("INFO", logger="offloader.retention.cuts"):
+        first = take_cut(rt, "orders")
     assert (first.topic, first.position) == ("orders", Position(ledger_id=ids[-1] + 1, entry_id=0))
     assert first.offset_bytes == sum(sizes.values())
+    # the retention DAG's task log names each cut it takes
+    assert [r.getMessage() for r in caplog.records if r.name == "offloader.retention.cuts"] == [
+        f"cut {first.cut_id} of orders at {ids[-1] + 1}:0 ({first.offset_bytes} bytes)"
+    ]
 
     writer = ManagedLedgerWriter(rt.metadata, rt.hot, "orders")
     writer.append(b"x" * 50)  # an open ledger: its entries have no recorded length yet
@@ -48,14 +53,20 @@ def test_cuts_record_the_end_of_the_sealed_data_and_the_bytes_before_it(
     trim_topic(rt, "orders", Position(ledger_id=ids[2], entry_id=0))
     assert take_cut(rt, "orders").offset_bytes == third.offset_bytes
 
+
+def test_the_cli_lists_and_takes_cuts(runtime: Runtime) -> None:
+    rt = runtime
+    ids = mixed_topic(rt)
+    first = take_cut(rt, "orders")
     listed = cli_json(rt, "cut", "list", "orders")
-    assert [c["cut_id"] for c in listed] == [c.cut_id for c in rt.metadata.list_cuts("orders")]
+    assert [c["cut_id"] for c in listed] == [first.cut_id]
     made = cli_json(rt, "cut", "create", "orders")
     assert (made["ledger_id"], made["entry_id"], made["offset_bytes"]) == (
-        open_id + 1,
+        ids[-1] + 1,
         0,
-        third.offset_bytes,
+        first.offset_bytes,
     )
+    assert [c.cut_id for c in rt.metadata.list_cuts("orders")] == [first.cut_id, made["cut_id"]]
 
 
 def test_a_cut_on_an_empty_topic_is_at_its_first_ledger_with_no_bytes(runtime: Runtime) -> None:
@@ -90,6 +101,9 @@ def test_cuts_of_an_unknown_topic_or_an_unknown_cut_are_clear_errors(runtime: Ru
     make_topic(runtime, "other")
     with pytest.raises(NotFoundError, match=f"cut {other.cut_id} of topic 'other'"):
         runtime.metadata.get_cut("other", other.cut_id)  # a cut belongs to its topic
+    assert runtime.metadata.list_cuts("other") == []
+
+
+def test_the_cli_names_an_unknown_topic_of_a_cut(runtime: Runtime) -> None:
     for sub in ("create", "list"):
         assert_one_line_error(cli(runtime, "cut", sub, "nope"), "topic 'nope' does not exist")
-    assert runtime.metadata.list_cuts("other") == []

@@ -225,3 +225,15 @@ def test_updated_checks_the_whole_policy() -> None:
     with pytest.raises(ValidationError, match="PIP-17"):
         current.updated({"offload_threshold_bytes": "5000"})
     assert current.updated({"retention_size_bytes": None}).retention_size_bytes is None
+
+
+@pytest.mark.parametrize(
+    ("seconds", "ms"),
+    [
+        (0.0004, 1),  # a fraction of a millisecond keeps a whole one more, not less
+        (0.0010000001, 1),  # below a nanosecond is float noise: 1 ms, not 2
+    ],
+)
+def test_the_time_bound_is_in_whole_milliseconds_rounded_up(seconds: float, ms: int) -> None:
+    bounds = retention_bounds(policy(retention_time_seconds=seconds), 10_000, 1000)
+    assert bounds.created_at_most_ms == 10_000 - ms

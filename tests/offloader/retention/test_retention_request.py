@@ -164,3 +164,12 @@ def test_run_request_applies_the_policy_with_the_runs_override(runtime: Runtime)
     assert runtime.metadata.get_topic("orders").start == Position(ledger_id=ids[2], entry_id=0)
     # the override was for this run only
     assert runtime.metadata.get_topic("orders").policy.retention_size_bytes is None
+
+
+def test_run_request_trims_at_the_cut_of_its_topic(runtime: Runtime) -> None:
+    ids = mixed_topic(runtime)
+    cut = take_cut(runtime, "orders")
+    done = run_request(runtime, RetentionRequest(topic="orders", cut_id=cut.cut_id), "orders", None)
+    assert isinstance(done, TrimResult) and done.changed
+    assert (done.start_after, done.ledgers_deleting) == (cut.position, ids)
+    assert runtime.metadata.get_topic("orders").start == cut.position

@@ -54,17 +54,10 @@ def test_deleting_a_topic_fences_its_writer_and_deletes_every_ledger(runtime: Ru
         rt.metadata.allocate_ledger("orders", writer._epoch)
     with pytest.raises(TopicDeletedError, match="cannot be written to"):
         produce_ledgers(rt, "orders", [(1, 10)])
-    assert_one_line_error(
-        cli(rt, "produce", "orders", "--count", "1", "--size", "1"),
-        "topic 'orders' was deleted; it cannot be written to",
-    )
     with pytest.raises(TopicDeletedError, match="nothing of it is readable"):
         next(TopicReader(rt).read("orders", ids[-1]))
     with pytest.raises(TopicDeletedError, match="nothing of it is readable"):
         TopicReader(rt).checksum("orders")
-    assert_one_line_error(
-        cli(rt, "read", "orders", "--ledger", str(ids[0])), "topic 'orders' was deleted"
-    )
     with pytest.raises(TopicDeletedError):
         take_cut(rt, "orders")
     with pytest.raises(TopicDeletedError):
@@ -78,10 +71,30 @@ def test_deleting_a_topic_fences_its_writer_and_deletes_every_ledger(runtime: Ru
     assert TopicReader(rt).checksum("keep") == keep_sum
 
     # deleting again only finishes leftovers; the name is not reused
-    again = cli_json(rt, "topic", "delete", "orders")
-    assert not again["changed"] and again["ledgers_deleting"] == []
+    deleted = rt.metadata.get_topic("orders")
+    again = delete_topic(rt, "orders")
+    assert (again.changed, again.ledgers_deleting, again.queued_keys) == (False, [], 0)
+    assert again.start_before == again.start_after == deleted.start
+    assert rt.metadata.get_topic("orders") == deleted
     with pytest.raises(AlreadyExistsError, match=r"'orders' was deleted; .*not reused"):
         rt.metadata.create_topic("orders", OffloadPolicy())
-    assert_one_line_error(cli(rt, "topic", "create", "orders"), "not reused")
     with contextlib.suppress(OSError):
         writer._writable.close()  # type: ignore[union-attr]  # release the fenced file
+
+
+def test_the_cli_refuses_a_deleted_topic_and_deleting_again_changes_nothing(
+    runtime: Runtime,
+) -> None:
+    rt = runtime
+    ids = mixed_topic(rt)
+    delete_topic(rt, "orders")
+    assert_one_line_error(
+        cli(rt, "produce", "orders", "--count", "1", "--size", "1"),
+        "topic 'orders' was deleted; it cannot be written to",
+    )
+    assert_one_line_error(
+        cli(rt, "read", "orders", "--ledger", str(ids[0])), "topic 'orders' was deleted"
+    )
+    again = cli_json(rt, "topic", "delete", "orders")
+    assert not again["changed"] and again["ledgers_deleting"] == []
+    assert_one_line_error(cli(rt, "topic", "create", "orders"), "not reused")

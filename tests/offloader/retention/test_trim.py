@@ -3,6 +3,7 @@ below go through the deletion states and the queue, nothing is leaked. Both pair
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 import pytest
@@ -18,6 +19,7 @@ from fixtures.retention import (
     mixed_topic,
     stored_keys,
 )
+from offloader import failpoints
 from offloader.exceptions import CommitFailedError, NotFoundError, TrimmedError
 from offloader.gc.deletion_queue import process_deletions
 from offloader.metadata import DeletionState, HotState, OffloadState, Position
@@ -26,8 +28,8 @@ from offloader.offload.keys import ledger_object_keys
 from offloader.offload.ledger_offloader import LedgerOffloader, Outcome
 from offloader.read.topic_reader import Source, TopicReader
 from offloader.retention.cuts import take_cut
-from offloader.retention.deletion import finish_deleted_ledgers
-from offloader.retention.trim import resolve_target, trim_topic
+from offloader.retention.deletion import finish_deleted_ledgers, mark_below_start
+from offloader.retention.trim import MAX_TRIES, delete_topic, resolve_target, trim_topic
 from offloader.runtime import Runtime
 
 
@@ -43,7 +45,7 @@ def snapshot(rt: Runtime) -> tuple[object, ...]:
 
 
 def test_trim_moves_the_start_hides_the_head_and_deletes_what_is_wholly_below(
-    runtime: Runtime,
+    runtime: Runtime, caplog: pytest.LogCaptureFixture
 ) -> None:
     rt = runtime
     ids = mixed_topic(rt)
@@ -62,12 +64,15 @@ def test_trim_moves_the_start_hides_the_head_and_deletes_what_is_wholly_below(
     assert snapshot(rt) == untouched
 
     doomed = {lid: rt.metadata.get_ledger("orders", lid) for lid in ids[:3]}
-    result = trim_topic(rt, "orders", start)
+    with caplog.at_level("INFO", logger="offloader.retention.trim"):
+        result = trim_topic(rt, "orders", start)
     assert (result.changed, result.start_before, result.start_after) == (
         True,
         Position(ledger_id=0, entry_id=0),
         start,
     )
+    logged = [r.getMessage() for r in caplog.records if r.name == "offloader.retention.trim"]
+    assert logged == [f"topic orders start moved from 0:0 to {start}"]
     assert (result.ledgers_deleting, result.queued_keys, result.hot_deleted) == (
         ids[:3],
         6,
@@ -93,10 +98,6 @@ def test_trim_moves_the_start_hides_the_head_and_deletes_what_is_wholly_below(
     for source in (Source.AUTO, Source.HOT):
         checksum = reader.checksum("orders", source)
         assert (checksum.digest, checksum.entries) == (digest_of(kept), len(kept))
-    line = assert_one_line_error(cli(rt, "read", "orders", "--ledger", str(ids[0])))
-    assert line == (
-        f"error: ledger {ids[0]} of topic 'orders' is below the topic's start {start}: trimmed"
-    )
 
     # intent recorded: deleting, hot copies gone (mark first), committed keys queued with
     # the store each offload recorded and the ledger they belong to
@@ -142,6 +143,16 @@ def test_trim_moves_the_start_hides_the_head_and_deletes_what_is_wholly_below(
     assert all_entries(rt, "orders") == kept
 
 
+def test_the_cli_names_the_start_when_a_read_is_below_it(runtime: Runtime) -> None:
+    ids = mixed_topic(runtime)
+    start = Position(ledger_id=ids[3], entry_id=2)
+    trim_topic(runtime, "orders", start)
+    line = assert_one_line_error(cli(runtime, "read", "orders", "--ledger", str(ids[0])))
+    assert line == (
+        f"error: ledger {ids[0]} of topic 'orders' is below the topic's start {start}: trimmed"
+    )
+
+
 def test_trim_at_or_below_the_start_is_a_no_op_and_repeats_are_idempotent(
     runtime: Runtime,
 ) -> None:
@@ -185,7 +196,19 @@ def test_a_trim_beyond_the_end_or_at_an_unknown_cut_is_refused_and_changes_nothi
         resolve_target(rt, "orders", cut_id=99)
     with pytest.raises(NotFoundError, match="topic 'nope' does not exist"):
         trim_topic(rt, "nope", Position(ledger_id=1, entry_id=0))
+    with pytest.raises(
+        ValueError, match=r"^a trim takes exactly one of a cut id or a position L:E$"
+    ):
+        resolve_target(rt, "orders")
+    with pytest.raises(ValueError, match=r"^a trim takes exactly one of a cut id or a position"):
+        resolve_target(rt, "orders", cut_id=1, position=f"{ids[0]}:0")
     assert snapshot(rt) == state
+
+
+def test_the_cli_refuses_a_bad_trim_and_changes_nothing(runtime: Runtime) -> None:
+    rt = runtime
+    ids = mixed_topic(rt)
+    state = snapshot(rt)
     for args, fragment in (
         (["--position", f"{ids[-1] + 5}:0"], "is beyond the end of topic 'orders'"),
         (["--cut", "99"], "cut 99 of topic 'orders' does not exist"),
@@ -196,7 +219,7 @@ def test_a_trim_beyond_the_end_or_at_an_unknown_cut_is_refused_and_changes_nothi
     assert snapshot(rt) == state
 
 
-def test_trim_at_a_cut_and_the_cli_dry_run(runtime: Runtime) -> None:
+def test_the_cli_dry_run_of_a_trim_at_a_cut_changes_nothing(runtime: Runtime) -> None:
     rt = runtime
     ids = mixed_topic(rt)
     cut = take_cut(rt, "orders")
@@ -205,8 +228,25 @@ def test_trim_at_a_cut_and_the_cli_dry_run(runtime: Runtime) -> None:
     assert report["dry_run"] and not report["changed"]
     assert report["ledgers_deleting"] == ids and report["queued_keys"] == 8
     assert snapshot(rt) == state
+
+
+def test_trim_at_a_cut(runtime: Runtime) -> None:
+    rt = runtime
+    ids = mixed_topic(rt)
+    cut = take_cut(rt, "orders")
+    state = snapshot(rt)
+    dry = trim_topic(rt, "orders", resolve_target(rt, "orders", cut_id=cut.cut_id), dry_run=True)
+    assert (dry.dry_run, dry.changed, dry.start_after) == (True, False, cut.position)
+    assert (dry.topic, dry.ledgers_deleting, dry.queued_keys, dry.hot_deleted) == (
+        "orders",
+        ids,
+        8,
+        [],
+    )
+    assert snapshot(rt) == state
     result = trim_topic(rt, "orders", resolve_target(rt, "orders", cut_id=cut.cut_id))
     assert result.start_after == cut.position and result.ledgers_deleting == ids
+    assert result.topic == "orders"
     assert TopicReader(rt).checksum("orders").entries == 0
     # the history stays countable: a later cut still measures from the first ever entry
     assert take_cut(rt, "orders").offset_bytes == cut.offset_bytes
@@ -274,3 +314,110 @@ def test_an_offload_in_flight_when_its_ledger_is_trimmed_cannot_commit_or_leak(
     assert finish_deleted_ledgers(rt) == 2
     assert stored_keys(rt) == set()
     assert all(not rt.metadata.get_ledger("orders", i).is_offloaded for i in ids[:2])
+
+
+def test_a_trim_or_delete_that_keeps_losing_the_race_gives_up_and_changes_nothing(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt = runtime
+    ids = mixed_topic(rt)
+    stale = rt.metadata.get_topic("orders")
+    rt.metadata.move_start(stale, Position(ledger_id=ids[0], entry_id=1))  # a writer won
+    state = snapshot(rt)
+    reads: list[str] = []
+
+    def get_topic(name: str) -> object:
+        reads.append(name)
+        return stale  # every try reads a version that is already gone
+
+    monkeypatch.setattr(rt.metadata, "get_topic", get_topic)
+    with pytest.raises(
+        CommitFailedError,
+        match=r"^could not move the start of topic 'orders': too much contention$",
+    ):
+        trim_topic(rt, "orders", Position(ledger_id=ids[2], entry_id=0))
+    assert reads == ["orders"] * MAX_TRIES == ["orders"] * 20
+    with pytest.raises(
+        CommitFailedError, match=r"^could not delete topic 'orders': too much contention$"
+    ):
+        delete_topic(rt, "orders")
+    monkeypatch.undo()
+    assert snapshot(rt) == state
+
+
+def test_a_trim_target_is_a_position_or_its_text(runtime: Runtime) -> None:
+    position = Position(ledger_id=3, entry_id=2)
+    assert resolve_target(runtime, "orders", position=position) == position
+    assert resolve_target(runtime, "orders", position="3:2") == position
+
+
+def test_a_trim_works_in_batches_passing_each_crash_point_in_order(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The in-process view of what the crash tests kill at: with two ledgers a batch, five
+    ledgers are marked in three transactions and their hot copies recorded gone in two."""
+    ids = mixed_topic(runtime)
+    rt = dataclasses.replace(
+        runtime, settings=runtime.settings.model_copy(update={"trim_batch_ledgers": 2})
+    )
+    reached: list[str] = []
+    monkeypatch.setattr(failpoints, "reach", reached.append)
+    recorded: list[list[int]] = []
+    record_gone = rt.metadata.mark_hot_copies_deleted
+
+    def mark_hot_copies_deleted(topic: str, ledger_ids: list[int]) -> None:
+        recorded.append(list(ledger_ids))
+        record_gone(topic, ledger_ids)
+
+    monkeypatch.setattr(rt.metadata, "mark_hot_copies_deleted", mark_hot_copies_deleted)
+    result = trim_topic(rt, "orders", Position(ledger_id=ids[5], entry_id=0))
+    assert (result.ledgers_deleting, result.queued_keys) == (ids[:5], 6)
+    assert result.hot_deleted == ids[2:5]  # 1 and 2 had no hot copy left
+    assert recorded == [ids[2:4], ids[4:5]]
+    assert reached == [
+        "after-trim-start-moved",
+        "mid-trim-ledgers",  # after each full batch: more may follow
+        "mid-trim-ledgers",
+        "after-ledger-deleting",
+        *["after-trim-hot-delete"] * 3,
+    ]
+
+
+def test_the_gc_finishes_trims_cut_short_and_a_trim_finishes_only_its_topic(
+    runtime: Runtime,
+) -> None:
+    rt = runtime
+    ids = mixed_topic(rt)
+    kept = mixed_topic(rt, "keep")
+    # a trim of orders killed once the start moved: nothing below it marked yet
+    start = Position(ledger_id=ids[3], entry_id=0)
+    rt.metadata.move_start(rt.metadata.get_topic("orders"), start)
+    # a trim of keep killed once its ledgers were marked: their hot copies still there
+    keep = rt.metadata.move_start(
+        rt.metadata.get_topic("keep"), Position(ledger_id=kept[3], entry_id=0)
+    )
+    assert mark_below_start(rt, keep).ledgers_deleting == kept[:3]
+    assert rt.hot.exists("keep", kept[2])
+
+    # trimming orders again at its start finishes its own trim, not keep's
+    again = trim_topic(rt, "orders", start)
+    assert (again.start_before, again.start_after) == (start, start)
+    assert (again.ledgers_deleting, again.queued_keys, again.hot_deleted) == (ids[:3], 6, [ids[2]])
+    assert again.changed
+    assert rt.hot.exists("keep", kept[2])
+
+    # the GC's finishing step finishes every topic, then the drained ledgers are deleted
+    orders = rt.metadata.get_topic("orders")
+    rt.metadata.move_start(orders, Position(ledger_id=ids[4], entry_id=0))  # cut short again
+    assert finish_deleted_ledgers(rt) == 1  # ids[3] was hot only; the rest wait on keys
+    assert not rt.hot.exists("keep", kept[2])
+    assert rt.metadata.get_ledger("orders", ids[3]).deletion_state is DeletionState.DELETED
+    process_deletions(rt.metadata, rt.stores, rt.settings)
+    assert finish_deleted_ledgers(rt) == 6
+    deleted = {
+        (x.topic, x.ledger_id)
+        for topic in ("orders", "keep")
+        for x in rt.metadata.list_ledgers(topic)
+        if x.deletion_state is DeletionState.DELETED
+    }
+    assert deleted == {("orders", i) for i in ids[:4]} | {("keep", i) for i in kept[:3]}
