@@ -11,7 +11,7 @@ from sqlalchemy import event
 
 from fixtures.counting import counting_transactions
 from fixtures.metadata import begin, sealed_ledger
-from offloader.exceptions import CommitFailedError
+from offloader.exceptions import CommitFailedError, TopicDeletedError
 from offloader.metadata import (
     AttemptState,
     DeletionState,
@@ -122,9 +122,17 @@ def test_the_start_moves_forward_by_cas_and_a_deleted_topic_is_frozen(
         store.move_start(seen, Position(ledger_id=3, entry_id=0))
     with pytest.raises(ValueError, match="only moves forward"):
         store.move_start(moved, Position(ledger_id=2, entry_id=0))
+    assert moved.deleted_ms is None
+    before = store.db_now_ms()
     deleted = store.delete_topic(moved)
     assert deleted.is_deleted and deleted.writer_epoch == moved.writer_epoch + 1
     assert deleted.start == Position(ledger_id=4, entry_id=0)
+    assert deleted.deleted_ms is not None
+    assert before <= deleted.deleted_ms <= store.db_now_ms()  # the database's clock
+    for cut in (store.create_cut, store.end_cut):  # the real one and a dry run's
+        with pytest.raises(TopicDeletedError, match=r"^topic 't' was deleted; it cannot be cut$"):
+            cut("t")
+    assert store.list_cuts("t") == []
     with pytest.raises(CommitFailedError):
         store.delete_topic(moved)  # stale
     with pytest.raises(CommitFailedError):
