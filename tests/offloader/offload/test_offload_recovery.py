@@ -19,6 +19,7 @@ from fixtures.faults import with_objects
 from fixtures.takeover import OnPut, take_over
 from offloader.exceptions import ObjectStoreError
 from offloader.format import decode_index, encode_index
+from offloader.hottier.writer import ManagedLedgerWriter
 from offloader.metadata import Attempt, AttemptState, Ledger, OffloadState
 from offloader.offload.keys import ledger_object_keys
 from offloader.offload.ledger_offloader import LedgerOffloader, OffloadResult, Outcome
@@ -106,9 +107,24 @@ def length_off(rt: Runtime, attempt: Attempt) -> None:
     rewrite_index(rt, attempt, length=ledger.size_bytes + 1)
 
 
+def other_entry_count(rt: Runtime, attempt: Attempt) -> None:
+    """Whole, readable objects of another ledger with the same length in one entry: only
+    the entry count tells them apart (entry_count_off's index no longer decodes)."""
+    ledger = rt.metadata.get_ledger("orders", attempt.ledger_id)
+    assert ledger.entry_count > 1
+    with ManagedLedgerWriter(rt.metadata, rt.hot, "orders") as writer:
+        writer.append(b"x" * ledger.size_bytes)
+        other = writer.roll_over()
+    rt.objects.delete_many([attempt.data_key, attempt.index_key])
+    LedgerOffloader(rt)._upload(other, attempt, lambda: None)
+    meta = decode_index(rt.objects.get(attempt.index_key)).metadata
+    assert meta is not None
+    assert (meta.entry_count, meta.length) == (1, ledger.size_bytes)
+
+
 @pytest.mark.parametrize(
     "spoil",
-    [drop_index, damage_index, grow_data, entry_count_off, length_off],
+    [drop_index, damage_index, grow_data, entry_count_off, length_off, other_entry_count],
     ids=lambda f: f.__name__,
 )
 @pytest.mark.parametrize("path", ["single", "batch"])
