@@ -137,3 +137,58 @@ def test_the_start_moves_forward_by_cas_and_a_deleted_topic_is_frozen(
         store.delete_topic(moved)  # stale
     with pytest.raises(CommitFailedError):
         store.move_start(deleted, Position(ledger_id=5, entry_id=0))
+
+
+def test_a_trim_counts_the_ledgers_and_keys_its_marking_then_takes(store: MetadataStore) -> None:
+    """What a dry run reports (ledgers_to_trim, count_keys_to_trim) is what the marking
+    does: the topic's live ledgers below the bound, two keys per committed ledger and per
+    attempt in flight; another topic's ledgers never count."""
+    topic_of(store, "t", 6, offloaded={1, 2, 5})
+    begin(store, store.get_ledger("t", 3), "flying")
+    topic_of(store, "u", 3, offloaded={1, 2})
+    assert store.ledgers_to_trim("t", 5) == [1, 2, 3, 4]
+    assert store.count_keys_to_trim("t", 5) == 2 * 3  # 1, 2 committed, 3 in flight
+    assert store.count_keys_to_trim("t", 3) == 2 * 2
+    assert (store.ledgers_to_trim("t", 1), store.count_keys_to_trim("t", 1)) == ([], 0)
+    assert store.count_keys_to_trim("u", 5) == 2 * 2
+
+    store.move_start(store.get_topic("t"), Position(ledger_id=5, entry_id=0))
+    assert store.mark_ledgers_deleting("t", 5, 10) == ([1, 2, 3, 4], 2 * 3)
+    assert (store.ledgers_to_trim("t", 5), store.count_keys_to_trim("t", 5)) == ([], 0)
+    assert store.ledgers_to_trim("t", 7) == [5, 6]
+    assert store.count_keys_to_trim("t", 7) == 2
+
+
+def test_only_the_named_trimmed_ledgers_hot_copies_are_recorded_deleted(
+    store: MetadataStore,
+) -> None:
+    """mark_hot_copies_deleted touches a ledger of the named topic and ids only when trim
+    marked both it and its hot copy deleting: not a live ledger whose hot copy hot
+    deletion is removing, not another topic's, not one already recorded (once, by CAS
+    version, at the database's time)."""
+    topic_of(store, "t", 4, offloaded={3})
+    topic_of(store, "u", 2, offloaded=set())
+    for name in ("t", "u"):
+        store.move_start(store.get_topic(name), Position(ledger_id=3, entry_id=0))
+        store.mark_ledgers_deleting(name, 3, 10)
+    store.mark_hot_deleting(store.get_ledger("t", 3))  # live, offloaded: hot deletion's
+    everything = {(x.topic, x.ledger_id): x for n in ("t", "u") for x in store.list_ledgers(n)}
+
+    before = store.db_now_ms()
+    store.mark_hot_copies_deleted("t", [3, 1])
+    now = {(x.topic, x.ledger_id): x for n in ("t", "u") for x in store.list_ledgers(n)}
+    assert {key for key in everything if now[key] != everything[key]} == {("t", 1)}
+    one = now[("t", 1)]
+    assert one.hot_state is HotState.DELETED and one.deletion_state is DeletionState.DELETING
+    assert one.version == everything[("t", 1)].version + 1
+    assert one.hot_deleted_ms is not None
+    assert before <= one.hot_deleted_ms <= store.db_now_ms()
+    assert now[("t", 3)].hot_state is HotState.DELETING  # hot deletion finishes it
+
+    store.mark_hot_copies_deleted("t", [1, 2])  # 1 again: already recorded, unchanged
+    assert store.get_ledger("t", 1) == one
+    two = store.get_ledger("t", 2)
+    assert (two.hot_state, two.version) == (HotState.DELETED, everything[("t", 2)].version + 1)
+    assert [x.hot_state for x in store.list_ledgers("u")[:2]] == [HotState.DELETING] * 2
+    store.mark_hot_copies_deleted("t", [])  # nothing named: no transaction, no change
+    assert store.get_ledger("t", 2) == two
