@@ -257,13 +257,22 @@ def test_a_failure_that_cannot_be_recorded_is_logged_and_the_error_raised(
 ) -> None:
     """The upload fails and recording the failure fails too: the upload's error is
     raised, the attempt stays STARTED (its lease will run out) and the log says so."""
-    rt = runtime
+    # an hour's lease: a lease off by a per-mille (seconds * 1001) shows as 3.6 s
+    settings = runtime.settings.model_copy(update={"attempt_lease_seconds": 3600.0})
+    rt = dataclasses.replace(runtime, settings=settings)
     ledger = first_ledger(rt)
     database_unreachable_at(monkeypatch, rt, "fail_attempt")
+    before = rt.metadata.db_now_ms()
     with caplog.at_level(logging.ERROR, logger=LOGGER):
         offload_refused(rt, ledger)
+    after = rt.metadata.db_now_ms()
     (started,) = rt.metadata.list_attempts("orders", AttemptState.STARTED)
-    assert rt.metadata.get_ledger("orders", ledger.ledger_id).attempt_id == started.attempt_id
+    ledger = rt.metadata.get_ledger("orders", ledger.ledger_id)
+    assert ledger.attempt_id == started.attempt_id
+    # the ownership check renewed the lease by the whole lease from its moment: the next
+    # run leaves the attempt alone until then (the failure could not be recorded)
+    assert ledger.attempt_lease_ms is not None
+    assert before + 3_600_000 <= ledger.attempt_lease_ms <= after + 3_600_000
     (record,) = [r for r in caplog.records if r.name == LOGGER and r.levelno == logging.ERROR]
     assert record.getMessage() == f"could not record the failure of attempt {started.attempt_id}"
     assert record.exc_info is not None and isinstance(record.exc_info[1], ConnectionError)
