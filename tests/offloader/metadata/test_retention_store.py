@@ -192,3 +192,36 @@ def test_only_the_named_trimmed_ledgers_hot_copies_are_recorded_deleted(
     assert [x.hot_state for x in store.list_ledgers("u")[:2]] == [HotState.DELETING] * 2
     store.mark_hot_copies_deleted("t", [])  # nothing named: no transaction, no change
     assert store.get_ledger("t", 2) == two
+
+
+def test_a_trim_cut_short_and_a_finished_deletion_are_judged_per_topic(
+    store: MetadataStore,
+) -> None:
+    """Ledger ids repeat across topics: a topic's unmarked ledgers are measured against its
+    own start, and a deleting ledger waits only for its own topic's queued keys. Topics
+    come back by name, whatever order they were created in."""
+    topic_of(store, "u", 2, offloaded={1})
+    topic_of(store, "t", 2, offloaded=set())
+    topic_of(store, "v", 2, offloaded=set())  # untouched: live ledgers 1 and 2
+    for name in ("u", "t"):
+        store.move_start(store.get_topic(name), Position(ledger_id=3, entry_id=0))
+    assert [t.name for t in store.topics_with_unmarked_ledgers()] == ["t", "u"]
+    for name in ("u", "t"):
+        store.mark_ledgers_deleting(name, 3, 10)
+    assert store.topics_with_unmarked_ledgers() == []  # v is below no start of its own
+    for name in ("u", "t"):
+        store.mark_hot_copies_deleted(name, [1, 2])
+    marked = {(n, x.ledger_id): x for n in ("t", "u") for x in store.list_ledgers(n)}
+
+    before = store.db_now_ms()
+    assert store.finish_deleted_ledgers() == 3  # u/1's keys are still queued
+    for key in (("t", 1), ("t", 2), ("u", 2)):
+        done = store.get_ledger(*key)
+        assert done.deletion_state is DeletionState.DELETED
+        assert done.version == marked[key].version + 1
+        assert done.deleted_ms is not None and before <= done.deleted_ms <= store.db_now_ms()
+    assert store.get_ledger("u", 1) == marked[("u", 1)]
+    store.complete_deletions([d.id for d in store.pending_deletions()])
+    assert store.finish_deleted_ledgers() == 1
+    assert store.get_ledger("u", 1).deletion_state is DeletionState.DELETED
+    assert [x.is_live for x in store.list_ledgers("v")] == [True, True]
