@@ -276,3 +276,26 @@ def test_a_failure_that_cannot_be_recorded_is_logged_and_the_error_raised(
     (record,) = [r for r in caplog.records if r.name == LOGGER and r.levelno == logging.ERROR]
     assert record.getMessage() == f"could not record the failure of attempt {started.attempt_id}"
     assert record.exc_info is not None and isinstance(record.exc_info[1], ConnectionError)
+
+
+@pytest.mark.parametrize("path", ["single", "batch"])
+def test_an_attempt_holds_the_configured_lease_from_its_begin(runtime: Runtime, path: str) -> None:
+    """While its objects upload, an attempt's lease ends attempt_lease_seconds after its
+    begin on the database's clock (an hour's lease: an error of a per-mille shows as
+    3.6 s; the lease keeper renews only after a third of it)."""
+    settings = runtime.settings.model_copy(update={"attempt_lease_seconds": 3600.0})
+    rt = dataclasses.replace(runtime, settings=settings)
+    ledger = first_ledger(rt)
+    leases: list[tuple[int | None, int]] = []
+
+    def look(key: str) -> None:
+        if not leases:  # the first PUT: the attempt has begun, nothing renewed it
+            current = rt.metadata.get_ledger("orders", ledger.ledger_id)
+            leases.append((current.attempt_lease_ms, rt.metadata.db_now_ms()))
+
+    before = rt.metadata.db_now_ms()
+    result = offload(with_objects(rt, OnPut(rt.objects, before=look)), path, ledger.ledger_id)
+    assert result.outcome is Outcome.OFFLOADED
+    ((lease, seen_at),) = leases
+    assert lease is not None
+    assert before + 3_600_000 <= lease <= seen_at + 3_600_000
