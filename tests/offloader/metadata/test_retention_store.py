@@ -225,3 +225,24 @@ def test_a_trim_cut_short_and_a_finished_deletion_are_judged_per_topic(
     assert store.finish_deleted_ledgers() == 1
     assert store.get_ledger("u", 1).deletion_state is DeletionState.DELETED
     assert [x.is_live for x in store.list_ledgers("v")] == [True, True]
+
+
+def test_hot_copies_of_deleting_ledgers_come_by_topic_then_id_up_to_the_limit(
+    store: MetadataStore,
+) -> None:
+    """Only trimmed ledgers (deletion and hot copy both deleting), never a live ledger
+    whose hot copy hot deletion is removing; ordered by topic, then id, across topics."""
+    topic_of(store, "u", 3, offloaded=set())
+    topic_of(store, "t", 3, offloaded={3})
+    for name in ("u", "t"):
+        store.move_start(store.get_topic(name), Position(ledger_id=3, entry_id=0))
+        store.mark_ledgers_deleting(name, 3, 10)
+    store.mark_hot_deleting(store.get_ledger("t", 3))  # live: hot deletion's, not trim's
+
+    def listed(limit: int, topic: str | None = None) -> list[tuple[str, int]]:
+        return [(x.topic, x.ledger_id) for x in store.hot_copies_of_deleting(limit, topic)]
+
+    assert listed(10) == [("t", 1), ("t", 2), ("u", 1), ("u", 2)]
+    assert listed(3) == [("t", 1), ("t", 2), ("u", 1)]
+    assert listed(10, "u") == [("u", 1), ("u", 2)]
+    assert listed(1, "u") == [("u", 1)]
