@@ -246,3 +246,27 @@ def test_hot_copies_of_deleting_ledgers_come_by_topic_then_id_up_to_the_limit(
     assert listed(3) == [("t", 1), ("t", 2), ("u", 1)]
     assert listed(10, "u") == [("u", 1), ("u", 2)]
     assert listed(1, "u") == [("u", 1)]
+
+
+def test_a_cut_measures_its_own_topic_up_to_its_first_open_ledger(store: MetadataStore) -> None:
+    """A cut ends at the topic's first open ledger (here a fenced writer's, with a sealed
+    one after it) and counts the bytes of its own topic's ledgers below that, building on
+    the topic's own newest cut, never another topic's."""
+    sealed_ledger(store, "u", size_bytes=7000)
+    store.create_cut("u")
+    sealed_ledger(store, "t", size_bytes=100)
+    first = store.create_cut("t")
+    assert (first.ledger_id, first.entry_id, first.offset_bytes) == (2, 0, 100)
+    sealed_ledger(store, "t", size_bytes=20)
+    fenced = store.claim_writer("t").writer_epoch
+    assert store.allocate_ledger("t", fenced).ledger_id == 3  # never sealed: fenced next
+    assert sealed_ledger(store, "t", size_bytes=3).ledger_id == 4  # by the next writer
+    sealed_ledger(store, "u", size_bytes=7000)
+    store.create_cut("u")  # the newest cut of all is u's
+
+    dry = store.end_cut("t")
+    assert (dry.cut_id, dry.ledger_id, dry.entry_id, dry.offset_bytes) == (0, 3, 0, 120)
+    made = store.create_cut("t")
+    assert (made.ledger_id, made.entry_id, made.offset_bytes) == (3, 0, 120)
+    assert store.list_cuts("t") == [first, made]
+    assert [c.offset_bytes for c in store.list_cuts("u")] == [7000, 14000]
