@@ -11,7 +11,7 @@ from sqlalchemy import event
 
 from fixtures.counting import counting_transactions
 from fixtures.metadata import begin, sealed_ledger
-from offloader.exceptions import CommitFailedError, TopicDeletedError
+from offloader.exceptions import CommitFailedError, NotFoundError, TopicDeletedError
 from offloader.metadata import (
     AttemptState,
     DeletionState,
@@ -122,6 +122,9 @@ def test_the_start_moves_forward_by_cas_and_a_deleted_topic_is_frozen(
         store.move_start(seen, Position(ledger_id=3, entry_id=0))
     with pytest.raises(ValueError, match="only moves forward"):
         store.move_start(moved, Position(ledger_id=2, entry_id=0))
+    with pytest.raises(ValueError, match="only moves forward"):
+        store.move_start(moved, moved.start)  # not even to where it is
+    assert store.get_topic("t") == moved
     assert moved.deleted_ms is None
     before = store.db_now_ms()
     deleted = store.delete_topic(moved)
@@ -154,6 +157,7 @@ def test_a_trim_counts_the_ledgers_and_keys_its_marking_then_takes(store: Metada
 
     store.move_start(store.get_topic("t"), Position(ledger_id=5, entry_id=0))
     assert store.mark_ledgers_deleting("t", 5, 10) == ([1, 2, 3, 4], 2 * 3)
+    assert [d.tries for d in store.pending_deletions()] == [0] * 6  # none tried yet
     assert (store.ledgers_to_trim("t", 5), store.count_keys_to_trim("t", 5)) == ([], 0)
     assert store.ledgers_to_trim("t", 7) == [5, 6]
     assert store.count_keys_to_trim("t", 7) == 2
@@ -270,3 +274,17 @@ def test_a_cut_measures_its_own_topic_up_to_its_first_open_ledger(store: Metadat
     assert (made.ledger_id, made.entry_id, made.offset_bytes) == (3, 0, 120)
     assert store.list_cuts("t") == [first, made]
     assert [c.offset_bytes for c in store.list_cuts("u")] == [7000, 14000]
+
+
+def test_a_cut_is_found_by_its_topic_and_id_within_the_32_bit_column(
+    store: MetadataStore,
+) -> None:
+    sealed_ledger(store, "t")
+    cuts = [store.create_cut("t") for _ in range(64)]
+    assert [c.cut_id for c in cuts] == list(range(1, 65))
+    assert store.get_cut("t", 63) == cuts[62]
+    sealed_ledger(store, "u")
+    for topic, cut_id in (("u", 1), ("t", 0), ("t", -1), ("t", 2**31), ("t", 3_000_000_000)):
+        with pytest.raises(NotFoundError) as raised:
+            store.get_cut(topic, cut_id)  # another topic's cut, or none can exist
+        assert str(raised.value) == f"cut {cut_id} of topic {topic!r} does not exist"
