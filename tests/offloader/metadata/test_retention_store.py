@@ -267,6 +267,8 @@ def test_a_cut_measures_its_own_topic_up_to_its_first_open_ledger(store: Metadat
     assert sealed_ledger(store, "t", size_bytes=3).ledger_id == 4  # by the next writer
     sealed_ledger(store, "u", size_bytes=7000)
     store.create_cut("u")  # the newest cut of all is u's
+    sealed_ledger(store, "v")
+    store.allocate_ledger("v", store.claim_writer("v").writer_epoch)  # v/2: open, not t's
 
     dry = store.end_cut("t")
     assert (dry.cut_id, dry.ledger_id, dry.entry_id, dry.offset_bytes) == (0, 3, 0, 120)
