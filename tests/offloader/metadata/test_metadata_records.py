@@ -22,6 +22,7 @@ from offloader.metadata import (
     LedgerState,
     MetadataStore,
     OffloadState,
+    Topic,
     now_ms,
     schema,
 )
@@ -290,6 +291,57 @@ def test_concurrent_claims_all_succeed_with_distinct_epochs(store: MetadataStore
     errors = run_in_threads(lambda: epochs.append(store.claim_writer("t").writer_epoch), 8)
     assert errors == []
     assert sorted(epochs) == list(range(1, 9))
+
+
+def claims_racing_in(
+    store: MetadataStore, monkeypatch: pytest.MonkeyPatch, races: int
+) -> list[int]:
+    """The next ``races`` reads of a topic by claim_writer are each followed, before the
+    claimer's transaction, by another claimer's win (what threads may do, made certain);
+    the list records the epoch each read saw."""
+    real = store.get_topic
+    seen: list[int] = []
+    racing = False
+
+    def read_then_lose(name: str) -> Topic:
+        nonlocal racing
+        current = real(name)
+        if racing or len(seen) >= races:
+            return current
+        seen.append(current.writer_epoch)
+        racing = True
+        try:
+            store.claim_writer(name)  # the other claimer, between our read and our CAS
+        finally:
+            racing = False
+        return current
+
+    monkeypatch.setattr(store, "get_topic", read_then_lose)
+    return seen
+
+
+def test_a_claimer_that_loses_the_cas_reads_again_and_wins(
+    store: MetadataStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.create_topic("t", OffloadPolicy())
+    seen = claims_racing_in(store, monkeypatch, races=2)
+    claimed = store.claim_writer("t")
+    # read 0 (lost to 1), read 1 (lost to 2), read 2 and won: epoch 3 after 2 rivals
+    assert seen == [0, 1]
+    assert claimed.writer_epoch == 3 and claimed.version == 4
+
+
+def test_a_claimer_that_loses_100_times_gives_up_with_the_topic_named(
+    store: MetadataStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.create_topic("t", OffloadPolicy())
+    seen = claims_racing_in(store, monkeypatch, races=1000)
+    with pytest.raises(CommitFailedError) as raised:
+        store.claim_writer("t")
+    assert str(raised.value) == "could not claim the writer of topic 't'"
+    assert seen == list(range(100))  # 100 tries, each lost to a rival
+    monkeypatch.undo()
+    assert store.get_topic("t").writer_epoch == 100
 
 
 def test_a_stale_ledger_version_is_named(store: MetadataStore) -> None:

@@ -11,7 +11,7 @@ from sqlalchemy import event
 
 from fixtures.counting import counting_transactions
 from fixtures.metadata import begin, sealed_ledger
-from offloader.exceptions import CommitFailedError
+from offloader.exceptions import CommitFailedError, NotFoundError, TopicDeletedError
 from offloader.metadata import (
     AttemptState,
     DeletionState,
@@ -122,10 +122,171 @@ def test_the_start_moves_forward_by_cas_and_a_deleted_topic_is_frozen(
         store.move_start(seen, Position(ledger_id=3, entry_id=0))
     with pytest.raises(ValueError, match="only moves forward"):
         store.move_start(moved, Position(ledger_id=2, entry_id=0))
+    with pytest.raises(ValueError, match="only moves forward"):
+        store.move_start(moved, moved.start)  # not even to where it is
+    assert store.get_topic("t") == moved
+    assert moved.deleted_ms is None
+    before = store.db_now_ms()
     deleted = store.delete_topic(moved)
     assert deleted.is_deleted and deleted.writer_epoch == moved.writer_epoch + 1
     assert deleted.start == Position(ledger_id=4, entry_id=0)
+    assert deleted.deleted_ms is not None
+    assert before <= deleted.deleted_ms <= store.db_now_ms()  # the database's clock
+    for cut in (store.create_cut, store.end_cut):  # the real one and a dry run's
+        with pytest.raises(TopicDeletedError, match=r"^topic 't' was deleted; it cannot be cut$"):
+            cut("t")
+    assert store.list_cuts("t") == []
     with pytest.raises(CommitFailedError):
         store.delete_topic(moved)  # stale
     with pytest.raises(CommitFailedError):
         store.move_start(deleted, Position(ledger_id=5, entry_id=0))
+
+
+def test_a_trim_counts_the_ledgers_and_keys_its_marking_then_takes(store: MetadataStore) -> None:
+    """What a dry run reports (ledgers_to_trim, count_keys_to_trim) is what the marking
+    does: the topic's live ledgers below the bound, two keys per committed ledger and per
+    attempt in flight; another topic's ledgers never count."""
+    topic_of(store, "t", 6, offloaded={1, 2, 5})
+    begin(store, store.get_ledger("t", 3), "flying")
+    topic_of(store, "u", 3, offloaded={1, 2})
+    assert store.ledgers_to_trim("t", 5) == [1, 2, 3, 4]
+    assert store.count_keys_to_trim("t", 5) == 2 * 3  # 1, 2 committed, 3 in flight
+    assert store.count_keys_to_trim("t", 3) == 2 * 2
+    assert (store.ledgers_to_trim("t", 1), store.count_keys_to_trim("t", 1)) == ([], 0)
+    assert store.count_keys_to_trim("u", 5) == 2 * 2
+
+    store.move_start(store.get_topic("t"), Position(ledger_id=5, entry_id=0))
+    assert store.mark_ledgers_deleting("t", 5, 10) == ([1, 2, 3, 4], 2 * 3)
+    assert [d.tries for d in store.pending_deletions()] == [0] * 6  # none tried yet
+    assert (store.ledgers_to_trim("t", 5), store.count_keys_to_trim("t", 5)) == ([], 0)
+    assert store.ledgers_to_trim("t", 7) == [5, 6]
+    assert store.count_keys_to_trim("t", 7) == 2
+
+
+def test_only_the_named_trimmed_ledgers_hot_copies_are_recorded_deleted(
+    store: MetadataStore,
+) -> None:
+    """mark_hot_copies_deleted touches a ledger of the named topic and ids only when trim
+    marked both it and its hot copy deleting: not a live ledger whose hot copy hot
+    deletion is removing, not another topic's, not one already recorded (once, by CAS
+    version, at the database's time)."""
+    topic_of(store, "t", 4, offloaded={3})
+    topic_of(store, "u", 2, offloaded=set())
+    for name in ("t", "u"):
+        store.move_start(store.get_topic(name), Position(ledger_id=3, entry_id=0))
+        store.mark_ledgers_deleting(name, 3, 10)
+    store.mark_hot_deleting(store.get_ledger("t", 3))  # live, offloaded: hot deletion's
+    everything = {(x.topic, x.ledger_id): x for n in ("t", "u") for x in store.list_ledgers(n)}
+
+    before = store.db_now_ms()
+    store.mark_hot_copies_deleted("t", [3, 1])
+    now = {(x.topic, x.ledger_id): x for n in ("t", "u") for x in store.list_ledgers(n)}
+    assert {key for key in everything if now[key] != everything[key]} == {("t", 1)}
+    one = now[("t", 1)]
+    assert one.hot_state is HotState.DELETED and one.deletion_state is DeletionState.DELETING
+    assert one.version == everything[("t", 1)].version + 1
+    assert one.hot_deleted_ms is not None
+    assert before <= one.hot_deleted_ms <= store.db_now_ms()
+    assert now[("t", 3)].hot_state is HotState.DELETING  # hot deletion finishes it
+
+    store.mark_hot_copies_deleted("t", [1, 2])  # 1 again: already recorded, unchanged
+    assert store.get_ledger("t", 1) == one
+    two = store.get_ledger("t", 2)
+    assert (two.hot_state, two.version) == (HotState.DELETED, everything[("t", 2)].version + 1)
+    assert [x.hot_state for x in store.list_ledgers("u")[:2]] == [HotState.DELETING] * 2
+    store.mark_hot_copies_deleted("t", [])  # nothing named: no transaction, no change
+    assert store.get_ledger("t", 2) == two
+
+
+def test_a_trim_cut_short_and_a_finished_deletion_are_judged_per_topic(
+    store: MetadataStore,
+) -> None:
+    """Ledger ids repeat across topics: a topic's unmarked ledgers are measured against its
+    own start, and a deleting ledger waits only for its own topic's queued keys. Topics
+    come back by name, whatever order they were created in."""
+    topic_of(store, "u", 2, offloaded={1})
+    topic_of(store, "t", 2, offloaded=set())
+    topic_of(store, "v", 2, offloaded=set())  # untouched: live ledgers 1 and 2
+    for name in ("u", "t"):
+        store.move_start(store.get_topic(name), Position(ledger_id=3, entry_id=0))
+    assert [t.name for t in store.topics_with_unmarked_ledgers()] == ["t", "u"]
+    for name in ("u", "t"):
+        store.mark_ledgers_deleting(name, 3, 10)
+    assert store.topics_with_unmarked_ledgers() == []  # v is below no start of its own
+    for name in ("u", "t"):
+        store.mark_hot_copies_deleted(name, [1, 2])
+    marked = {(n, x.ledger_id): x for n in ("t", "u") for x in store.list_ledgers(n)}
+
+    before = store.db_now_ms()
+    assert store.finish_deleted_ledgers() == 3  # u/1's keys are still queued
+    for key in (("t", 1), ("t", 2), ("u", 2)):
+        done = store.get_ledger(*key)
+        assert done.deletion_state is DeletionState.DELETED
+        assert done.version == marked[key].version + 1
+        assert done.deleted_ms is not None and before <= done.deleted_ms <= store.db_now_ms()
+    assert store.get_ledger("u", 1) == marked[("u", 1)]
+    store.complete_deletions([d.id for d in store.pending_deletions()])
+    assert store.finish_deleted_ledgers() == 1
+    assert store.get_ledger("u", 1).deletion_state is DeletionState.DELETED
+    assert [x.is_live for x in store.list_ledgers("v")] == [True, True]
+
+
+def test_hot_copies_of_deleting_ledgers_come_by_topic_then_id_up_to_the_limit(
+    store: MetadataStore,
+) -> None:
+    """Only trimmed ledgers (deletion and hot copy both deleting), never a live ledger
+    whose hot copy hot deletion is removing; ordered by topic, then id, across topics."""
+    topic_of(store, "u", 3, offloaded=set())
+    topic_of(store, "t", 3, offloaded={3})
+    for name in ("u", "t"):
+        store.move_start(store.get_topic(name), Position(ledger_id=3, entry_id=0))
+        store.mark_ledgers_deleting(name, 3, 10)
+    store.mark_hot_deleting(store.get_ledger("t", 3))  # live: hot deletion's, not trim's
+
+    def listed(limit: int, topic: str | None = None) -> list[tuple[str, int]]:
+        return [(x.topic, x.ledger_id) for x in store.hot_copies_of_deleting(limit, topic)]
+
+    assert listed(10) == [("t", 1), ("t", 2), ("u", 1), ("u", 2)]
+    assert listed(3) == [("t", 1), ("t", 2), ("u", 1)]
+    assert listed(10, "u") == [("u", 1), ("u", 2)]
+    assert listed(1, "u") == [("u", 1)]
+
+
+def test_a_cut_measures_its_own_topic_up_to_its_first_open_ledger(store: MetadataStore) -> None:
+    """A cut ends at the topic's first open ledger (here a fenced writer's, with a sealed
+    one after it) and counts the bytes of its own topic's ledgers below that, building on
+    the topic's own newest cut, never another topic's."""
+    sealed_ledger(store, "u", size_bytes=7000)
+    store.create_cut("u")
+    sealed_ledger(store, "t", size_bytes=100)
+    first = store.create_cut("t")
+    assert (first.ledger_id, first.entry_id, first.offset_bytes) == (2, 0, 100)
+    sealed_ledger(store, "t", size_bytes=20)
+    fenced = store.claim_writer("t").writer_epoch
+    assert store.allocate_ledger("t", fenced).ledger_id == 3  # never sealed: fenced next
+    assert sealed_ledger(store, "t", size_bytes=3).ledger_id == 4  # by the next writer
+    sealed_ledger(store, "u", size_bytes=7000)
+    store.create_cut("u")  # the newest cut of all is u's
+    sealed_ledger(store, "v")
+    store.allocate_ledger("v", store.claim_writer("v").writer_epoch)  # v/2: open, not t's
+
+    dry = store.end_cut("t")
+    assert (dry.cut_id, dry.ledger_id, dry.entry_id, dry.offset_bytes) == (0, 3, 0, 120)
+    made = store.create_cut("t")
+    assert (made.ledger_id, made.entry_id, made.offset_bytes) == (3, 0, 120)
+    assert store.list_cuts("t") == [first, made]
+    assert [c.offset_bytes for c in store.list_cuts("u")] == [7000, 14000]
+
+
+def test_a_cut_is_found_by_its_topic_and_id_within_the_32_bit_column(
+    store: MetadataStore,
+) -> None:
+    sealed_ledger(store, "t")
+    cuts = [store.create_cut("t") for _ in range(64)]
+    assert [c.cut_id for c in cuts] == list(range(1, 65))
+    assert store.get_cut("t", 63) == cuts[62]
+    sealed_ledger(store, "u")
+    for topic, cut_id in (("u", 1), ("t", 0), ("t", -1), ("t", 2**31), ("t", 3_000_000_000)):
+        with pytest.raises(NotFoundError) as raised:
+            store.get_cut(topic, cut_id)  # another topic's cut, or none can exist
+        assert str(raised.value) == f"cut {cut_id} of topic {topic!r} does not exist"

@@ -11,6 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from fixtures.backends import make_topic, produce_ledgers
+from fixtures.faults import HotDeleteFails
 from fixtures.metadata import ledger_record
 from offloader.metadata import HotState, Ledger, LedgerState, OffloadState, schema
 from offloader.offload.hot_deletion import (
@@ -157,6 +158,30 @@ def test_retiring_an_empty_ledger_marks_then_deletes_and_is_idempotent(runtime: 
     assert (retired.state, retired.hot_state) == (LedgerState.SEALED, HotState.DELETED)
     assert not rt.hot.exists("orders", ledger.ledger_id)
     assert retire_empty_ledger(rt.metadata, rt.hot, retired) == retired
+
+
+def test_a_retirement_whose_delete_fails_leaves_the_mark_for_the_next_run(
+    runtime: Runtime,
+) -> None:
+    """Mark first, delete second: when the hot file cannot be removed, the ledger is
+    already marked deleting (so no reader or planner counts on the file) and stays so; the
+    next retirement deletes the file and records it."""
+    rt = runtime
+    ledger = sealed_empty_ledger(rt)
+    seen: list[HotState] = []
+    failing = HotDeleteFails(
+        rt.hot, lambda t, i: seen.append(rt.metadata.get_ledger(t, i).hot_state)
+    )
+    with pytest.raises(OSError, match=f"cannot unlink the hot copy of orders/{ledger.ledger_id}"):
+        retire_empty_ledger(rt.metadata, failing, ledger)
+    assert (seen, failing.tries) == ([HotState.DELETING], 1)
+    marked = rt.metadata.get_ledger("orders", ledger.ledger_id)
+    assert marked.hot_state is HotState.DELETING and marked.version == ledger.version + 1
+    assert rt.hot.exists("orders", ledger.ledger_id)
+
+    retired = retire_empty_ledger(rt.metadata, rt.hot, marked)
+    assert retired.hot_state is HotState.DELETED and retired.version == marked.version + 1
+    assert not rt.hot.exists("orders", ledger.ledger_id)
 
 
 def test_a_retirement_that_lost_the_race_returns_the_ledger_as_the_winner_left_it(

@@ -25,9 +25,11 @@ from fixtures.backends import (
 )
 from fixtures.counting import CountingStore, counting_transactions
 from fixtures.faults import with_objects
+from fixtures.metadata import ledger_record
 from fixtures.takeover import OnPut, take_over
 from offloader import failpoints
 from offloader.exceptions import NotFoundError, ObjectStoreError
+from offloader.format import ENTRY_FRAME, HEADER_LEN, encode_blocks
 from offloader.gc.deletion_queue import process_deletions
 from offloader.metadata import Attempt, AttemptState, OffloadState
 from offloader.metadata.store import AttemptIntent
@@ -608,3 +610,23 @@ def test_a_window_reaches_each_crash_point_once(
     ]
     assert len(reached) == len(batch_points) + 2 * 3  # data and index of each ledger
     assert len(threads) == 6 and all(t.startswith("upload-ledger") for t in threads)
+
+
+def test_a_ledger_uploads_in_the_ledger_pool_exactly_when_it_encodes_to_one_block(
+    runtime: Runtime,
+) -> None:
+    """The batch's small/large split estimates a ledger's encoded size from its record; at
+    the boundary it must agree with the encoder: exactly max_block_size is one block (the
+    ledger pool), one byte more is two (alone, its parts in flight)."""
+    block = 64 * 1024
+    make_topic(runtime, max_block_size=block)
+    batch = BatchOffloader(LedgerOffloader(runtime), 4)
+    for count in (2, 10):
+        exact = block - HEADER_LEN - count * ENTRY_FRAME
+        for size, single in ((exact - 1, True), (exact, True), (exact + 1, False)):
+            record = ledger_record(1, size=size, entry_count=count)
+            assert batch._single_block(record) is single, (count, size)
+            payloads = [b"x" * (size // count)] * (count - 1)
+            payloads.append(b"x" * (size - sum(map(len, payloads))))
+            blocks = list(encode_blocks(enumerate(payloads), max_block_size=block))
+            assert (len(blocks) == 1) is single, (count, size)

@@ -19,6 +19,7 @@ from fixtures.faults import with_objects
 from fixtures.takeover import OnPut, take_over
 from offloader.exceptions import ObjectStoreError
 from offloader.format import decode_index, encode_index
+from offloader.hottier.writer import ManagedLedgerWriter
 from offloader.metadata import Attempt, AttemptState, Ledger, OffloadState
 from offloader.offload.keys import ledger_object_keys
 from offloader.offload.ledger_offloader import LedgerOffloader, OffloadResult, Outcome
@@ -106,9 +107,24 @@ def length_off(rt: Runtime, attempt: Attempt) -> None:
     rewrite_index(rt, attempt, length=ledger.size_bytes + 1)
 
 
+def other_entry_count(rt: Runtime, attempt: Attempt) -> None:
+    """Whole, readable objects of another ledger with the same length in one entry: only
+    the entry count tells them apart (entry_count_off's index no longer decodes)."""
+    ledger = rt.metadata.get_ledger("orders", attempt.ledger_id)
+    assert ledger.entry_count > 1
+    with ManagedLedgerWriter(rt.metadata, rt.hot, "orders") as writer:
+        writer.append(b"x" * ledger.size_bytes)
+        other = writer.roll_over()
+    rt.objects.delete_many([attempt.data_key, attempt.index_key])
+    LedgerOffloader(rt)._upload(other, attempt, lambda: None)
+    meta = decode_index(rt.objects.get(attempt.index_key)).metadata
+    assert meta is not None
+    assert (meta.entry_count, meta.length) == (1, ledger.size_bytes)
+
+
 @pytest.mark.parametrize(
     "spoil",
-    [drop_index, damage_index, grow_data, entry_count_off, length_off],
+    [drop_index, damage_index, grow_data, entry_count_off, length_off, other_entry_count],
     ids=lambda f: f.__name__,
 )
 @pytest.mark.parametrize("path", ["single", "batch"])
@@ -241,13 +257,45 @@ def test_a_failure_that_cannot_be_recorded_is_logged_and_the_error_raised(
 ) -> None:
     """The upload fails and recording the failure fails too: the upload's error is
     raised, the attempt stays STARTED (its lease will run out) and the log says so."""
-    rt = runtime
+    # an hour's lease: a lease off by a per-mille (seconds * 1001) shows as 3.6 s
+    settings = runtime.settings.model_copy(update={"attempt_lease_seconds": 3600.0})
+    rt = dataclasses.replace(runtime, settings=settings)
     ledger = first_ledger(rt)
     database_unreachable_at(monkeypatch, rt, "fail_attempt")
+    before = rt.metadata.db_now_ms()
     with caplog.at_level(logging.ERROR, logger=LOGGER):
         offload_refused(rt, ledger)
+    after = rt.metadata.db_now_ms()
     (started,) = rt.metadata.list_attempts("orders", AttemptState.STARTED)
-    assert rt.metadata.get_ledger("orders", ledger.ledger_id).attempt_id == started.attempt_id
+    ledger = rt.metadata.get_ledger("orders", ledger.ledger_id)
+    assert ledger.attempt_id == started.attempt_id
+    # the ownership check renewed the lease by the whole lease from its moment: the next
+    # run leaves the attempt alone until then (the failure could not be recorded)
+    assert ledger.attempt_lease_ms is not None
+    assert before + 3_600_000 <= ledger.attempt_lease_ms <= after + 3_600_000
     (record,) = [r for r in caplog.records if r.name == LOGGER and r.levelno == logging.ERROR]
     assert record.getMessage() == f"could not record the failure of attempt {started.attempt_id}"
     assert record.exc_info is not None and isinstance(record.exc_info[1], ConnectionError)
+
+
+@pytest.mark.parametrize("path", ["single", "batch"])
+def test_an_attempt_holds_the_configured_lease_from_its_begin(runtime: Runtime, path: str) -> None:
+    """While its objects upload, an attempt's lease ends attempt_lease_seconds after its
+    begin on the database's clock (an hour's lease: an error of a per-mille shows as
+    3.6 s; the lease keeper renews only after a third of it)."""
+    settings = runtime.settings.model_copy(update={"attempt_lease_seconds": 3600.0})
+    rt = dataclasses.replace(runtime, settings=settings)
+    ledger = first_ledger(rt)
+    leases: list[tuple[int | None, int]] = []
+
+    def look(key: str) -> None:
+        if not leases:  # the first PUT: the attempt has begun, nothing renewed it
+            current = rt.metadata.get_ledger("orders", ledger.ledger_id)
+            leases.append((current.attempt_lease_ms, rt.metadata.db_now_ms()))
+
+    before = rt.metadata.db_now_ms()
+    result = offload(with_objects(rt, OnPut(rt.objects, before=look)), path, ledger.ledger_id)
+    assert result.outcome is Outcome.OFFLOADED
+    ((lease, seen_at),) = leases
+    assert lease is not None
+    assert before + 3_600_000 <= lease <= seen_at + 3_600_000

@@ -3,11 +3,14 @@ plan exactly what the planner plans over the whole topic."""
 
 from __future__ import annotations
 
+import pytest
+
 from fixtures.backends import make_topic, produce_ledgers
-from offloader.metadata import HotState
+from offloader.metadata import HotState, Ledger
 from offloader.offload.hot_deletion import delete_hot_copies, hot_copies_due
 from offloader.offload.ledger_offloader import LedgerOffloader
 from offloader.offload.planner import due_ledgers
+from offloader.offload.runs import plan_batches
 from offloader.runtime import Runtime
 
 
@@ -37,3 +40,27 @@ def test_plan_and_hot_deletion_see_only_ledgers_with_a_hot_copy(runtime: Runtime
     later = now + 2 * 3600 * 1000
     assert hot_copies_due(offloaded, 3600, later) == hot_copies_due(everything, 3600, later)
     assert delete_hot_copies(rt.metadata, rt.hot, "orders", dry_run=True) == []  # lag not over
+
+
+def test_batch_planning_loads_only_ledgers_not_yet_offloaded(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """plan_batches (the DAG's planning task) asks the store for the ledgers with a hot
+    copy that are not offloaded: the offloaded ones whose hot copies wait for their lag
+    would plan nothing and only cost reading."""
+    rt = runtime
+    make_topic(rt, offload_threshold_bytes=0, deletion_lag_seconds=3600)
+    ids = produce_ledgers(rt, "orders", [(5, 100)] * 4)
+    LedgerOffloader(rt).offload_topic("orders", up_to=ids[1])  # hot copies kept (the lag)
+    loaded: list[int] = []
+    real = rt.metadata.ledgers_with_hot_copy
+
+    def recording(topic: str, **kwargs: bool | None) -> list[Ledger]:
+        ledgers = real(topic, **kwargs)
+        loaded.extend(x.ledger_id for x in ledgers)
+        return ledgers
+
+    monkeypatch.setattr(rt.metadata, "ledgers_with_hot_copy", recording)
+    batches = plan_batches(rt.metadata, "orders", None, 10)
+    assert [(b.topic, b.ledger_ids) for b in batches] == [("orders", ids[2:])]
+    assert loaded == ids[2:]

@@ -143,6 +143,31 @@ def test_at_most_concurrency_parts_in_flight_and_one_block_more_in_memory(
     assert store.get("k") == b"".join(bytes(b.data) for b in blocks())
 
 
+class FirstWaitsForThird(_Delegating):
+    """Part 1 finishes only once part 3 has started (or after 5 s, noted as not)."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        super().__init__(store)
+        self.third_started = threading.Event()
+        self.first_saw_third: bool | None = None
+
+    def upload_part(self, upload: Any, part_number: int, data: bytes) -> PartInfo:
+        if part_number == 3:
+            self.third_started.set()
+        if part_number == 1:
+            self.first_saw_third = self.third_started.wait(5)
+        return self._inner.upload_part(upload, part_number, data)
+
+
+def test_a_part_starts_as_soon_as_any_part_in_flight_finishes(store: ObjectStore) -> None:
+    """The window slides: with two in flight and part 1 slow, part 2's end lets part 3
+    start while part 1 is still uploading (not after the whole window drained)."""
+    slow = FirstWaitsForThird(store)
+    upload_blocks(slow, "k", iter(blocks()), metadata=META, concurrency=2)  # type: ignore[arg-type]
+    assert slow.first_saw_third is True
+    assert store.get("k") == b"".join(bytes(b.data) for b in blocks())
+
+
 def test_a_failed_part_aborts_the_upload(store: ObjectStore) -> None:
     class FailsPart3(_Delegating):
         def upload_part(self, upload: Any, part_number: int, data: bytes) -> PartInfo:
