@@ -3,6 +3,8 @@ until nothing more is deleted, bounded by items and by time; a dry run only repo
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
 from fixtures.faults import FlakyDeletes, OnlyStore
@@ -74,7 +76,9 @@ def test_a_drain_stops_when_its_time_budget_is_spent(
 ) -> None:
     monkeypatch.setattr(deletion_queue, "DEFAULT_PASS_LIMIT", 1)
     ticks = iter([100.0, 100.0, 100.5, 101.0, 101.0])  # start, pass 1, pass 2, end of budget
-    monkeypatch.setattr(deletion_queue.time, "monotonic", lambda: next(ticks))
+    # the module's own clock only: boto3 and the database driver keep the real one
+    clock = types.SimpleNamespace(monotonic=lambda: next(ticks))
+    monkeypatch.setattr(deletion_queue, "time", clock)
     keys = queue(runtime, 3)
     result = drain_queue(
         runtime.metadata, runtime.stores, runtime.settings, time_budget_seconds=1.0
@@ -145,7 +149,9 @@ def test_the_default_time_budget_is_half_an_hour(
     runtime: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ticks = iter([0.0, 1800.0, 1800.0])  # start, the first budget check, the end
-    monkeypatch.setattr(deletion_queue.time, "monotonic", lambda: next(ticks))
+    # the module's own clock only: boto3 and the database driver keep the real one
+    clock = types.SimpleNamespace(monotonic=lambda: next(ticks))
+    monkeypatch.setattr(deletion_queue, "time", clock)
     keys = queue(runtime, 1)
     result = drain_queue(runtime.metadata, runtime.stores, runtime.settings)
     assert (result.passes, result.deleted, result.stopped) == (0, 0, "time budget")
@@ -156,6 +162,8 @@ def test_the_reported_duration_is_rounded_to_milliseconds(
     runtime: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ticks = iter([100.0, 101.23456])  # start, the end (a dry run checks no budget)
-    monkeypatch.setattr(deletion_queue.time, "monotonic", lambda: next(ticks))
+    # the module's own clock only: boto3 and the database driver keep the real one
+    clock = types.SimpleNamespace(monotonic=lambda: next(ticks))
+    monkeypatch.setattr(deletion_queue, "time", clock)
     result = drain_queue(runtime.metadata, runtime.stores, runtime.settings, dry_run=True)
     assert result.seconds == 1.235

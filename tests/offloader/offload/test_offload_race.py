@@ -146,7 +146,8 @@ def terminate_backend(url: str, pid: int) -> None:
     try:
         with engine.connect() as conn:
             assert conn.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": pid}).scalar()
-            for _ in range(500):
+            deadline = time.monotonic() + 60  # a loaded machine can take seconds
+            while time.monotonic() < deadline:
                 alive = conn.execute(
                     sa.text("SELECT count(*) FROM pg_stat_activity WHERE pid = :p"), {"p": pid}
                 ).scalar()
