@@ -31,7 +31,7 @@ from __future__ import annotations
 from airflow.sdk import CronDataIntervalTimetable, TriggerRule
 
 from offloader.offload.params import OffloadRunParams
-from offloader_airflow.assets import DELETION_QUEUE
+from offloader_airflow.assets import DELETION_QUEUE, OFFLOADED_LEDGERS
 from offloader_airflow.dag_defaults import model_params, offloader_dag
 from offloader_airflow.operators import (
     OffloadLedgersOperator,
@@ -57,7 +57,8 @@ with offloader_dag(
         task_id="offload",
         pool="offload_uploads",
         max_active_tis_per_dagrun=4,
-        outlets=[DELETION_QUEUE],  # a losing or stale attempt queues its objects
+        # what it commits is offloaded; a losing or stale attempt queues its objects
+        outlets=[OFFLOADED_LEDGERS, DELETION_QUEUE],
     ).expand(batch=plan.output)
     summary = OffloadSummaryOperator(
         task_id="summary", hot_task_id=None, trigger_rule=TriggerRule.ALL_DONE

@@ -16,7 +16,7 @@ from datetime import timedelta
 from airflow.sdk import TriggerRule
 
 from offloader.offload.params import OffloadRunParams
-from offloader_airflow.assets import DELETION_QUEUE
+from offloader_airflow.assets import DELETION_QUEUE, OFFLOADED_LEDGERS
 from offloader_airflow.dag_defaults import model_params, offloader_dag
 from offloader_airflow.operators import (
     DeleteHotCopiesOperator,
@@ -41,7 +41,8 @@ with offloader_dag(
         task_id="offload",
         pool="offload_uploads",
         max_active_tis_per_dagrun=4,
-        outlets=[DELETION_QUEUE],  # a losing or stale attempt queues its objects
+        # what it commits is offloaded; a losing or stale attempt queues its objects
+        outlets=[OFFLOADED_LEDGERS, DELETION_QUEUE],
     ).expand(batch=plan.output)
     delete_hot = DeleteHotCopiesOperator(
         task_id="delete_hot_copies",

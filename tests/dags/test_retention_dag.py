@@ -175,7 +175,7 @@ def test_bad_params_fail_the_plan_with_a_clear_message_and_change_nothing(
     assert state_of(runtime) == before
 
 
-def test_tasks_that_may_queue_deletions_list_the_deletion_queue() -> None:
+def test_tasks_that_may_queue_deletions_list_the_deletion_queue(airflow_db: str) -> None:
     from airflow.dag_processing.dagbag import DagBag
 
     from fixtures.airflow import DAGS
@@ -203,3 +203,21 @@ def test_the_plan_operator_templates_every_request_field() -> None:
         "aws_conn_id",
         *RetentionRequest.model_fields,
     )
+
+
+def test_tasks_that_commit_offloads_list_the_offloaded_ledgers(airflow_db: str) -> None:
+    """One asset per concern: both offload DAGs' offload tasks, and nothing else."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    from fixtures.airflow import DAGS
+    from offloader_airflow.assets import DELETION_QUEUE, OFFLOADED_LEDGERS
+
+    bag = DagBag(dag_folder=str(DAGS))
+    updating = {
+        (dag.dag_id, task.task_id)
+        for dag in bag.dags.values()
+        for task in dag.tasks
+        if OFFLOADED_LEDGERS in task.outlets
+    }
+    assert updating == {("offload_ledgers", "offload"), ("offload_historical", "offload")}
+    assert DELETION_QUEUE in bag.get_dag("offload_historical").get_task("offload").outlets
