@@ -61,7 +61,9 @@ def test_parse_is_fast_and_does_no_io(path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["events"] == [], f"{path.name} does I/O at parse time: {report['events']}"
-    assert report["seconds"] < 1.0, f"{path.name} took {report['seconds']:.2f}s to parse"
+    # a coarse guard against heavy imports at parse time (about 0.2-0.4 s when idle; over
+    # 1 s under a loaded parallel run): speed itself is measured in benchmarks, not here
+    assert report["seconds"] < 3.0, f"{path.name} took {report['seconds']:.2f}s to parse"
     assert time.monotonic() - started < 60
 
 
