@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import stat
 import subprocess
@@ -22,13 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.airflow_server import free_port, stop_group
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def listening_addresses(port: int) -> set[str]:
@@ -86,12 +81,7 @@ def api_server(tmp_path: Path) -> Iterator[tuple[int, Path, Path]]:
                 time.sleep(1)
         yield port, home / "passwords.json", log
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        stop_group(process)
 
 
 def test_the_ui_listens_on_loopback_and_the_password_stays_in_its_file(api_server) -> None:
