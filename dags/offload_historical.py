@@ -31,12 +31,11 @@ from __future__ import annotations
 from airflow.sdk import CronDataIntervalTimetable, TriggerRule
 
 from offloader.offload.params import OffloadRunParams
-from offloader_airflow.assets import DELETION_QUEUE, OFFLOADED_LEDGERS
 from offloader_airflow.dag_defaults import model_params, offloader_dag
 from offloader_airflow.operators import (
-    OffloadLedgersOperator,
     OffloadSummaryOperator,
     PlanOffloadOperator,
+    offload_each_batch,
 )
 
 with offloader_dag(
@@ -53,13 +52,7 @@ with offloader_dag(
         **{name: dag.param(name) for name in dag.params},
         window="data_interval",
     )
-    offload = OffloadLedgersOperator.partial(
-        task_id="offload",
-        pool="offload_uploads",
-        max_active_tis_per_dagrun=4,
-        # what it commits is offloaded; a losing or stale attempt queues its objects
-        outlets=[OFFLOADED_LEDGERS, DELETION_QUEUE],
-    ).expand(batch=plan.output)
+    offload = offload_each_batch(plan)
     summary = OffloadSummaryOperator(
         task_id="summary", hot_task_id=None, trigger_rule=TriggerRule.ALL_DONE
     )

@@ -16,13 +16,13 @@ from datetime import timedelta
 from airflow.sdk import TriggerRule
 
 from offloader.offload.params import OffloadRunParams
-from offloader_airflow.assets import DELETION_QUEUE, OFFLOADED_LEDGERS
+from offloader_airflow.assets import DELETION_QUEUE
 from offloader_airflow.dag_defaults import model_params, offloader_dag
 from offloader_airflow.operators import (
     DeleteHotCopiesOperator,
-    OffloadLedgersOperator,
     OffloadSummaryOperator,
     PlanOffloadOperator,
+    offload_each_batch,
 )
 
 with offloader_dag(
@@ -37,13 +37,7 @@ with offloader_dag(
         task_id="plan",
         **{name: dag.param(name) for name in OffloadRunParams.model_fields},
     )
-    offload = OffloadLedgersOperator.partial(
-        task_id="offload",
-        pool="offload_uploads",
-        max_active_tis_per_dagrun=4,
-        # what it commits is offloaded; a losing or stale attempt queues its objects
-        outlets=[OFFLOADED_LEDGERS, DELETION_QUEUE],
-    ).expand(batch=plan.output)
+    offload = offload_each_batch(plan)
     delete_hot = DeleteHotCopiesOperator(
         task_id="delete_hot_copies",
         topics=plan.output["topics"],

@@ -17,6 +17,7 @@ from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.params import OffloadRunParams
 from offloader.offload.planner import CreationWindow
 from offloader.offload.runs import offload_batch, plan_batches, summarize
+from offloader_airflow.assets import DELETION_QUEUE, OFFLOADED_LEDGERS
 from offloader_airflow.base import OffloaderBaseOperator, offloader_template_fields
 from offloader_airflow.links import XCOM_KEY, OffloadedObjectsLink, object_browser_url
 
@@ -161,6 +162,18 @@ class OffloadLedgersOperator(OffloaderBaseOperator):
                 r.seconds,
             )
         return [asdict(r) for r in results]
+
+
+def offload_each_batch(plan: PlanOffloadOperator) -> Any:
+    """The mapped ``offload`` task over ``plan``'s batches, as every offload DAG wires it:
+    uploads bounded by the ``offload_uploads`` pool and 4 at a time per run; what it
+    commits updates the offloaded-ledgers asset, a losing or stale attempt the queue."""
+    return OffloadLedgersOperator.partial(
+        task_id="offload",
+        pool="offload_uploads",
+        max_active_tis_per_dagrun=4,
+        outlets=[OFFLOADED_LEDGERS, DELETION_QUEUE],
+    ).expand(batch=plan.output)
 
 
 class DeleteHotCopiesOperator(OffloaderBaseOperator):
