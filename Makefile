@@ -65,7 +65,7 @@ bench: install
 # MUTATE_CHILDREN sets the parallelism (the default 2 suits a shared 2-core machine).
 MUTATE_CHILDREN ?= 2
 mutate: install
-	$(BIN)/python scripts/mutation_run.py --max-children $(MUTATE_CHILDREN) $(MUTANTS)
+	$(BIN)/python scripts/mutation_run.py $(if $(FRESH),--fresh) --max-children $(MUTATE_CHILDREN) $(MUTANTS)
 
 # After adding tests: rerun only the mutants that survived (MUTANTS= narrows it by glob).
 mutate-survivors: install

@@ -1,7 +1,9 @@
 """Turn mutmut's results into the per-module table and the survivor list of docs/TESTING.md.
 
-Reads the ``.meta`` files mutmut leaves under ``var/mutation/<profile>/mutants/src`` and
-the reasons in ``docs/mutation_survivors.toml`` (one entry per surviving mutant: why it is
+Reads the verdicts kept in ``docs/mutation_results.json`` (scripts/mutation_cache.py: every
+run's results, by function, with the run that produced them), the mutated copy under
+``var/mutation/<profile>/mutants/src`` for the survivors' diffs, and the reasons in
+``docs/mutation_survivors.toml`` (one entry per surviving mutant: why it is
 equivalent, or which test is still to write). ``--write-docs`` replaces the generated part
 of docs/TESTING.md, so the numbers there come from a run, never from typing.
 
@@ -17,8 +19,6 @@ import ast
 import datetime
 import difflib
 import json
-import os
-import platform
 import subprocess
 import sys
 import tomllib
@@ -26,6 +26,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+import mutation_cache
 from mutmut.stats import status_by_exit_code
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,6 +58,31 @@ def load_results(stage: Path) -> Results:
             module = str(meta.relative_to(base)).removesuffix(".meta")
             results[module] = {k: status_by_exit_code[v] for k, v in exit_codes.items()}
     return results
+
+
+def cached_results(cache: mutation_cache.Cache) -> Results:
+    """The same shape as ``load_results``, from the verdicts kept in the repository."""
+    return {
+        module: {name: status_by_exit_code[code] for name, code in codes.items()}
+        for module, codes in cache.statuses().items()
+    }
+
+
+def run_lines(cache: mutation_cache.Cache) -> list[str]:
+    """Which run decided how many mutants: the provenance of the table's numbers."""
+    counts: Counter[str] = Counter()
+    for funcs in cache.modules.values():
+        for entry in funcs.values():
+            if entry["run"] is not None:
+                counts[entry["run"]] += sum(code is not None for code in entry["codes"])
+    lines = []
+    for key in sorted(counts):
+        run = cache.runs[key]
+        lines.append(
+            f"- {run['date']}, commit `{run['commit']}` ({run['machine']}): "
+            f"`{run['command']}`: {counts[key]:,} verdicts"
+        )
+    return lines
 
 
 def load_notes(path: Path = NOTES) -> dict[str, dict[str, str]]:
@@ -159,7 +185,8 @@ def survivor_lines(
     for module, statuses in sorted(results.items()):
         if not any(n.startswith(prefix) and _open(s) for n, s in statuses.items()):
             continue
-        functions = function_sources(stage / "mutants" / "src" / module)
+        mutated = stage / "mutants" / "src" / module
+        functions = function_sources(mutated) if mutated.exists() else {}
         for name, status in sorted(statuses.items(), key=lambda kv: _natural(kv[0])):
             if not _open(status) or not name.startswith(prefix):
                 continue
@@ -185,18 +212,20 @@ def stale_notes(results: Results, notes: dict[str, dict[str, str]]) -> list[str]
     return sorted(n for n in notes if statuses.get(n) not in ("survived", "no tests"))
 
 
-def markdown(stage: Path, results: Results, command: str) -> str:
+def markdown(stage: Path, cache: mutation_cache.Cache) -> str:
     notes = load_notes()
+    results = cached_results(cache)
     table = rows(results, notes)
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()
     out = [
         START,
-        f"Run of {datetime.date.today().isoformat()} on commit `{commit}`, "
-        f"{platform.node() or 'this machine'} ({platform.machine()}, {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}), mutmut "
-        f"{_version('mutmut')}: `{command}`.",
+        f"Written {datetime.date.today().isoformat()} on commit `{commit}` with mutmut "
+        f"{_version('mutmut')}, from docs/mutation_results.json. Each function's verdicts "
+        "come from the last run that tested it with its current source:",
+        "",
+        *run_lines(cache),
         "",
         "| module | " + " | ".join(COLUMNS) + " | equivalent | score |",
         "|---" * (len(COLUMNS) + 3) + "|",
@@ -235,21 +264,21 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", default="full", help="the staging directory's name")
     parser.add_argument("--write-docs", action="store_true", help="update docs/TESTING.md")
-    parser.add_argument("--command", default="make mutate", help="the command that ran")
     parser.add_argument(
         "--survivors", metavar="PREFIX", help="list survivors whose name starts with PREFIX"
     )
     args = parser.parse_args(argv)
     stage = ROOT / "var" / "mutation" / args.profile
-    results = load_results(stage)
+    cache = mutation_cache.Cache.load()
+    results = cached_results(cache) if args.profile == "full" else load_results(stage)
     if not results:
-        sys.exit(f"mutation report: no results under {stage} (run `make mutate` first)")
+        sys.exit(f"mutation report: no results for {args.profile} (run `make mutate` first)")
     if args.survivors is not None:
         print("\n".join(survivor_lines(stage, results, load_notes(), args.survivors)))
         return
     print_table(results)
     if args.write_docs:
-        write_docs(markdown(stage, results, args.command))
+        write_docs(markdown(stage, cache))
         print(f"mutation report: wrote {DOCS.relative_to(ROOT)}")
 
 

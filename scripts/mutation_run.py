@@ -8,6 +8,11 @@ them) and ``tests``, ``benchmarks`` and ``pyproject.toml`` link to the repo's. T
 processes get ``PYTHONPATH=<stage>/mutants/src``, so even a subprocess imports the mutated
 copy, never the editable install. The configuration is ``[tool.mutmut]`` in pyproject.toml.
 
+``make mutate`` starts from the verdicts kept in docs/mutation_results.json
+(scripts/mutation_cache.py) and folds its own back in, so a clean clone on a new machine
+tests only the mutants of functions changed since the recorded runs; ``--fresh`` forgets
+both the staging directory and that file's verdicts.
+
 The smoke run proves the setup on a small, bounded set of mutants: it must kill at least
 one mutant of ``offload/keys.py``, report none as suspicious or without tests, and kill
 the mutant that inverts the CAS row-count check in ``metadata/store.py``.
@@ -26,6 +31,7 @@ import sys
 from fnmatch import fnmatch
 from pathlib import Path
 
+import mutation_cache
 from mutation_report import load_results, print_table  # scripts/ is on sys.path when run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,6 +51,7 @@ SMOKE_TESTS = (
 # limits CPU time. Past this address-space size the test fails with MemoryError (a kill).
 MEMORY_LIMIT_BYTES = 8 << 30
 RETEST = {"survived", "no tests", "suspicious", "timeout", "segfault"}
+CACHE_NAME = str(mutation_cache.CACHE.relative_to(ROOT))
 BAD_STATUSES = {"suspicious", "no tests", "not checked", "segfault"}
 
 
@@ -174,6 +181,10 @@ def main(argv: list[str] | None = None) -> None:
         smoke(stage_dir("smoke", fresh=True, tests=SMOKE_TESTS), args.max_children)
         return
     stage = stage_dir("full", fresh=args.fresh)
+    cache = mutation_cache.Cache({}, {}) if args.fresh else mutation_cache.Cache.load()
+    seeded = mutation_cache.seed(stage, cache)
+    if seeded:
+        print(f"mutation: {seeded} modules' verdicts from {CACHE_NAME}", flush=True)
     names = args.mutants
     if args.retest_survivors:
         # a glob would rerun every mutant it names: pass the open verdicts by exact name
@@ -186,7 +197,14 @@ def main(argv: list[str] | None = None) -> None:
         if not names:
             print("mutation: no survivors to retest")
             return
-    run_mutmut(stage, args.max_children, names)
+    before = mutation_cache.read_stage(stage)
+    try:
+        run_mutmut(stage, args.max_children, names)
+    finally:  # a failed or interrupted run still leaves the verdicts it reached
+        command = " ".join(["make mutate", *(argv if argv is not None else sys.argv[1:])])
+        after = mutation_cache.read_stage(stage)
+        mutation_cache.record(cache, before, after, names, command).save()
+        print(f"mutation: verdicts recorded in {CACHE_NAME}", flush=True)
     check_imports_mutated_copy(stage)
     print_table(load_results(stage))
 

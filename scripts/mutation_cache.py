@@ -1,0 +1,195 @@
+"""mutmut's verdicts kept in the repository, so mutation testing carries over between machines.
+
+mutmut keeps a verdict per mutant, and the hash of every mutated function, in ``.meta``
+files beside its mutated copy; a later run re-tests only the mutants of functions whose
+hash changed. Those files live in ``var/`` and die with the machine, while a whole run
+takes hours on a 2-core VM. ``docs/mutation_results.json`` holds the same facts in a
+compact form: per module and function, the hash, the exit codes of its mutants (mutant
+``N`` at index ``N - 1``; ``null`` for one not yet tested) and the run that produced
+them. ``seed`` writes ``.meta`` files from it into an empty staging directory, so mutmut
+itself decides what is still valid; ``record`` folds a run's verdicts back in.
+
+A kept verdict is valid as long as the function's source is unchanged, the rule mutmut
+applies itself. Tests that got weaker are not detected: ``make mutate FRESH=1`` ignores
+the file and starts over.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import re
+import subprocess
+from dataclasses import dataclass
+from fnmatch import fnmatch
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = ROOT / "docs" / "mutation_results.json"
+_MUTANT = re.compile(r"^(?P<func>.+)__mutmut_(?P<n>\d+)$")
+
+# {module path: {function: {"hash": str, "codes": [int | None], "run": str | None}}}
+Functions = dict[str, dict[str, dict]]
+
+
+@dataclass
+class Cache:
+    runs: dict[str, dict[str, str]]
+    modules: Functions
+
+    @classmethod
+    def load(cls, path: Path = CACHE) -> Cache:
+        if not path.exists():
+            return cls({}, {})
+        data = json.loads(path.read_text())
+        return cls(data["runs"], data["modules"])
+
+    def save(self, path: Path = CACHE) -> None:
+        used = {f["run"] for funcs in self.modules.values() for f in funcs.values()}
+        runs = {k: v for k, v in sorted(self.runs.items()) if k in used}
+        # one function a line: diffs stay readable, the file small
+        lines = ["{", f'  "runs": {json.dumps(runs, sort_keys=True)},', '  "modules": {']
+        modules = sorted(self.modules.items())
+        for i, (module, funcs) in enumerate(modules):
+            lines.append(f"    {json.dumps(module)}: {{")
+            items = sorted(funcs.items())
+            for j, (name, entry) in enumerate(items):
+                comma = "," if j + 1 < len(items) else ""
+                entry_json = json.dumps(entry, sort_keys=True)
+                lines.append(f"      {json.dumps(name)}: {entry_json}{comma}")
+            lines.append("    }" + ("," if i + 1 < len(modules) else ""))
+        lines += ["  }", "}", ""]
+        path.write_text("\n".join(lines))
+
+    def statuses(self) -> dict[str, dict[str, int | None]]:
+        """{module path: {mutant name: exit code}}, as mutmut's ``.meta`` files hold them."""
+        return {module: _exit_codes(module, funcs) for module, funcs in self.modules.items()}
+
+
+def _module_name(module: str) -> str:
+    """``offloader/gc/sweep.py`` -> ``offloader.gc.sweep`` (mutmut's prefix of mutant names)."""
+    return module.removesuffix(".py").replace("/", ".").removesuffix(".__init__")
+
+
+def _exit_codes(module: str, funcs: dict[str, dict]) -> dict[str, int | None]:
+    prefix = _module_name(module)
+    return {
+        f"{prefix}.{func}__mutmut_{n}": code
+        for func, entry in funcs.items()
+        for n, code in enumerate(entry["codes"], start=1)
+    }
+
+
+def _meta_path(stage: Path, module: str) -> Path:
+    return stage / "mutants" / "src" / (module + ".meta")
+
+
+def seed(stage: Path, cache: Cache) -> int:
+    """Write a ``.meta`` file for every cached module the staging directory lacks."""
+    written = 0
+    for module, funcs in cache.modules.items():
+        meta = _meta_path(stage, module)
+        if meta.exists():
+            continue
+        meta.parent.mkdir(parents=True, exist_ok=True)
+        meta.write_text(
+            json.dumps(
+                {
+                    "exit_code_by_key": _exit_codes(module, funcs),
+                    "hash_by_function_name": {f: e["hash"] for f, e in funcs.items()},
+                    "type_check_error_by_key": {},
+                    "durations_by_key": {},
+                    "estimated_durations_by_key": {},
+                }
+            )
+        )
+        written += 1
+    return written
+
+
+def read_stage(stage: Path) -> Functions:
+    """The staging directory's verdicts, grouped by function (without provenance)."""
+    base = stage / "mutants" / "src"
+    modules: Functions = {}
+    for meta in sorted(base.rglob("*.py.meta")):
+        data = json.loads(meta.read_text())
+        module = str(meta.relative_to(base)).removesuffix(".meta")
+        funcs: dict[str, dict] = {
+            f: {"hash": h, "codes": [], "run": None}
+            for f, h in data.get("hash_by_function_name", {}).items()
+        }
+        for key, code in data["exit_code_by_key"].items():
+            match = _MUTANT.match(key.rpartition(".")[2])
+            if match is None:
+                continue
+            func, n = match["func"], int(match["n"])
+            entry = funcs.setdefault(func, {"hash": None, "codes": [], "run": None})
+            codes = entry["codes"]
+            codes.extend([None] * (n - len(codes)))
+            codes[n - 1] = code
+        if any(entry["codes"] for entry in funcs.values()):
+            modules[module] = {f: e for f, e in funcs.items() if e["codes"]}
+    return modules
+
+
+def run_id(command: str) -> tuple[str, dict[str, str]]:
+    """An id and a description of the run happening now, on this commit and machine."""
+    commit = _git("rev-parse", "--short", "HEAD") or "unknown"
+    if _git("status", "--porcelain", "--", "include", "tests"):
+        commit += "+uncommitted"
+    now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    key = f"{now:%Y-%m-%dT%H:%M:%SZ} {commit}"
+    return key, {
+        "commit": commit,
+        "date": now.date().isoformat(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}",
+        "command": command,
+    }
+
+
+def record(
+    cache: Cache, before: Functions, after: Functions, selected: list[str], command: str
+) -> Cache:
+    """``cache`` with the verdicts of a run that turned ``before`` into ``after``.
+
+    A function's verdicts belong to this run when the run tested any of its mutants: its
+    source changed, a verdict changed, or a mutant was named by ``selected`` (mutmut
+    re-tests named mutants even when it had a verdict). Otherwise the cached run stays.
+    """
+    key, description = run_id(command)
+    base, n = key, 1
+    while key in cache.runs:  # two runs within a second
+        n += 1
+        key = f"{base} #{n}"
+    modules: Functions = {}
+    for module, funcs in after.items():
+        name = _module_name(module)
+        kept = cache.modules.get(module, {})
+        modules[module] = {}
+        for func, entry in funcs.items():
+            old = before.get(module, {}).get(func)
+            touched = (
+                old is None
+                or old["hash"] != entry["hash"]
+                or old["codes"] != entry["codes"]
+                or any(
+                    fnmatch(f"{name}.{func}__mutmut_{n}", glob)
+                    for glob in selected
+                    for n in range(1, len(entry["codes"]) + 1)
+                )
+            )
+            run = kept.get(func, {}).get("run")
+            if all(code is None for code in entry["codes"]):
+                run = None
+            elif touched or run is None:
+                run = key
+            modules[module][func] = {**entry, "run": run}
+    return Cache({**cache.runs, key: description}, modules)
+
+
+def _git(*args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else ""

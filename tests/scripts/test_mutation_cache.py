@@ -1,0 +1,121 @@
+"""scripts/mutation_cache.py: verdicts survive the trip through the repository unchanged,
+and each function keeps the run that last tested it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+
+import mutation_cache
+from mutation_cache import Cache
+
+MODULE = "offloader/gc/sweep.py"
+
+
+def _write_meta(stage: Path, module: str, codes: dict[str, int | None], hashes: dict) -> None:
+    meta = stage / "mutants" / "src" / (module + ".meta")
+    meta.parent.mkdir(parents=True, exist_ok=True)
+    meta.write_text(
+        json.dumps(
+            {
+                "exit_code_by_key": codes,
+                "hash_by_function_name": hashes,
+                "type_check_error_by_key": {},
+                "durations_by_key": {k: 0.1 for k in codes},
+                "estimated_durations_by_key": {},
+            }
+        )
+    )
+
+
+@pytest.fixture
+def stage(tmp_path: Path) -> Path:
+    codes = {
+        "offloader.gc.sweep.x_sweep__mutmut_1": 1,
+        "offloader.gc.sweep.x_sweep__mutmut_2": 0,
+        "offloader.gc.sweep.x_sweep__mutmut_3": None,
+        "offloader.gc.sweep.xǁSweepResultǁsummary__mutmut_1": 36,
+    }
+    hashes = {"x_sweep": "aaa", "xǁSweepResultǁsummary": "bbb", "x_untested": "ccc"}
+    _write_meta(tmp_path / "before", MODULE, codes, hashes)
+    return tmp_path / "before"
+
+
+def test_read_stage_groups_verdicts_by_function_in_mutant_order(stage: Path) -> None:
+    modules = mutation_cache.read_stage(stage)
+    assert modules == {
+        MODULE: {
+            "x_sweep": {"hash": "aaa", "codes": [1, 0, None], "run": None},
+            "xǁSweepResultǁsummary": {"hash": "bbb", "codes": [36], "run": None},
+        }
+    }
+
+
+def test_seed_writes_back_what_mutmut_wrote(stage: Path, tmp_path: Path) -> None:
+    after = mutation_cache.read_stage(stage)
+    cache = mutation_cache.record(Cache({}, {}), {}, after, [], "make mutate")
+    path = tmp_path / "results.json"
+    cache.save(path)
+    loaded = Cache.load(path)
+    assert loaded.modules == cache.modules and loaded.runs == cache.runs
+
+    fresh = tmp_path / "fresh"
+    assert mutation_cache.seed(fresh, loaded) == 1
+    meta = json.loads((fresh / "mutants" / "src" / (MODULE + ".meta")).read_text())
+    original = json.loads((stage / "mutants" / "src" / (MODULE + ".meta")).read_text())
+    assert meta["exit_code_by_key"] == original["exit_code_by_key"]
+    assert meta["hash_by_function_name"] == {"x_sweep": "aaa", "xǁSweepResultǁsummary": "bbb"}
+    # a staging directory with results of its own keeps them
+    assert mutation_cache.seed(fresh, loaded) == 0
+
+
+def test_a_function_keeps_its_run_until_a_run_tests_it_again(stage: Path) -> None:
+    first = mutation_cache.read_stage(stage)
+    cache = mutation_cache.record(Cache({}, {}), {}, first, [], "make mutate")
+    (run,) = cache.runs
+    assert cache.modules[MODULE]["x_sweep"]["run"] == run
+
+    # a later run that only tested summary (named by a glob) and the pending x_sweep mutant
+    second = json.loads(json.dumps(first))
+    second[MODULE]["x_sweep"]["codes"][2] = 1
+    cache.runs = {"2000-01-01T00:00:00Z old": {"commit": "old"}} | cache.runs
+    cache.modules[MODULE]["xǁSweepResultǁsummary"]["run"] = "2000-01-01T00:00:00Z old"
+    unchanged = json.loads(json.dumps(second))
+    later = mutation_cache.record(cache, first, second, [], "make mutate")
+    new_run = (set(later.runs) - set(cache.runs)).pop()
+    assert later.modules[MODULE]["x_sweep"]["run"] == new_run  # a verdict changed
+    assert later.modules[MODULE]["xǁSweepResultǁsummary"]["run"] == "2000-01-01T00:00:00Z old"
+
+    named = mutation_cache.record(
+        later, second, unchanged, ["offloader.gc.sweep.xǁSweepResultǁsummary__mutmut_*"], "x"
+    )
+    newest = (set(named.runs) - set(later.runs)).pop()
+    assert named.modules[MODULE]["xǁSweepResultǁsummary"]["run"] == newest
+    assert named.modules[MODULE]["x_sweep"]["run"] == new_run
+
+
+def test_a_changed_function_is_attributed_to_the_run_that_retested_it(stage: Path) -> None:
+    first = mutation_cache.read_stage(stage)
+    cache = mutation_cache.record(Cache({}, {}), {}, first, [], "make mutate")
+    cache.runs = {"2000-01-01T00:00:00Z old": {"commit": "old"}}
+    for entry in cache.modules[MODULE].values():
+        entry["run"] = "2000-01-01T00:00:00Z old"
+    changed = json.loads(json.dumps(first))
+    changed[MODULE]["x_sweep"]["hash"] = "new"
+    later = mutation_cache.record(cache, first, changed, [], "make mutate")
+    assert later.modules[MODULE]["x_sweep"]["run"] != "2000-01-01T00:00:00Z old"
+    assert later.modules[MODULE]["xǁSweepResultǁsummary"]["run"] == "2000-01-01T00:00:00Z old"
+
+
+def test_save_drops_runs_no_function_refers_to(stage: Path, tmp_path: Path) -> None:
+    cache = mutation_cache.record(
+        Cache({"gone": {"commit": "x"}}, {}), {}, mutation_cache.read_stage(stage), [], "m"
+    )
+    path = tmp_path / "results.json"
+    cache.save(path)
+    assert "gone" not in Cache.load(path).runs
