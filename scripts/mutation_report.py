@@ -209,7 +209,18 @@ def _natural(name: str) -> tuple[str, int]:
 def stale_notes(results: Results, notes: dict[str, dict[str, str]]) -> list[str]:
     """Notes for mutants that no longer exist or no longer survive: to prune."""
     statuses = {n: s for module in results.values() for n, s in module.items()}
-    return sorted(n for n in notes if statuses.get(n) not in ("survived", "no tests"))
+    tested = {_module_of(n) for n, s in statuses.items() if s != "not checked"}
+    return sorted(
+        n
+        for n in notes
+        if _module_of(n) in tested
+        and statuses.get(n, "gone") not in ("survived", "no tests", "not checked")
+    )
+
+
+def _module_of(name: str) -> str:
+    """``offloader.gc.sweep.x_sweep__mutmut_3`` -> ``offloader.gc.sweep``."""
+    return name.rpartition("__mutmut_")[0].rpartition(".")[0]
 
 
 def markdown(stage: Path, cache: mutation_cache.Cache) -> str:
