@@ -18,7 +18,7 @@ from offloader.metadata import (
 
 
 def offloaded(store: MetadataStore, attempt_id: str = "a1") -> Ledger:
-    ledger, attempt = begin(store, sealed_ledger(store), attempt_id)
+    _, attempt = begin(store, sealed_ledger(store), attempt_id)
     return store.commit_offload(attempt, 1000)
 
 
