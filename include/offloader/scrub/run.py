@@ -31,8 +31,6 @@ from offloader.scrub.targets import ScrubTarget, plan_scrub
 
 log = logging.getLogger(__name__)
 
-Scrubber = Callable[[list[ScrubTarget]], list[LedgerScrubResult]]
-
 
 def run_scrub(
     runtime: Runtime,
@@ -144,10 +142,8 @@ def settle(runtime: Runtime, result: LedgerScrubResult, *, repair: bool) -> Ledg
         return verdict(Action.NO_HOT_COPY, str(err))
     except Exception as err:
         return verdict(Action.REPAIR_FAILED, f"offloading again failed: {describe_error(err)}")
-    if outcome.outcome is Outcome.IN_PROGRESS:
-        return verdict(Action.IN_PROGRESS, f"attempt {outcome.attempt_id} is replacing it")
     if outcome.outcome is not Outcome.REPLACED:
-        return verdict(Action.CHANGED, _moved_on(runtime.metadata.get_ledger(t.topic, t.ledger_id)))
+        return _not_replaced(runtime, verdict, t, outcome.outcome)
     repaired = runtime.metadata.get_ledger(t.topic, t.ledger_id)
     location = None if repaired.store_id is None else runtime.metadata.get_store(repaired.store_id)
     again = scrub_ledger_in(runtime.stores, ScrubTarget.of(repaired, location))
@@ -163,6 +159,25 @@ def settle(runtime: Runtime, result: LedgerScrubResult, *, repair: bool) -> Ledg
         f"offloaded again from the hot copy as attempt {outcome.attempt_id} "
         f"({outcome.bytes} bytes); the damaged objects are queued for deletion",
         replaced_by=outcome.attempt_id,
+    )
+
+
+def _not_replaced(
+    runtime: Runtime,
+    verdict: Callable[[Action, str], LedgerVerdict],
+    target: ScrubTarget,
+    outcome: Outcome,
+) -> LedgerVerdict:
+    """The repair did not swap the objects: say why, from the ledger as it is now."""
+    now = runtime.metadata.get_ledger(target.topic, target.ledger_id)
+    if not _still_names(now, target):
+        return verdict(Action.CHANGED, _moved_on(now))
+    if now.attempt_id is not None:  # another repair holds it (or took it over from ours)
+        return verdict(Action.IN_PROGRESS, f"attempt {now.attempt_id} is replacing it")
+    return verdict(
+        Action.REPAIR_FAILED,
+        f"the ledger moved while its repair began ({outcome}); nothing was changed: "
+        "run the scrub again",
     )
 
 

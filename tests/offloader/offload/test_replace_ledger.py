@@ -116,3 +116,21 @@ def test_a_replacement_taken_over_before_its_commit_is_lost(runtime: Runtime) ->
     assert {ours.data_key, ours.index_key} <= {
         d.object_key for d in rt.metadata.pending_deletions()
     }
+
+
+def test_a_scrub_whose_repair_is_taken_over_reports_it_in_progress(runtime: Runtime) -> None:
+    from fixtures.scrub import DAMAGES
+
+    rt = runtime
+    first, _ = offloaded_topic(rt, shapes=SMALL)
+    DAMAGES["missing-data-object"](rt, first)
+
+    def other_repair(key: str) -> None:
+        if key.endswith("-index") and not key.startswith("winner"):
+            take_over(rt, "orders", first.ledger_id, "winner", replace=True)
+
+    report = run_scrub(with_objects(rt, OnPut(rt.objects, after=other_repair)))
+    (verdict,) = report.damaged
+    assert verdict.action is Action.IN_PROGRESS and report.failed
+    assert verdict.detail == "attempt winner is replacing it"
+    assert rt.metadata.get_ledger("orders", first.ledger_id).offload_uuid == first.offload_uuid
