@@ -36,6 +36,7 @@ from offloader.retention.run import apply_retention
 from offloader.retention.run import describe as describe_retention
 from offloader.retention.trim import TrimResult, delete_topic, resolve_target, trim_topic
 from offloader.runtime import Runtime, check_database, upgrade_database
+from offloader.scrub import ScrubReport, run_scrub
 from offloader.settings import Settings
 from offloader.status import topic_tiers
 
@@ -49,6 +50,8 @@ PRODUCE_MAX_GENERATED = 1024 * 1024 * 1024  # one random payload held in memory
 def _jsonable(value: Any) -> Any:
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
+    if isinstance(value, ScrubReport):
+        return value.to_json()
     if is_dataclass(value) and not isinstance(value, type):
         return _jsonable(asdict(value))
     if isinstance(value, dict):
@@ -207,6 +210,13 @@ def cmd_gc(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     return {**_jsonable(result), "ledgers_deleted": finished}, "\n".join(
         [text, *_backlog_lines(result.backlog)]
     )
+
+
+# --- scrub: read every offloaded object, repair from the hot tier (scrub/) ----------------
+def cmd_scrub(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
+    report = run_scrub(rt, args.topics or None, repair=args.repair, report_path=args.report)
+    report.raise_for_failure()  # the report is printed first (see main), then the error
+    return report, report.summary()
 
 
 # --- orphan sweep and metadata backup (gc/sweep.py, metadata/backup.py) --------------------
@@ -495,6 +505,25 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         command(name, handler, help_, db_sub).set_defaults(without_runtime=True)  # type: ignore[arg-type]
 
+    scrub_help = (
+        "read every offloaded object and check it; offload damaged ledgers again from their "
+        "hot copy (exit status 2 if damage is left)"
+    )
+    p = command("scrub", cmd_scrub, scrub_help)
+    p.add_argument("topics", nargs="*", metavar="TOPIC", help="topics to scrub (default: all)")
+    p.add_argument(
+        "--repair",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="offload damaged ledgers again from their hot copy (default: --repair)",
+    )
+    p.add_argument(
+        "--dry-run",
+        dest="repair",
+        action="store_false",
+        help="the same as --no-repair: report, change nothing",
+    )
+    p.add_argument("--report", metavar="PATH", default=None, help="write the JSON report here")
     command("scan", cmd_scan, "report orphaned objects and stale uploads (changes nothing)")
     command("sweep", cmd_sweep, "queue orphaned objects for deletion, abort stale uploads")
     meta = sub.add_parser("metadata", help="metadata snapshots: export, import, rebuild")
@@ -545,6 +574,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if args.debug:
             traceback.print_exc()
+        report = getattr(exc, "report", None)
+        if isinstance(report, ScrubReport):  # a run that did its work and failed: its report
+            print(
+                json.dumps(report.to_json(), indent=2, sort_keys=True)
+                if args.json
+                else report.summary()
+            )
         print(f"error: {describe_error(exc, settings)}", file=sys.stderr)
         return 2
     if args.json:

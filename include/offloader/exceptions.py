@@ -119,3 +119,16 @@ class SchemaOutOfDateError(OffloaderError):
 
 class StoreUnavailableError(ObjectStoreError):
     """A recorded object store cannot be opened or reached; the message names it."""
+
+
+# --- scrub ----------------------------------------------------------------------------
+class ScrubFailedError(OffloaderError):
+    """A scrub found damaged ledgers it could not (or was told not to) repair. ``report``
+    is the whole :class:`offloader.scrub.report.ScrubReport`."""
+
+    def __init__(self, message: str, *, report: object) -> None:
+        super().__init__(message)
+        self.report = report
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return _rebuild, (type(self), self.args, self.__dict__)

@@ -28,6 +28,10 @@ POINTS = (
     "mid-batch-begin",
     "after-first-ledger-upload",
     "mid-batch-commit",
+    # scrub's repair (offload/ledger_offloader.py replace_ledger): inside the transaction
+    # that swaps a damaged ledger onto its new objects, after the ledger's UPDATE and
+    # before the old objects are queued; it passes the offload points above as well
+    "mid-replacement-commit",
     # retention (retention/trim.py, retention/deletion.py): the start moved (or the topic
     # was marked deleted), nothing marked yet; a full batch of ledgers marked deleting and
     # more may follow; every ledger below the start marked, no hot file removed yet; the

@@ -362,6 +362,7 @@ class MetadataStore:
         lease_ms: int,
         *,
         store_id: int,
+        replace: bool = False,
     ) -> tuple[Ledger, Attempt]:
         """Record the intent (attempt id, keys, store) before the first byte is uploaded.
 
@@ -369,12 +370,26 @@ class MetadataStore:
         and its objects are queued for deletion in the same transaction. Whether the lease
         ran out is decided by the database's clock inside the conditional update, so the
         check and the takeover are one step and a worker's clock has no say.
+
+        ``replace``: a second offload of an offloaded ledger whose objects are damaged
+        (scrub's repair). The ledger stays ``offloaded`` on its current objects until
+        :meth:`commit_replacement` swaps them; its hot copy must still be present (the
+        new objects are written from it), and hot deletion waits while the attempt lives.
         """
         epoch = ledger.offload_epoch + 1
         if not ledger.is_live:
             raise CommitFailedError(
                 f"ledger {ledger.topic}/{ledger.ledger_id} is {ledger.deletion_state}: trimmed"
             )
+        if replace and not (ledger.is_offloaded and ledger.has_hot_copy):
+            raise ValueError(
+                f"ledger {ledger.topic}/{ledger.ledger_id} cannot be offloaded again: it is "
+                f"{ledger.offload_state} with its hot copy {ledger.hot_state} (a replacement "
+                "needs an offloaded ledger whose hot copy is present)"
+            )
+        replaceable = sa.and_(
+            L.c.offload_state == OffloadState.OFFLOADED, L.c.hot_state == HotState.PRESENT
+        )
         with self.transaction() as conn:
             _cas_ledger_if(
                 conn,
@@ -382,11 +397,12 @@ class MetadataStore:
                 sa.and_(
                     L.c.deletion_state == DeletionState.NONE,
                     _lease_over() if ledger.attempt_id is not None else sa.true(),
+                    replaceable if replace else sa.true(),
                 ),
                 f"has attempt {ledger.attempt_id} in flight until its lease ends"
                 if ledger.attempt_id is not None
                 else "was trimmed: it is below its topic's start",
-                offload_state=OffloadState.OFFLOADING,
+                offload_state=OffloadState.OFFLOADED if replace else OffloadState.OFFLOADING,
                 offload_epoch=epoch,
                 attempt_id=attempt_id,
                 attempt_lease_ms=db_now() + lease_ms,
@@ -438,18 +454,7 @@ class MetadataStore:
                     _owned_by(attempt),
                     L.c.offload_state == OffloadState.OFFLOADING,
                 )
-                .values(
-                    version=L.c.version + 1,
-                    offload_state=OffloadState.OFFLOADED,
-                    attempt_id=None,
-                    attempt_lease_ms=None,
-                    offload_uuid=attempt.attempt_id,
-                    data_key=attempt.data_key,
-                    index_key=attempt.index_key,
-                    data_len=data_len,
-                    offloaded_ms=db_now(),
-                    store_id=attempt.store_id,
-                )
+                .values(version=L.c.version + 1, **_committed(attempt, data_len))
             )
             if result.rowcount != 1:
                 raise CommitFailedError(
@@ -463,8 +468,51 @@ class MetadataStore:
             )
             return self._ledger(conn, attempt.topic, attempt.ledger_id)
 
+    def commit_replacement(self, attempt: Attempt, data_len: int, reason: str) -> Ledger:
+        """Swap an offloaded ledger onto a replacement ``attempt`` (see ``begin_attempt``'s
+        ``replace``), if the ledger still names it (CAS on its attempt, epoch and version).
+
+        In the same transaction the replaced objects are queued for deletion with
+        ``reason`` and the attempt that wrote them becomes ``superseded``, so the ledger
+        keeps exactly one committed attempt and no object is left unaccounted for.
+        """
+        what = f"attempt {attempt.attempt_id} (epoch {attempt.epoch})"
+        with self.transaction() as conn:
+            row = (
+                conn.execute(
+                    sa.select(L).where(
+                        _owned_by(attempt), L.c.offload_state == OffloadState.OFFLOADED
+                    )
+                )
+                .mappings()
+                .first()
+            )
+            if row is None:
+                raise CommitFailedError(
+                    f"{what} no longer owns offloaded ledger {attempt.topic}/{attempt.ledger_id}"
+                )
+            old = Ledger.model_validate(dict(row))
+            _cas(conn, L, _owned_by(attempt), old.version, what, **_committed(attempt, data_len))
+            failpoints.reach("mid-replacement-commit")
+            detail = f"replaced by {attempt.attempt_id}: {reason}"
+            keys = [k for k in (old.data_key, old.index_key) if k is not None]
+            self._enqueue(conn, keys, f"replaced: {reason}", old.offload_uuid, old.store_id)
+            conn.execute(
+                A.update()
+                .where(A.c.attempt_id == old.offload_uuid, A.c.state == AttemptState.COMMITTED)
+                .values(state=AttemptState.SUPERSEDED, detail=detail[:2000])
+            )
+            conn.execute(
+                A.update()
+                .where(A.c.attempt_id == attempt.attempt_id)
+                .values(state=AttemptState.COMMITTED, finished_ms=db_now())
+            )
+            return self._ledger(conn, attempt.topic, attempt.ledger_id)
+
     def fail_attempt(self, attempt: Attempt, detail: str) -> None:
-        """Give up an attempt: queue its objects for deletion, free the ledger if still ours."""
+        """Give up an attempt: queue its objects for deletion, free the ledger if still ours
+        (a failed replacement leaves the ledger offloaded on the objects it had)."""
+        offloading = L.c.offload_state == OffloadState.OFFLOADING
         with self.transaction() as conn:
             self._retire_attempt(
                 conn, attempt.attempt_id, AttemptState.FAILED, detail, requeue_superseded=True
@@ -476,7 +524,7 @@ class MetadataStore:
                 )
                 .values(
                     version=L.c.version + 1,
-                    offload_state=OffloadState.NONE,
+                    offload_state=sa.case((offloading, OffloadState.NONE), else_=L.c.offload_state),
                     attempt_id=None,
                     attempt_lease_ms=None,
                 )
@@ -705,15 +753,38 @@ class MetadataStore:
                 f"ledger {ledger.topic}/{ledger.ledger_id} is not offloaded; its hot copy "
                 "is the only one"
             )
+        # a replacement in flight (scrub's repair) writes from the hot copy: it stays until
+        # that attempt commits or its lease runs out (then the attempt is retired here)
+        stale = ledger.attempt_id is not None
+        refusal = (
+            f"has replacement attempt {ledger.attempt_id} in flight until its lease ends, or "
+            if stale
+            else ""
+        ) + (
+            f"was offloaded less than its deletion lag of {deletion_lag_ms} ms ago "
+            "(database clock); its hot copy stays"
+        )
         with self.transaction() as conn:
             _cas_ledger_if(
                 conn,
                 ledger,
-                sa.true() if empty else L.c.offloaded_ms + deletion_lag_ms <= db_now(),
-                f"was offloaded less than its deletion lag of {deletion_lag_ms} ms ago "
-                "(database clock); its hot copy stays",
+                sa.and_(
+                    sa.true() if empty else L.c.offloaded_ms + deletion_lag_ms <= db_now(),
+                    _lease_over() if stale else sa.true(),
+                ),
+                refusal,
                 hot_state=HotState.DELETING,
+                attempt_id=None,
+                attempt_lease_ms=None,
             )
+            if stale:
+                assert ledger.attempt_id is not None
+                self._retire_attempt(
+                    conn,
+                    ledger.attempt_id,
+                    AttemptState.SUPERSEDED,
+                    "lease expired; its ledger's hot copy is being deleted",
+                )
             return self._ledger(conn, ledger.topic, ledger.ledger_id)
 
     def mark_hot_deleted(self, ledger: Ledger) -> Ledger:
@@ -1197,6 +1268,21 @@ def _unmarked_below(topic: str, below: int) -> sa.ColumnElement[bool]:
 def _lease_over() -> sa.ColumnElement[bool]:
     """The attempt's lease has run out by the database's clock (invariant 6)."""
     return sa.or_(L.c.attempt_lease_ms.is_(None), L.c.attempt_lease_ms <= db_now())
+
+
+def _committed(attempt: Attempt, data_len: int) -> dict[str, object]:
+    """The ledger columns that make ``attempt`` its offload (invariant 7: with its store)."""
+    return dict(
+        offload_state=OffloadState.OFFLOADED,
+        attempt_id=None,
+        attempt_lease_ms=None,
+        offload_uuid=attempt.attempt_id,
+        data_key=attempt.data_key,
+        index_key=attempt.index_key,
+        data_len=data_len,
+        offloaded_ms=db_now(),
+        store_id=attempt.store_id,
+    )
 
 
 def _owned_by(attempt: Attempt) -> sa.ColumnElement[bool]:

@@ -19,6 +19,7 @@ from offloader import failpoints
 from offloader.exceptions import (
     CommitFailedError,
     FormatError,
+    HotLedgerMissingError,
     ObjectNotFoundError,
     StoreUnavailableError,
 )
@@ -43,6 +44,7 @@ class Outcome(StrEnum):
     LOST = "lost"  # another attempt committed first; ours is queued for deletion
     RETIRED_EMPTY = "retired-empty"  # sealed with no entries: hot file removed, nothing uploaded
     TRIMMED = "trimmed"  # below the topic's start: deleting or deleted, never offloaded
+    REPLACED = "replaced"  # offloaded again from the hot copy; the old objects are queued
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,32 @@ class LedgerOffloader:
             ledger = self.metadata.get_ledger(topic, ledger_id)
         return self._attempt(ledger)
 
-    def _attempt(self, ledger: Ledger) -> OffloadResult:
+    def replace_ledger(
+        self, topic: str, ledger_id: int, damaged_uuid: str, reason: str
+    ) -> OffloadResult:
+        """Offload an offloaded ledger again from its hot copy, because its objects (of
+        attempt ``damaged_uuid``) are damaged: intent, upload and a CAS commit exactly as a
+        first offload, then the old objects are queued for deletion in the commit's
+        transaction. ALREADY_OFFLOADED if the ledger no longer names ``damaged_uuid``
+        (someone replaced it meanwhile); HotLedgerMissingError if there is no hot copy to
+        write from (nothing changes)."""
+        ledger = self.metadata.get_ledger(topic, ledger_id)
+        if not ledger.is_live or ledger_id < self.metadata.get_topic(topic).start_ledger_id:
+            return OffloadResult(topic, ledger_id, Outcome.TRIMMED)
+        if not ledger.is_offloaded or ledger.offload_uuid != damaged_uuid:
+            return OffloadResult(topic, ledger_id, Outcome.ALREADY_OFFLOADED, ledger.offload_uuid)
+        if not ledger.has_hot_copy or not self.runtime.hot.exists(topic, ledger_id):
+            raise HotLedgerMissingError(
+                f"ledger {topic}/{ledger_id} has no hot copy (hot state {ledger.hot_state}): "
+                "its damaged objects cannot be offloaded again"
+            )
+        if (ledger.attempt_lease_ms or 0) > self.metadata.db_now_ms():
+            return OffloadResult(topic, ledger_id, Outcome.IN_PROGRESS, ledger.attempt_id)
+        return self._attempt(ledger, replacing=reason)
+
+    def _attempt(self, ledger: Ledger, replacing: str | None = None) -> OffloadResult:
+        """Intent, upload, CAS commit; ``replacing`` (the reason) swaps an offloaded
+        ledger's objects instead of committing a first offload."""
         started = time.monotonic()
         attempt_id = str(uuid.uuid4())
         data_key, index_key = ledger_object_keys(attempt_id, ledger.ledger_id)
@@ -121,17 +148,23 @@ class LedgerOffloader:
                 owner_id(),
                 int(settings.attempt_lease_seconds * 1000),
                 store_id=self.runtime.stores.default_id(),
+                replace=replacing is not None,
             )
         except CommitFailedError:
             current = self.metadata.get_ledger(ledger.topic, ledger.ledger_id)
             outcome = Outcome.ALREADY_OFFLOADED if current.is_offloaded else Outcome.IN_PROGRESS
+            if replacing is not None and current.attempt_id is not None:
+                outcome = Outcome.IN_PROGRESS
             return OffloadResult(ledger.topic, ledger.ledger_id, outcome, current.attempt_id)
         failpoints.reach("after-begin-attempt")
         try:
             with LeaseKeeper(self.metadata, attempt, settings.attempt_lease_seconds) as lease:
                 length = self._upload(ledger, attempt, lease.check)
                 lease.check()
-            self.metadata.commit_offload(attempt, length)
+            if replacing is None:
+                self.metadata.commit_offload(attempt, length)
+            else:
+                self.metadata.commit_replacement(attempt, length, replacing)
             failpoints.reach("after-commit")
         except Exception as exc:
             if isinstance(exc, CommitFailedError) or not self._still_owns(attempt):
@@ -146,16 +179,16 @@ class LedgerOffloader:
             raise
         seconds = time.monotonic() - started
         log.info(
-            "offloaded %s/%s: %d bytes in %.3fs (attempt %s)",
+            "%s %s/%s: %d bytes in %.3fs (attempt %s)",
+            "offloaded" if replacing is None else "offloaded again (replaced)",
             ledger.topic,
             ledger.ledger_id,
             length,
             seconds,
             attempt_id,
         )
-        return OffloadResult(
-            ledger.topic, ledger.ledger_id, Outcome.OFFLOADED, attempt_id, length, seconds
-        )
+        outcome = Outcome.OFFLOADED if replacing is None else Outcome.REPLACED
+        return OffloadResult(ledger.topic, ledger.ledger_id, outcome, attempt_id, length, seconds)
 
     def _upload(self, ledger: Ledger, attempt: Attempt, check) -> int:  # type: ignore[no-untyped-def]
         policy = self.policy(ledger.topic)

@@ -1,0 +1,249 @@
+"""Scrubbing one offloaded ledger: read every byte of its objects and say what is wrong.
+
+:func:`scrub_ledger` is a pure function of a store and a :class:`ScrubTarget` (the metadata
+store's record of the ledger): it only reads, so a Spark executor can run it as well as the
+CLI. It GETs the index, HEADs the data object, then reads the data object one block at a
+time (a block is at most ``max_block_size``, 64 MiB by default) and checks everything the
+format allows (docs/FORMAT.md): block magic, ``header_len``, ``block_len``, the block's
+CRC32C, every chunk's CRC32C and frame structure, entry ids running on from the index's
+first ids, padding, the object's length; and that the index agrees with the metadata store
+(topic, ledger, entry count, last entry id, payload bytes, data object length). A Pulsar
+v1 index has no CRCs: its blocks are checked as far as v1 allows and the entries found are
+counted against the metadata store. Damage is reported, never raised: one finding per
+damaged block, with the object key and the offset the codec names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from offloader.exceptions import FormatError, ObjectNotFoundError, ObjectStoreError
+from offloader.format import (
+    BlockRef,
+    LedgerIndex,
+    decode_block,
+    decode_index,
+    parse_chunk,
+    verify_chunk,
+)
+from offloader.objectstore import ObjectStore
+from offloader.scrub.targets import ScrubTarget
+
+MISSING_INDEX = "missing index object"
+MISSING_DATA = "missing data object"
+
+
+class FindingKind(StrEnum):
+    """What kind of damage a finding is (the report's ``kind``; ``reason`` says more)."""
+
+    MISSING_INDEX = "missing-index"
+    MISSING_DATA = "missing-data"
+    DAMAGED_INDEX = "damaged-index"  # the index fails its own checks (magic, length, CRC)
+    TRUNCATED = "truncated"  # the data object is shorter than its index says
+    OVERLONG = "overlong"  # the data object is longer than its index says
+    DAMAGED_BLOCK = "damaged-block"  # magic, lengths, CRC, framing, ids or padding
+    METADATA_MISMATCH = "metadata-mismatch"  # index or data disagree with the metadata store
+    UNREADABLE = "unreadable"  # the store failed: nothing is known about the bytes
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing wrong with a ledger's objects: where (key, offset) and why."""
+
+    topic: str
+    ledger_id: int
+    key: str
+    offset: int | None
+    kind: FindingKind
+    reason: str
+
+    def __str__(self) -> str:
+        at = "" if self.offset is None else f" offset {self.offset}"
+        return f"{self.topic}/{self.ledger_id} {self.key}{at}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class LedgerScrubResult:
+    """What reading one ledger's objects found; counts are what was actually read."""
+
+    target: ScrubTarget
+    objects: int  # objects found and read (index, data)
+    blocks: int  # blocks read whole
+    bytes: int  # bytes read (index and blocks)
+    entries: int  # entries in blocks that passed every check
+    findings: tuple[Finding, ...]
+
+    @property
+    def damaged(self) -> bool:
+        return bool(self.findings)
+
+
+def scrub_ledger(store: ObjectStore, target: ScrubTarget) -> LedgerScrubResult:
+    """Read and check every block of ``target``'s objects in ``store``; never raises for
+    damage (store errors become ``unreadable`` findings)."""
+    scrub = _LedgerScrub(store, target)
+    scrub.run()
+    return LedgerScrubResult(
+        target, scrub.objects, scrub.blocks, scrub.bytes, scrub.entries, tuple(scrub.findings)
+    )
+
+
+@dataclass
+class _LedgerScrub:
+    store: ObjectStore
+    target: ScrubTarget
+    objects: int = 0
+    blocks: int = 0
+    bytes: int = 0
+    entries: int = 0
+    findings: list[Finding] = field(default_factory=list)
+
+    def find(self, key: str, offset: int | None, kind: FindingKind, reason: str) -> None:
+        t = self.target
+        self.findings.append(Finding(t.topic, t.ledger_id, key, offset, kind, reason))
+
+    def run(self) -> None:
+        t = self.target
+        raw = self._get_index()
+        size = self._data_size()
+        if raw is None:
+            return
+        try:
+            index = decode_index(raw)
+        except FormatError as err:
+            self.find(t.index_key, err.offset or 0, FindingKind.DAMAGED_INDEX, str(err))
+            return
+        self._compare_index(index)
+        if size is None:
+            return
+        if size != index.data_object_len:
+            short = size < index.data_object_len
+            self.find(
+                t.data_key,
+                min(size, index.data_object_len),
+                FindingKind.TRUNCATED if short else FindingKind.OVERLONG,
+                f"data object is {size} bytes, its index says {index.data_object_len}"
+                + (": truncated" if short else ""),
+            )
+        self._check_blocks(index, size)
+
+    def _get_index(self) -> bytes | None:
+        key = self.target.index_key
+        try:
+            raw = self.store.get(key)
+        except ObjectNotFoundError:
+            self.find(key, None, FindingKind.MISSING_INDEX, MISSING_INDEX)
+            return None
+        except ObjectStoreError as err:
+            self.find(key, None, FindingKind.UNREADABLE, f"index object unreadable: {err}")
+            return None
+        self.objects += 1
+        self.bytes += len(raw)
+        return raw
+
+    def _data_size(self) -> int | None:
+        key = self.target.data_key
+        try:
+            size = self.store.stat(key).size
+        except ObjectNotFoundError:
+            self.find(key, None, FindingKind.MISSING_DATA, MISSING_DATA)
+            return None
+        except ObjectStoreError as err:
+            self.find(key, None, FindingKind.UNREADABLE, f"data object unreadable: {err}")
+            return None
+        self.objects += 1
+        return size
+
+    def _compare_index(self, index: LedgerIndex) -> None:
+        """The index against the metadata store's record of the ledger."""
+        t = self.target
+        disagree: list[str] = []
+        meta = index.metadata
+        if meta is not None:
+            if (meta.topic, meta.ledger_id) != (t.topic, t.ledger_id):
+                disagree.append(f"index is of ledger {meta.topic}/{meta.ledger_id}")
+            if (meta.entry_count, meta.last_entry_id) != (t.entry_count, t.entry_count - 1):
+                disagree.append(
+                    f"index says {meta.entry_count} entries ending at {meta.last_entry_id}, "
+                    f"the metadata store {t.entry_count} ending at {t.entry_count - 1}"
+                )
+            if meta.length != t.size_bytes:
+                disagree.append(
+                    f"index says {meta.length} payload bytes, the metadata store {t.size_bytes}"
+                )
+        if index.first_entry_id != 0:
+            disagree.append(f"index starts at entry {index.first_entry_id}, not 0")
+        if t.data_len is not None and index.data_object_len != t.data_len:
+            disagree.append(
+                f"index says the data object is {index.data_object_len} bytes, the metadata "
+                f"store recorded {t.data_len}"
+            )
+        for what in disagree:
+            self.find(t.index_key, 0, FindingKind.METADATA_MISMATCH, what)
+
+    def _check_blocks(self, index: LedgerIndex, size: int) -> None:
+        """Every block the object holds whole, one GET (and one block in memory) each."""
+        key = self.target.data_key
+        clean = True
+        for i, block in enumerate(index.blocks):
+            if block.offset + block.length > size:
+                return  # the object ends first: reported as truncated above
+            try:
+                data = self.store.read_range(key, block.offset, block.length)
+            except ObjectNotFoundError:
+                self.find(key, block.offset, FindingKind.MISSING_DATA, MISSING_DATA)
+                return
+            except ObjectStoreError as err:
+                self.find(key, block.offset, FindingKind.UNREADABLE, f"block unreadable: {err}")
+                return
+            self.blocks += 1
+            self.bytes += len(data)
+            try:
+                if len(data) != block.length:
+                    raise FormatError(
+                        f"truncated block: {len(data)} bytes of {block.length}",
+                        offset=block.offset + len(data),
+                    )
+                self.entries += _check_block(index, i, block, data)
+            except FormatError as err:
+                clean = False
+                offset = block.offset if err.offset is None else err.offset
+                self.find(key, offset, FindingKind.DAMAGED_BLOCK, str(err))
+        found = self.entries
+        if clean and size == index.data_object_len and found != self.target.entry_count:
+            self.find(
+                key,
+                None,
+                FindingKind.METADATA_MISMATCH,
+                f"data object holds {found} entries, the metadata store says "
+                f"{self.target.entry_count}",
+            )
+
+
+def _check_block(index: LedgerIndex, i: int, block: BlockRef, data: bytes) -> int:
+    """Check one whole block; its entry count. FormatError (absolute offset) if damaged.
+
+    With our index every chunk is verified first (its CRC pins damage to a chunk, its
+    frames must fit the chunk table), then the block as a whole (its CRC also covers the
+    padding). A Pulsar index says nothing of the last block's count: it is scanned.
+    """
+    for chunk in index.chunks_for_block(block):
+        at = chunk.offset - block.offset
+        verify_chunk(data, chunk, at=at)
+        parse_chunk(data, chunk, block=block, at=at)
+    count: int | None
+    if i + 1 < len(index.blocks):
+        count = index.blocks[i + 1].first_entry_id - block.first_entry_id
+    elif index.last_entry_id is not None:
+        count = index.last_entry_id + 1 - block.first_entry_id
+    else:
+        count = None  # foreign metadata: scan to the padding, as Pulsar does
+    entries = decode_block(
+        data,
+        entry_count=count,
+        expected_crc=block.crc32c,
+        first_entry_id=block.first_entry_id,
+        offset=block.offset,
+    )
+    return len(entries)

@@ -1,0 +1,167 @@
+"""The scrub report: counts, every damaged ledger with its findings and what was done.
+
+Written as JSON where the caller says (``offloader scrub --report PATH``; the Spark job
+later writes it to the store) and summarised for people. Schema: docs/OPERATIONS.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from offloader.exceptions import ScrubFailedError
+from offloader.fsutil import fsync_dir
+from offloader.scrub.check import Finding, LedgerScrubResult
+
+REPORT_FORMAT = "offloader-scrub-report"
+REPORT_VERSION = 1
+
+
+class Action(StrEnum):
+    """What became of a damaged ledger. Only ``repaired`` and ``changed`` let a run pass."""
+
+    REPAIRED = "repaired"  # offloaded again from its hot copy; the new objects scrub clean
+    CHANGED = "changed"  # the ledger no longer names these objects (trimmed, or replaced)
+    NOT_REPAIRED = "not-repaired"  # --no-repair: reported, nothing changed
+    NO_HOT_COPY = "no-hot-copy"  # nothing to offload again from: the data is damaged
+    IN_PROGRESS = "in-progress"  # another replacement attempt holds the ledger
+    REPAIR_FAILED = "repair-failed"  # the new offload failed, or its objects are damaged too
+    UNREADABLE = "unreadable"  # the store could not be read: nothing known, nothing done
+
+
+PASSING = frozenset({Action.REPAIRED, Action.CHANGED})
+
+
+@dataclass(frozen=True)
+class Counts:
+    ledgers: int = 0
+    objects: int = 0
+    blocks: int = 0
+    bytes: int = 0
+    entries: int = 0
+
+    @classmethod
+    def of(cls, results: list[LedgerScrubResult]) -> Counts:
+        return cls(
+            ledgers=len(results),
+            objects=sum(r.objects for r in results),
+            blocks=sum(r.blocks for r in results),
+            bytes=sum(r.bytes for r in results),
+            entries=sum(r.entries for r in results),
+        )
+
+
+@dataclass(frozen=True)
+class LedgerVerdict:
+    """A damaged ledger: its findings, what was done, and the attempt that replaced it."""
+
+    topic: str
+    ledger_id: int
+    offload_uuid: str  # the attempt whose objects were scrubbed
+    action: Action
+    detail: str
+    findings: tuple[Finding, ...]
+    replaced_by: str | None = None  # the new committed attempt (repaired)
+
+    @property
+    def failed(self) -> bool:
+        return self.action not in PASSING
+
+
+@dataclass(frozen=True)
+class ScrubReport:
+    topics: list[str] | None  # None: every topic
+    repair: bool
+    started_ms: int
+    finished_ms: int
+    counts: Counts
+    damaged: list[LedgerVerdict] = field(default_factory=list)
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [f for v in self.damaged for f in v.findings]
+
+    @property
+    def failed(self) -> bool:
+        return any(v.failed for v in self.damaged)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": REPORT_FORMAT,
+            "format_version": REPORT_VERSION,
+            "topics": self.topics,
+            "repair": self.repair,
+            "started_ms": self.started_ms,
+            "finished_ms": self.finished_ms,
+            "counts": asdict(self.counts),
+            "failed": self.failed,
+            "damaged_ledgers": [
+                {
+                    "topic": v.topic,
+                    "ledger_id": v.ledger_id,
+                    "offload_uuid": v.offload_uuid,
+                    "action": v.action.value,
+                    "failed": v.failed,
+                    "detail": v.detail,
+                    "replaced_by": v.replaced_by,
+                    "findings": [_finding_json(f) for f in v.findings],
+                }
+                for v in self.damaged
+            ],
+        }
+
+    def summary(self) -> str:
+        c = self.counts
+        lines = [
+            f"scrubbed {c.ledgers} ledgers: {c.objects} objects, {c.blocks} blocks, "
+            f"{c.bytes} bytes, {c.entries} entries; {len(self.damaged)} damaged, "
+            f"{sum(not v.failed for v in self.damaged)} settled, "
+            f"{sum(v.failed for v in self.damaged)} failed"
+        ]
+        for v in self.damaged:
+            lines.append(f"{v.topic}/{v.ledger_id} ({v.offload_uuid}): {v.action}: {v.detail}")
+            lines += [f"  {f.key} offset {f.offset}: {f.reason}" for f in v.findings]
+        return "\n".join(lines)
+
+    def raise_for_failure(self) -> None:
+        """ScrubFailedError naming the ledgers left damaged, if any."""
+        failed = [v for v in self.damaged if v.failed]
+        if failed:
+            shown = ", ".join(f"{v.topic}/{v.ledger_id} ({v.action})" for v in failed[:10])
+            more = f" and {len(failed) - 10} more" if len(failed) > 10 else ""
+            raise ScrubFailedError(
+                f"scrub found {len(failed)} damaged ledger(s) it did not repair: {shown}{more}",
+                report=self,
+            )
+
+    def write(self, path: str | os.PathLike[str]) -> Path:
+        """The JSON report at ``path``, replaced atomically (a reader never sees half)."""
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                json.dump(self.to_json(), out, indent=2, sort_keys=True)
+                out.write("\n")
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        fsync_dir(target.parent)
+        return target
+
+
+def _finding_json(finding: Finding) -> dict[str, Any]:
+    return {
+        "key": finding.key,
+        "offset": finding.offset,
+        "kind": finding.kind.value,
+        "reason": finding.reason,
+    }

@@ -1,0 +1,136 @@
+"""``LedgerOffloader.replace_ledger`` (scrub's repair) in this process, on both backends:
+what it refuses to touch, and a replacement that fails or loses leaves the ledger on its
+old objects with every key of the new attempt queued."""
+
+from __future__ import annotations
+
+import pytest
+
+from fixtures.backends import unaccounted_objects
+from fixtures.faults import ServerErrors, with_objects
+from fixtures.metadata import begin
+from fixtures.scrub import offloaded_topic
+from fixtures.takeover import OnPut, take_over
+from offloader.exceptions import HotLedgerMissingError, ObjectStoreError
+from offloader.metadata import AttemptState, Ledger, Position
+from offloader.offload.ledger_offloader import LedgerOffloader, Outcome
+from offloader.retention.trim import trim_topic
+from offloader.runtime import Runtime
+from offloader.scrub import Action, run_scrub
+
+SMALL = [(40, 2000), (30, 2000)]
+
+
+def unchanged(rt: Runtime, ledger: Ledger) -> bool:
+    return rt.metadata.get_ledger(ledger.topic, ledger.ledger_id) == ledger
+
+
+def test_what_a_replacement_refuses_to_touch(runtime: Runtime) -> None:
+    rt = runtime
+    first, second = offloaded_topic(rt, shapes=SMALL)
+    off = LedgerOffloader(rt)
+    assert first.offload_uuid is not None
+    # objects the ledger no longer names: someone replaced it already
+    result = off.replace_ledger("orders", first.ledger_id, "not-its-uuid", "r")
+    assert (result.outcome, result.attempt_id) == (Outcome.ALREADY_OFFLOADED, first.offload_uuid)
+    assert unchanged(rt, first)
+    # a hot copy the metadata says is present but is gone from disk
+    rt.hot.delete("orders", second.ledger_id)
+    with pytest.raises(HotLedgerMissingError, match="has no hot copy"):
+        off.replace_ledger("orders", second.ledger_id, second.offload_uuid or "", "r")
+    assert unchanged(rt, second) and rt.metadata.list_attempts("orders", AttemptState.STARTED) == []
+    # a live replacement holds the ledger
+    during, _ = begin(rt.metadata, first, "live", replace=True)
+    result = off.replace_ledger("orders", first.ledger_id, first.offload_uuid, "r")
+    assert (result.outcome, result.attempt_id) == (Outcome.IN_PROGRESS, "live")
+    assert unchanged(rt, during)
+    # trimmed: nothing to repair
+    trim_topic(rt, "orders", Position(ledger_id=second.ledger_id, entry_id=0))
+    result = off.replace_ledger("orders", first.ledger_id, first.offload_uuid, "r")
+    assert result.outcome is Outcome.TRIMMED
+    assert (
+        rt.metadata.list_attempts("orders", AttemptState.COMMITTED)[0].attempt_id
+        == first.offload_uuid
+    )
+
+
+def test_a_stale_replacement_is_superseded_and_the_ledger_replaced(runtime: Runtime) -> None:
+    rt = runtime
+    first, _ = offloaded_topic(rt, shapes=SMALL)
+    begin(rt.metadata, first, "dead", lease_ms=-1, replace=True)
+    result = LedgerOffloader(rt).replace_ledger(
+        "orders", first.ledger_id, first.offload_uuid or "", "r"
+    )
+    assert result.outcome is Outcome.REPLACED and result.bytes > 0
+    assert rt.metadata.get_attempt("dead").state is AttemptState.SUPERSEDED
+    after = rt.metadata.get_ledger("orders", first.ledger_id)
+    assert after.offload_uuid == result.attempt_id and after.attempt_id is None
+    queued = {d.object_key for d in rt.metadata.pending_deletions()}
+    assert queued == {"dead-d", "dead-i", first.data_key, first.index_key}
+    assert unaccounted_objects(rt) == set()
+
+
+def test_a_replacement_whose_upload_fails_keeps_the_old_objects(runtime: Runtime) -> None:
+    rt = runtime
+    first, _ = offloaded_topic(rt, shapes=SMALL)
+    faulty = with_objects(rt, ServerErrors(rt.objects, ["put", "upload_part"]))
+    with pytest.raises(ObjectStoreError, match="InternalError"):
+        LedgerOffloader(faulty).replace_ledger(
+            "orders", first.ledger_id, first.offload_uuid or "", "r"
+        )
+    after = rt.metadata.get_ledger("orders", first.ledger_id)
+    assert after.is_offloaded and after.offload_uuid == first.offload_uuid
+    assert (after.data_key, after.attempt_id) == (first.data_key, None)
+    (failed,) = rt.metadata.list_attempts("orders", AttemptState.FAILED)
+    assert {d.object_key for d in rt.metadata.pending_deletions()} == {
+        failed.data_key,
+        failed.index_key,
+    }
+    # through scrub: the ledger is reported, the run fails
+    from fixtures.scrub import DAMAGES
+
+    DAMAGES["missing-index-object"](rt, first)
+    report = run_scrub(faulty)
+    (verdict,) = report.damaged
+    assert verdict.action is Action.REPAIR_FAILED and report.failed
+    assert "offloading again failed" in verdict.detail and "InternalError" in verdict.detail
+
+
+def test_a_replacement_taken_over_before_its_commit_is_lost(runtime: Runtime) -> None:
+    rt = runtime
+    first, _ = offloaded_topic(rt, shapes=SMALL)
+
+    def other_repair(key: str) -> None:
+        if key.endswith("-index"):  # our objects are complete; another worker takes over
+            take_over(rt, "orders", first.ledger_id, "winner", replace=True)
+
+    racing = with_objects(rt, OnPut(rt.objects, after=other_repair))
+    result = LedgerOffloader(racing).replace_ledger(
+        "orders", first.ledger_id, first.offload_uuid or "", "r"
+    )
+    assert result.outcome is Outcome.LOST
+    ours = rt.metadata.get_attempt(result.attempt_id or "")
+    assert ours.state is AttemptState.SUPERSEDED
+    after = rt.metadata.get_ledger("orders", first.ledger_id)
+    assert after.offload_uuid == first.offload_uuid and after.attempt_id == "winner"
+    assert {ours.data_key, ours.index_key} <= {
+        d.object_key for d in rt.metadata.pending_deletions()
+    }
+
+
+def test_a_scrub_whose_repair_is_taken_over_reports_it_in_progress(runtime: Runtime) -> None:
+    from fixtures.scrub import DAMAGES
+
+    rt = runtime
+    first, _ = offloaded_topic(rt, shapes=SMALL)
+    DAMAGES["missing-data-object"](rt, first)
+
+    def other_repair(key: str) -> None:
+        if key.endswith("-index") and not key.startswith("winner"):
+            take_over(rt, "orders", first.ledger_id, "winner", replace=True)
+
+    report = run_scrub(with_objects(rt, OnPut(rt.objects, after=other_repair)))
+    (verdict,) = report.damaged
+    assert verdict.action is Action.IN_PROGRESS and report.failed
+    assert verdict.detail == "attempt winner is replacing it"
+    assert rt.metadata.get_ledger("orders", first.ledger_id).offload_uuid == first.offload_uuid

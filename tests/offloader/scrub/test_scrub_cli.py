@@ -1,0 +1,70 @@
+"""``offloader scrub`` in a real process: the report on stdout (text or JSON) and in a file,
+and damage left over is the report followed by one error line and exit status 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fixtures.damage import run_cli
+from fixtures.scrub import DAMAGES, offloaded_topic
+from offloader.runtime import Runtime
+
+pytestmark = pytest.mark.parametrize("backend_settings", ["fs-sqlite"], indirect=True)
+
+
+def test_a_clean_store_exits_0_with_its_report(runtime: Runtime, tmp_path: Path) -> None:
+    ledgers = offloaded_topic(runtime)
+    path = tmp_path / "report.json"
+    done = run_cli(runtime, "scrub", "--json", "--report", str(path))
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    report = json.loads(done.stdout)
+    assert report == json.loads(path.read_text())
+    assert report["counts"]["ledgers"] == 3 and report["counts"]["entries"] == 790
+    assert (report["failed"], report["damaged_ledgers"], report["repair"]) == (False, [], True)
+    text = run_cli(runtime, "scrub", "orders")
+    assert text.returncode == 0
+    assert text.stdout.startswith(f"scrubbed {len(ledgers)} ledgers: 6 objects, 4 blocks, ")
+
+
+def test_damage_left_is_the_report_then_one_error_line(runtime: Runtime) -> None:
+    victim = offloaded_topic(runtime)[1]
+    planted = DAMAGES["truncated-data-object"](runtime, victim)
+    before = runtime.metadata.get_ledger("orders", victim.ledger_id)
+    done = run_cli(runtime, "scrub", "--dry-run", "--json")
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"error: scrub found 1 damaged ledger(s) it did not repair: orders/{victim.ledger_id} "
+        "(not-repaired)"
+    ]
+    report = json.loads(done.stdout)
+    assert report["failed"] is True and report["repair"] is False
+    (ledger,) = report["damaged_ledgers"]
+    assert (ledger["ledger_id"], ledger["action"], ledger["failed"]) == (
+        victim.ledger_id,
+        "not-repaired",
+        True,
+    )
+    assert ledger["findings"][0] == {
+        "key": planted.key,
+        "offset": planted.offset,
+        "kind": "truncated",
+        "reason": ledger["findings"][0]["reason"],
+    }
+    assert planted.reason in ledger["findings"][0]["reason"]
+    assert runtime.metadata.get_ledger("orders", victim.ledger_id) == before
+    text = run_cli(runtime, "scrub", "--no-repair")
+    assert text.returncode == 2 and f"orders/{victim.ledger_id} (" in text.stdout
+    repaired = run_cli(runtime, "scrub", "--json")
+    assert repaired.returncode == 0, repaired.stderr
+    (ledger,) = json.loads(repaired.stdout)["damaged_ledgers"]
+    assert ledger["action"] == "repaired" and ledger["replaced_by"]
+
+
+def test_an_unknown_topic_is_one_line_and_exit_2(runtime: Runtime) -> None:
+    offloaded_topic(runtime, "audit", [(5, 10)])
+    done = run_cli(runtime, "scrub", "audit", "nope")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == ["error: topic 'nope' does not exist"]
