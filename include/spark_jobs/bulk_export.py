@@ -1,12 +1,17 @@
 """bulk_export: offloaded entries as Parquet, submitted by the `bulk_export` DAG.
 
-    spark-submit [--py-files offloader.zip] bulk_export.py '<ExportParams as JSON>'
+    spark-submit bulk_export.py '<ExportParams as JSON>' [offloader.zip]
 
 The driver reads its settings from the ``OFFLOADER_*`` environment that the submitting task
 set (secrets never on a command line or in Spark's conf), plans from the metadata store,
 and hands each executor its slices plus the object-store settings in the task closure.
 Executors read through the offloader library and stage Parquet files; the driver then
 publishes them with one atomic step (offloader/bulk/output.py).
+
+``offloader.zip`` (the library, offloader/bulk/shipping.py) is added for executors only,
+with ``addPyFile`` once the driver has imported the library from its install: the driver
+needs the real package (its schema check reads the migration scripts from disk), and
+``--py-files`` would put the zip first on the driver's path too.
 """
 
 from __future__ import annotations
@@ -26,8 +31,8 @@ log = logging.getLogger("bulk_export")
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: bulk_export.py '<export params as JSON>'", file=sys.stderr)
+    if len(argv) not in (1, 2):
+        print("usage: bulk_export.py '<export params as JSON>' [offloader.zip]", file=sys.stderr)
         return 2
     params = ExportParams.model_validate_json(argv[0])
     if params.export_id is None:
@@ -49,6 +54,8 @@ def main(argv: list[str]) -> int:
 
     spark = SparkSession.builder.appName(f"bulk_export {params.export_id}").getOrCreate()
     try:
+        if len(argv) == 2:
+            spark.sparkContext.addPyFile(argv[1])  # executors import this copy
         slices = plan.slices
         rdd = spark.sparkContext.parallelize(slices, max(1, len(slices)))
         files = rdd.mapPartitions(lambda parts: export_slices(parts, target, closure)).collect()

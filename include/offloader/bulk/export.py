@@ -34,7 +34,9 @@ def export_slices(
                 store = stores.get(part.store)
                 if store is None:
                     store = stores[part.store] = open_location(part.store, settings)
-                data = parquet_bytes(slice_table(part, read_slice(store, part, settings.read_prefetch)))
+                data = parquet_bytes(
+                    slice_table(part, read_slice(store, part, settings.read_prefetch))
+                )
                 output.write(part.path, data)
                 files.append(
                     ManifestFile(

@@ -21,7 +21,7 @@ class ExportParams(RunParams):
     """What one run of `bulk_export` exports and where. Empty means 'no limit'."""
 
     topics: list[str] = Field(
-        default_factory=list,
+        default=[],  # pydantic copies it; a literal default shows in the form's schema
         title="Topics",
         description="Export these topics; leave empty for every topic.",
     )
