@@ -93,7 +93,10 @@ class BulkExportOperator(SparkSubmitOperator):
                     "driver gets its settings from the submitting task's environment, so it "
                     "runs in client mode; set the extra deploy-mode to client"
                 )
-            self._hook.submit(self.application, env=child_environment(os.environ, settings))
+            try:
+                self._hook.submit(self.application, env=child_environment(os.environ, settings))
+            finally:
+                _close_submit_pipe(self._hook)
         if params.dry_run:
             return {"dry_run": True, "params": params.model_dump(mode="json")}
         manifest = published_manifest(params.output, params.export_id, settings)
@@ -102,3 +105,10 @@ class BulkExportOperator(SparkSubmitOperator):
         summary = {**manifest.summary(), "output": params.output}
         self.log.info("export published: %s", summary)
         return summary
+
+
+def _close_submit_pipe(hook: Any) -> None:
+    """The provider reads spark-submit's output to the end but never closes the pipe."""
+    process = getattr(hook, "_submit_sp", None)
+    if process is not None and process.stdout is not None:
+        process.stdout.close()
