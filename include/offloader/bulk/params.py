@@ -20,8 +20,8 @@ DEFAULT_SUBDIR = "exports"
 class ExportParams(RunParams):
     """What one run of `bulk_export` exports and where. Empty means 'no limit'."""
 
-    topics: list[str] = Field(
-        default=[],  # pydantic copies it; a literal default shows in the form's schema
+    topics: list[str] | None = Field(
+        default=None,
         title="Topics",
         description="Export these topics; leave empty for every topic.",
     )
@@ -71,7 +71,9 @@ class ExportParams(RunParams):
 
     @field_validator("topics")
     @classmethod
-    def _topic_names(cls, value: list[str]) -> list[str]:
+    def _topic_names(cls, value: list[str] | None) -> list[str] | None:
+        if not value:
+            return None
         names = [t.strip() for t in value]
         bad = [t for t in names if not t or len(t) > 512]
         if bad:

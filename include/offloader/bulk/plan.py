@@ -70,14 +70,15 @@ class ExportPlan:
 def plan_export(metadata: MetadataStore, params: ExportParams) -> ExportPlan:
     """Every readable entry of the selected, offloaded, live ledgers; NotFoundError or
     TopicDeletedError naming a topic the params name that cannot be exported."""
-    topics = [metadata.get_topic(name) for name in params.topics] or metadata.list_topics()
+    named = params.topics or []
+    topics = [metadata.get_topic(name) for name in named] or metadata.list_topics()
     window = _window(params)
     slices: list[ExportSlice] = []
     ledgers = total = 0
     skipped: list[tuple[str, int]] = []
     for topic in topics:
         if topic.is_deleted:
-            if params.topics:
+            if named:
                 raise TopicDeletedError(f"topic {topic.name!r} was deleted; nothing to export")
             continue
         for ledger in metadata.list_ledgers(topic.name, live=True):

@@ -13,7 +13,8 @@ from offloader.offload.params import RunParamsError
 
 def test_defaults_export_every_topic_to_the_store() -> None:
     params = ExportParams.parse({})
-    assert params.topics == [] and params.output is None and not params.dry_run
+    assert params.topics is None and params.output is None and not params.dry_run
+    assert ExportParams.parse({"topics": []}).topics is None  # empty: every topic
     filled = params.with_defaults("manual__2026-11-23T20:19:20+00:00", "s3://b/tiered/")
     assert filled.output == "s3://b/tiered/exports"
     assert filled.export_id == "manual__2026-11-23T20:19:20+00:00"
@@ -22,7 +23,7 @@ def test_defaults_export_every_topic_to_the_store() -> None:
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"topics": "orders"}, "topics: 'orders' is not of type 'array'"),
+        ({"topics": "orders"}, "topics: 'orders' is not of type 'null', 'array'"),
         ({"topics": [""]}, "topic names must be 1 to 512 characters"),
         ({"first_ledger": -1}, "first_ledger: -1 is less than the minimum of 0"),
         ({"first_ledger": 5, "last_ledger": 4}, "first_ledger 5 is above last_ledger 4"),
