@@ -67,6 +67,7 @@ def test_export_equals_the_source_a_rerun_changes_nothing_and_no_secret_leaks(
     assert "published" in logs  # and the driver's own output
     events = spark_local.event_log_text()
     assert "spark.master" in events  # Spark's conf as the UI's environment page shows it
+    assert "bulk_export.py" in events  # ... and the real command line (sun.java.command)
     stored = stored_airflow_text()
     assert "daily" in stored  # rendered fields and XComs were read
     for where, text in {"logs": logs, "spark conf": events, "airflow db": stored}.items():
