@@ -39,12 +39,12 @@ def child_environment(parent: Mapping[str, str], settings: Settings) -> dict[str
 class BulkExportOperator(SparkSubmitOperator):
     """Export offloaded entries as Parquet with include/spark_jobs/bulk_export.py.
 
-        ``export_params`` (a dict of :class:`ExportParams` fields, e.g. the DAG's Params) is
-        checked before anything is submitted. The export id defaults to the run's id, the output
-        to ``exports/`` under the offloader's store. The driver runs in client mode (its settings
-        travel in its environment); the library goes to executors as a zip the application adds
-    with ``addPyFile``. Returns the
-        published manifest's summary (or the params, in a dry run).
+    ``export_params`` (a dict of :class:`ExportParams` fields, e.g. the DAG's Params) is
+    checked before anything is submitted. The export id defaults to the run's id, the output
+    to ``exports/`` under the offloader's store. The driver runs in client mode (its settings
+    travel in its environment); the library goes to executors as a zip that the application
+    adds with ``addPyFile``. Returns the published manifest's summary (the params, in a dry
+    run).
     """
 
     template_fields: Sequence[str] = (
