@@ -20,4 +20,7 @@ export AIRFLOW_CONN_OFFLOADER_DEFAULT="{\"conn_type\": \"generic\", \"extra\": {
 \"metadata_url\": \"sqlite:///$DEMO/data/metadata.db\", \
 \"object_store_url\": \"file://$DEMO/data/objects\", \
 \"ledger_dir\": \"$DEMO/data/ledgers\"}}"
+# Spark in the Airflow task's own process tree (the provider takes a host without "://"
+# and without a port as the whole master URL); client mode, spark-submit from the .venv.
+export AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "local[*]", "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"}}'
 export PATH="$ROOT/.venv/bin:$PATH"

@@ -27,4 +27,5 @@ pytest_plugins = [
     "fixtures.airflow",
     "fixtures.airflow_server",
     "fixtures.browser",
+    "fixtures.spark",
 ]

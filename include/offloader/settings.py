@@ -23,6 +23,20 @@ def _default_data_dir() -> Path:
     return Path(base) / "offloader"
 
 
+#: The settings an object store binding reads (Settings.for_object_stores).
+OBJECT_STORE_FIELDS = frozenset(
+    {
+        "s3_endpoint_url",
+        "s3_region",
+        "s3_access_key_id",
+        "s3_secret_access_key",
+        "s3_session_token",
+        "upload_concurrency",
+        "read_prefetch",
+    }
+)
+
+
 class Settings(BaseSettings):
     """Where the metadata, objects and hot ledgers live, and how hard to push the store."""
 
@@ -79,6 +93,21 @@ class Settings(BaseSettings):
         if not _READ_ENVIRONMENT.get():
             return (init_settings,)
         return (init_settings, env_settings, dotenv_settings, file_secret_settings)
+
+    def environment(self) -> dict[str, str]:
+        """The ``OFFLOADER_*`` variables that make another process (a Spark driver) build
+        these settings, secrets included: for a child's environment, never a command line."""
+        env = {}
+        for name, value in self.model_dump(exclude_none=True).items():
+            if isinstance(value, SecretStr):
+                value = value.get_secret_value()
+            env[f"OFFLOADER_{name.upper()}"] = str(value)
+        return env
+
+    def for_object_stores(self) -> Settings:
+        """Only what opening an object store needs (endpoint, region, keys, tuning): what a
+        Spark executor gets in its task closure. No metadata URL, no local paths."""
+        return Settings.from_values(**self.model_dump(include=OBJECT_STORE_FIELDS))
 
     @field_validator("data_dir", "ledger_dir")
     @classmethod

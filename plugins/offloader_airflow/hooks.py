@@ -211,6 +211,32 @@ class OffloaderHook(BaseHook):
                 f"connection {self.offloader_conn_id!r}: {describe_validation_error(exc)}"
             ) from None
 
+    def get_portable_settings(self) -> Settings:
+        """:meth:`get_settings` plus the AWS connection's current credentials, for processes
+        that cannot reach Airflow's connections (a Spark driver and its executors). They are
+        frozen: a refreshing session's token expires when it would have been refreshed.
+        Every secret is masked here, before anything can log it."""
+        settings = self.get_settings()
+        if self.aws_conn_id is None:
+            return settings
+        credentials = self._session.get_credentials()
+        if credentials is None:
+            raise OffloaderConnectionError(
+                f"the AWS connection {self.aws_conn_id!r} yields no credentials: Spark's "
+                "executors need keys (login/password, a role, or a profile) to read the store"
+            )
+        frozen = credentials.get_frozen_credentials()
+        for secret in (frozen.secret_key, frozen.token):
+            if secret:
+                mask_secret(secret)
+        return settings.model_copy(
+            update={
+                "s3_access_key_id": SecretStr(frozen.access_key),
+                "s3_secret_access_key": SecretStr(frozen.secret_key),
+                "s3_session_token": SecretStr(frozen.token) if frozen.token else None,
+            }
+        )
+
     def s3_client(self, settings: Settings) -> Any:
         """An S3 client for ``settings``' endpoint (the library's S3ClientFactory): the AWS
         connection's session (credentials refresh in it), ``verify`` and ``botocore_config``

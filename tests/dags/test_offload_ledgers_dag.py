@@ -13,7 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.airflow import DagFile, connection_env, return_value, task_states, xcom_values
+from fixtures.airflow import (
+    DagFile,
+    connection_env,
+    return_value,
+    stored_airflow_text,
+    task_states,
+    xcom_values,
+)
 from fixtures.backends import (
     make_topic,
     produce_ledgers,
@@ -34,18 +41,6 @@ def offload_dag() -> DagFile:
 
 def summary_of(run) -> dict:  # type: ignore[no-untyped-def]
     return return_value(run, "summary")
-
-
-def stored_airflow_text() -> str:
-    """Every XCom value and rendered template field Airflow has stored, as one string."""
-    from airflow.models.renderedtifields import RenderedTaskInstanceFields
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        xcoms = [str(v) for (v,) in session.query(XComModel.value)]
-        rendered = [str(v) for (v,) in session.query(RenderedTaskInstanceFields.rendered_fields)]
-    return "\n".join(xcoms + rendered)
 
 
 @pytest.mark.usefixtures("airflow_db", "airflow_connections")

@@ -203,3 +203,28 @@ def test_secrets_stay_out_of_logs_and_errors(
     assert not [t for t in texts if s3_server.secret_key in t]
     redacted = _secrets_masker().redact(f"the key is {s3_server.secret_key}")
     assert s3_server.secret_key not in redacted
+
+
+def test_portable_settings_carry_the_sessions_keys_masked(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, s3_server: SeaweedS3, refreshing_profile
+) -> None:
+    """For Spark: the session's current keys, frozen into settings that need no Airflow,
+    each masked as it is read; the connection's settings stay without keys."""
+    from airflow.sdk._shared.secrets_masker.secrets_masker import _secrets_masker
+
+    from offloader.runtime import Runtime
+
+    store_url = s3_server.make_settings("portable").object_store_url
+    assert store_url is not None
+    offloader_conn(monkeypatch, tmp_path, store_url)
+    hook = OffloaderHook()
+    upgraded(hook.get_settings())
+    portable = hook.get_portable_settings()
+    assert portable.s3_access_key_id is not None and portable.s3_secret_access_key is not None
+    assert portable.s3_secret_access_key.get_secret_value() == s3_server.secret_key
+    assert s3_server.secret_key not in repr(portable) + str(portable)
+    assert s3_server.secret_key not in _secrets_masker().redact(f"key {s3_server.secret_key}")
+    assert hook.get_settings().s3_secret_access_key is None
+    with Runtime.open(portable) as runtime:  # no hook, no client factory: the keys suffice
+        runtime.objects.put("portable", b"ok")
+        assert runtime.objects.get("portable") == b"ok"

@@ -28,6 +28,7 @@ BAD_VALUES = {
     "offload_ledgers": ("batch_size", "", "This field is required", True),
     "offload_historical": ("batch_size", "", "This field is required", True),
     "garbage_collection": ("max_items", "", "This field is required", True),
+    "bulk_export": ("slice_bytes", "", "This field is required", True),
     "retention": ("position", "abc", "Invalid input for param position", False),
 }
 

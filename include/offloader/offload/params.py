@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import cache
-from typing import Any
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
@@ -35,10 +35,35 @@ class FormJsonSchema(GenerateJsonSchema):
         return super().nullable_schema(schema)
 
 
-class OffloadRunParams(BaseModel):
-    """What one run of `offload_ledgers` is asked to do. Empty means 'no limit'."""
+class RunParams(BaseModel):
+    """A run's parameters: one model for a CLI command, an operator and a DAG's trigger
+    form. :meth:`parse` checks values against the form's JSON schema first, so all three
+    give the same message for the same bad value."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @classmethod
+    def parse(cls, values: Mapping[str, Any]) -> Self:
+        """Check ``values`` against :func:`form_schema`, then build the model; missing keys
+        take their defaults. RunParamsError names the first bad field."""
+        from jsonschema import Draft202012Validator
+
+        schemas = _field_schemas(cls)
+        unknown = sorted(set(values) - set(schemas))
+        if unknown:
+            raise RunParamsError(f"unknown run parameter(s) {unknown}; known: {', '.join(schemas)}")
+        for name, value in values.items():
+            error = next(Draft202012Validator(schemas[name]).iter_errors(value), None)
+            if error is not None:
+                raise RunParamsError(f"{name}: {error.message}")
+        try:
+            return cls.model_validate(dict(values))
+        except ValidationError as exc:  # a rule the JSON schema cannot say
+            raise RunParamsError(describe_validation_error(exc)) from None
+
+
+class OffloadRunParams(RunParams):
+    """What one run of `offload_ledgers` is asked to do. Empty means 'no limit'."""
 
     topic: str | None = Field(
         default=None,
@@ -77,25 +102,6 @@ class OffloadRunParams(BaseModel):
     @classmethod
     def _blank_is_every_topic(cls, value: str | None) -> str | None:
         return (value or "").strip() or None
-
-    @classmethod
-    def parse(cls, values: Mapping[str, Any]) -> OffloadRunParams:
-        """Check ``values`` against :func:`form_schema`, then build the model; missing keys
-        take their defaults. RunParamsError names the first bad field."""
-        from jsonschema import Draft202012Validator
-
-        schemas = _field_schemas(cls)
-        unknown = sorted(set(values) - set(schemas))
-        if unknown:
-            raise RunParamsError(f"unknown run parameter(s) {unknown}; known: {', '.join(schemas)}")
-        for name, value in values.items():
-            error = next(Draft202012Validator(schemas[name]).iter_errors(value), None)
-            if error is not None:
-                raise RunParamsError(f"{name}: {error.message}")
-        try:
-            return cls.model_validate(dict(values))
-        except ValidationError as exc:  # a rule the JSON schema cannot say
-            raise RunParamsError(describe_validation_error(exc)) from None
 
 
 def form_schema(model: type[BaseModel]) -> dict[str, dict[str, Any]]:

@@ -1,0 +1,23 @@
+"""Where an export reads entries: the one function to change when the batch read API lands."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from offloader.bulk.plan import ExportSlice
+from offloader.objectstore import ObjectStore
+from offloader.read.tiered import TieredLedgerReader
+
+
+def read_slice(store: ObjectStore, part: ExportSlice, prefetch: int) -> Iterator[tuple[int, bytes]]:
+    """The entries of ``part`` from its recorded store, CRC-checked by the reader."""
+    reader = TieredLedgerReader(
+        store,
+        part.data_key,
+        part.index_key,
+        topic=part.topic,
+        ledger_id=part.ledger_id,
+        last_entry_id=part.ledger_last_entry_id,
+        prefetch=prefetch,
+    )
+    return reader.read(part.first_entry_id, part.last_entry_id)

@@ -1,0 +1,114 @@
+"""Spark jobs submitted with the offloader connection's settings, secrets kept off the
+command line, out of rendered fields and out of Spark's conf.
+
+The Spark driver cannot reach Airflow's connections, so the task resolves them (the
+offloader connection and its AWS connection, :meth:`OffloaderHook.get_portable_settings`)
+and hands them to ``spark-submit`` through the child process's environment, built at
+execute time: not ``env_vars``, which is a template field (rendered fields are stored) and
+becomes ``--conf`` on YARN and Kubernetes. The driver passes executors what they need in
+the task closure (docs/CONFIGURATION.md, "Spark jobs").
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import Context
+
+from offloader.bulk.params import ExportParams
+from offloader.settings import Settings
+from offloader_airflow.hooks import OffloaderHook
+
+#: include/spark_jobs/ beside plugins/ (the repo's layout, and the image's /opt/offloader)
+SPARK_JOBS = Path(__file__).parent.parent.parent / "include" / "spark_jobs"
+
+
+def child_environment(parent: Mapping[str, str], settings: Settings) -> dict[str, str]:
+    """``parent`` without any ``OFFLOADER_*`` variable of the worker, plus ``settings``'
+    (the driver must see exactly the connection's settings, as tasks do)."""
+    env = {k: v for k, v in parent.items() if not k.startswith("OFFLOADER_")}
+    return {**env, **settings.environment()}
+
+
+class BulkExportOperator(SparkSubmitOperator):
+    """Export offloaded entries as Parquet with include/spark_jobs/bulk_export.py.
+
+    ``export_params`` (a dict of :class:`ExportParams` fields, e.g. the DAG's Params) is
+    checked before anything is submitted. The export id defaults to the run's id, the output
+    to ``exports/`` under the offloader's store. The driver runs in client mode (its settings
+    travel in its environment); the library goes to executors as a zip that the application
+    adds with ``addPyFile``. Returns the published manifest's summary (the params, in a dry
+    run).
+    """
+
+    template_fields: Sequence[str] = (
+        *SparkSubmitOperator.template_fields,
+        "export_params",
+        "offloader_conn_id",
+        "aws_conn_id",
+    )
+
+    def __init__(
+        self,
+        *,
+        export_params: dict[str, Any] | None = None,
+        offloader_conn_id: str = OffloaderHook.default_conn_name,
+        aws_conn_id: str | None = None,
+        application: str = str(SPARK_JOBS / "bulk_export.py"),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(application=application, **kwargs)
+        self.export_params = export_params
+        self.offloader_conn_id = offloader_conn_id
+        self.aws_conn_id = aws_conn_id
+
+    @cached_property
+    def offloader_hook(self) -> OffloaderHook:
+        return OffloaderHook(self.offloader_conn_id, aws_conn_id=self.aws_conn_id)
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from offloader.bulk.export import published_manifest  # pyarrow: not at parse time
+        from offloader.bulk.shipping import library_zip
+
+        params = ExportParams.parse(self.export_params or {})
+        if self.env_vars:
+            raise ValueError("env_vars is not taken: the job's settings come from the connection")
+        settings = self.offloader_hook.get_portable_settings()
+        params = params.with_defaults(context["run_id"], settings.resolved_object_store_url)
+        assert params.output is not None and params.export_id is not None
+        with tempfile.TemporaryDirectory(prefix="offloader-spark-") as scratch:
+            # the application ships it to executors (addPyFile): not --py-files, which
+            # would shadow the driver's installed library with a zip
+            self.application_args = [params.model_dump_json(), str(library_zip(Path(scratch)))]
+            self._hook = self._get_hook()
+            if self._hook._connection["deploy_mode"] == "cluster":  # resolved from conn_id
+                raise ValueError(
+                    f"connection {self._conn_id!r} asks for deploy mode 'cluster': the job's "
+                    "driver gets its settings from the submitting task's environment, so it "
+                    "runs in client mode; set the extra deploy-mode to client"
+                )
+            try:
+                self._hook.submit(self.application, env=child_environment(os.environ, settings))
+            finally:
+                _close_submit_pipe(self._hook)
+        if params.dry_run:
+            return {"dry_run": True, "params": params.model_dump(mode="json")}
+        manifest = published_manifest(params.output, params.export_id, settings)
+        if manifest is None:
+            raise RuntimeError(f"the job ended but export {params.export_id} is not published")
+        summary = {**manifest.summary(), "output": params.output}
+        self.log.info("export published: %s", summary)
+        return summary
+
+
+def _close_submit_pipe(hook: Any) -> None:
+    """The provider reads spark-submit's output to the end but never closes the pipe."""
+    process = getattr(hook, "_submit_sp", None)
+    if process is not None and process.stdout is not None:
+        process.stdout.close()
