@@ -326,16 +326,14 @@ def _ledger_views(
 
 def _check_tiling(blocks: list[BlockRef], data_len: int, ext_at: int) -> None:
     """Blocks tile the data object from 0; part ids run 1, 2, ... (a part may hold several)."""
-    offset, part = 0, 1
+    offset, parts = 0, (1,)
     for b in blocks:
-        if b.offset != offset or b.length < HEADER_LEN or b.part_id not in (part, part + 1):
+        if b.offset != offset or b.length < HEADER_LEN or b.part_id not in parts:
             raise FormatError(
                 f"block part {b.part_id} at {b.offset}+{b.length}, expected offset {offset} "
-                f"in part {part} or {part + 1}",
+                f"in part {' or '.join(map(str, parts))}",
                 offset=ext_at,
             )
-        if offset == 0 and b.part_id != 1:
-            raise FormatError(f"first block in part {b.part_id}, expected 1", offset=ext_at)
-        offset, part = offset + b.length, b.part_id
+        offset, parts = offset + b.length, (b.part_id, b.part_id + 1)
     if offset != data_len:
         raise FormatError(f"blocks cover {offset} bytes, data_object_len {data_len}", offset=8)
