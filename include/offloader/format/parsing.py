@@ -201,6 +201,7 @@ def decode_block(
     (from the index) is checked against the header; ``offset`` is the block's position in
     the data object, so errors name absolute offsets. Without ``expected_crc`` (a pure
     Pulsar index) payload bytes cannot be checked; headers, framing and padding still are.
+    ``magic`` is the v1 block magic unless segment_parsing reads a v2 block.
     """
     data = _as_bytes(data)
     block_len, first = _parse_header(data, "in block", 0, offset, magic)

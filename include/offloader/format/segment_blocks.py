@@ -135,7 +135,10 @@ class SegmentEncoder:
             size = memoryview(payload).nbytes
             _check_next(last, (ledger_id, entry_id))
             if size > max_payload:
-                _check_fits(entry_id, size, self.max_block_size)
+                try:
+                    _check_fits(entry_id, size, self.max_block_size)
+                except EntryTooLargeError as e:
+                    raise EntryTooLargeError(f"ledger {ledger_id}: {e}") from None
             if runs and runs[-1][0] == ledger_id:
                 runs[-1][1].append((entry_id, payload))
             else:
@@ -157,12 +160,9 @@ class SegmentEncoder:
                     self._offset,
                     pending[0],
                 )
+            # a fresh block takes at least its first entry: _runs checked every size
             pending = self._builder.fill(itertools.chain((pending,), entries))
             if pending is not None:
-                if self._builder.next_id == self._builder.first_id:  # progress guard
-                    raise EntryTooLargeError(
-                        f"entry {ledger_id}:{pending[0]} does not fit an empty block"
-                    )
                 self._finish_block(parts, last=False)
 
     def _finish_block(self, parts: list[EncodedPart], *, last: bool) -> None:

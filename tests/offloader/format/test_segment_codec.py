@@ -113,7 +113,11 @@ def test_memoryview_and_bytearray_payloads() -> None:
         ((-1, 0, b"x"), ValueError, r"^position -1:0: ids must be 0..2\^63-1$"),
         ((3, -2, b"x"), ValueError, r"^position 3:-2: ids must be"),
         ((3, 1 << 63, b"x"), ValueError, r"ids must be 0..2\^63-1"),
-        ((2, 5, bytes(261)), EntryTooLargeError, r"^entry 5 of 261 bytes does not fit a block"),
+        (
+            (2, 5, bytes(261)),
+            EntryTooLargeError,
+            r"^ledger 2: entry 5 of 261 bytes does not fit a block of max_block_size 400 ",
+        ),
     ],
 )
 def test_a_refused_batch_changes_nothing(
@@ -134,14 +138,14 @@ def test_a_refused_batch_changes_nothing(
 
 
 def test_pending_bytes_and_position_follow_the_stream() -> None:
-    encoder = SegmentEncoder(max_block_size=400, min_part_size=450)
+    encoder = SegmentEncoder(max_block_size=400, min_part_size=480)
     assert (encoder.position, encoder.pending_bytes) == (None, 0)
     assert encoder.append([]) == []
     assert encoder.append([(1, 0, bytes(100))]) == []
     assert (encoder.position, encoder.pending_bytes) == ((1, 0), 240)
-    assert encoder.append([(2, 0, bytes(100))]) == []  # ledger 1's block closed: 240 < 450
+    assert encoder.append([(2, 0, bytes(100))]) == []  # ledger 1's block closed: 240 < 480
     assert (encoder.position, encoder.pending_bytes) == ((2, 0), 480)
-    parts = encoder.append([(3, 0, b"")])  # ledger 2's block closes: 480 >= 450
+    parts = encoder.append([(3, 0, b"")])  # ledger 2's block closes: 480 >= 480
     assert [(p.part_id, p.offset, len(p.data), len(p.blocks)) for p in parts] == [(1, 0, 480, 2)]
     assert parts[0].last_position == (2, 0) and parts[0].first_position == (1, 0)
     assert (encoder.position, encoder.pending_bytes) == ((3, 0), 140)
