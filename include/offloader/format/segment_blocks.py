@@ -127,23 +127,30 @@ class SegmentEncoder:
         return parts
 
     def _runs(self, entries: Iterable[tuple[int, int, bytes]]) -> list[Run]:
-        """Check positions and sizes of a whole batch and split it by ledger."""
+        """Check positions and sizes of a whole batch and split it by ledger.
+
+        The next entry of the same ledger takes the fast path; anything else (the batch's
+        first entry, a new ledger, an error) goes through _check_next.
+        """
         max_payload = self.max_block_size - HEADER_LEN - ENTRY_FRAME
-        last = self._last
+        ledger, next_id = (-1, -1) if self._last is None else (self._last[0], self._last[1] + 1)
         runs: list[Run] = []
+        run: list[tuple[int, bytes]] = []
         for ledger_id, entry_id, payload in entries:
-            size = memoryview(payload).nbytes
-            _check_next(last, (ledger_id, entry_id))
+            if entry_id != next_id or ledger_id != ledger or not runs:
+                _check_next((ledger, next_id - 1) if ledger >= 0 else None, (ledger_id, entry_id))
+                run, ledger = [], ledger_id
+                runs.append((ledger_id, run))
+            size = len(payload) if type(payload) is bytes else memoryview(payload).nbytes
             if size > max_payload:
                 try:
                     _check_fits(entry_id, size, self.max_block_size)
                 except EntryTooLargeError as e:
                     raise EntryTooLargeError(f"ledger {ledger_id}: {e}") from None
-            if runs and runs[-1][0] == ledger_id:
-                runs[-1][1].append((entry_id, payload))
-            else:
-                runs.append((ledger_id, [(entry_id, payload)]))
-            last = (ledger_id, entry_id)
+            run.append((entry_id, payload))
+            next_id = entry_id + 1
+        for ledger_id, run in runs:  # ids were checked where each run starts, not as they grew
+            _check_position((ledger_id, run[-1][0]))
         return runs
 
     def _fill(
@@ -177,9 +184,8 @@ class SegmentEncoder:
 
     def _emit_part(self, parts: list[EncodedPart]) -> None:
         refs = tuple(ref for ref, _ in self._part)
-        datas = [data for _, data in self._part]
-        data = datas[0] if len(datas) == 1 else b"".join(datas)
-        parts.append(EncodedPart(self._part_id, self._part_offset, refs, data))
+        buffers = tuple(data for _, data in self._part)
+        parts.append(EncodedPart(self._part_id, self._part_offset, refs, buffers))
         self._part = []
         self._part_id += 1
         self._part_offset = self._offset

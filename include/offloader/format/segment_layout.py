@@ -58,11 +58,20 @@ class EncodedPart:
     part_id: int
     offset: int  # of the part in the data object
     blocks: tuple[SegmentBlockRef, ...]
-    data: bytes | bytearray
+    buffers: tuple[bytes | bytearray, ...]  # one per block: an uploader may stream them
+
+    @cached_property
+    def data(self) -> bytes | bytearray:
+        """The part's bytes; joining several blocks copies them once."""
+        return self.buffers[0] if len(self.buffers) == 1 else b"".join(self.buffers)
+
+    @property
+    def length(self) -> int:
+        return sum(len(b) for b in self.buffers)
 
     @property
     def end(self) -> int:
-        return self.offset + len(self.data)
+        return self.offset + self.length
 
     @property
     def next_part_id(self) -> int:

@@ -61,7 +61,8 @@ def test_blocks_group_into_parts_of_at_least_min_part_size() -> None:
     for p in parts:
         assert p.offset == offset
         assert all(b.ref.part_id == p.part_id for b in p.blocks)
-        assert p.data == segment.data[p.offset : p.end]
+        assert p.data == segment.data[p.offset : p.end] == b"".join(p.buffers)
+        assert p.length == len(p.data) == sum(b.ref.length for b in p.blocks)
         offset = p.end
     for p in parts[:-1]:
         assert len(p.data) >= 1500 > len(p.data) - p.blocks[-1].ref.length
@@ -71,7 +72,7 @@ def test_blocks_group_into_parts_of_at_least_min_part_size() -> None:
 
 def test_min_part_size_one_makes_every_block_a_part() -> None:
     segment = Segment(stream(2), 600, 1)
-    assert all(len(p.blocks) == 1 and p.data is not None for p in segment.parts)
+    assert all(len(p.blocks) == 1 and p.data is p.buffers[0] for p in segment.parts)  # no copy
     assert len(segment.parts) == len({b.ref.offset for p in segment.parts for b in p.blocks})
 
 
@@ -135,6 +136,17 @@ def test_a_refused_batch_changes_nothing(
     assert b"".join(bytes(p.data) for p in encoder.append(rest) + encoder.close()) == (
         reference.data
     )
+
+
+def test_entry_ids_beyond_int64_are_refused() -> None:
+    top = (1 << 63) - 1
+    encoder = SegmentEncoder(max_block_size=400)
+    batch = [(1, top - 1, b"a"), (1, top, b"b"), (1, top + 1, b"c"), (2, 0, b"d")]
+    with pytest.raises(ValueError, match=rf"^position 1:{top + 1}: ids must be 0..2\^63-1$"):
+        encoder.append(batch)
+    assert (encoder.position, encoder.pending_bytes) == (None, 0)
+    encoder.append([batch[0], batch[1], batch[3]])
+    assert encoder.position == (2, 0)
 
 
 def test_pending_bytes_and_position_follow_the_stream() -> None:
