@@ -328,7 +328,7 @@ def _check_tiling(blocks: list[BlockRef], data_len: int, ext_at: int) -> None:
     """Blocks tile the data object from 0; part ids run 1, 2, ... (a part may hold several)."""
     offset, parts = 0, (1,)
     for b in blocks:
-        if b.offset != offset or b.length < HEADER_LEN or b.part_id not in parts:
+        if b.offset != offset or b.part_id not in parts:
             raise FormatError(
                 f"block part {b.part_id} at {b.offset}+{b.length}, expected offset {offset} "
                 f"in part {' or '.join(map(str, parts))}",

@@ -62,8 +62,8 @@ class EncodedPart:
 
     @cached_property
     def data(self) -> bytes | bytearray:
-        """The part's bytes; joining several blocks copies them once."""
-        return self.buffers[0] if len(self.buffers) == 1 else b"".join(self.buffers)
+        """The part's bytes: one block's buffer as is, several joined (one copy)."""
+        return b"".join(self.buffers)  # a join of one bytes object returns that object
 
     @property
     def length(self) -> int:

@@ -88,11 +88,12 @@ def test_resumed_passes_write_what_one_pass_writes(passes: tuple[int, ...], part
 
 
 def test_a_later_ledger_may_start_at_any_entry() -> None:
-    entries = [(4, 10, b"a"), (4, 11, b"b"), (8, 17, b"c"), (9, 0, b"d")]
+    entries = [(4, 10, b"a"), (4, 11, b"b"), (8, 17, b"c"), (9, 0, b"d"), (10, 1, b"e")]
     segment = Segment(entries, 300, 1)
     index = decode_segment_index(segment.index())
-    assert index.first_position == (4, 10) and index.last_position == (9, 0)
+    assert index.first_position == (4, 10) and index.last_position == (10, 1)
     assert index.ledger(8).first_entry_id == 17
+    assert index.ledger(10).first_entry_id == 1  # the id that would follow ledger 9's
     assert [e for lid in index.ledger_ids for e in read_ledger(index, segment.data, lid)] == entries
 
 

@@ -169,6 +169,16 @@ def test_the_extension_record_must_be_last_and_empty(at: int, value: int) -> Non
     assert err.offset == L.ext
 
 
+def test_an_extension_record_too_short_for_its_head() -> None:
+    body = bytearray(RAW[: L.ext] + struct.pack(">qii", -1, 0, 4))
+    struct.pack_into(">i", body, 4, len(body) + 4)
+    err = refused(
+        reseal(bytes(body)),
+        rf"^bad extension record at index byte {L.ext}: 0 index entries, 4 bytes",
+    )
+    assert err.offset == L.ext
+
+
 def test_bad_crc() -> None:
     raw = bytearray(RAW)
     raw[L.records[1][0] + 20] ^= 0x10  # inside ledger 4's metadata
