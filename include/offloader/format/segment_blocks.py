@@ -22,7 +22,8 @@ from offloader.format.segment_layout import (
     SegmentBlockRef,
 )
 
-Run = tuple[int, list[tuple[int, bytes]]]  # one ledger's consecutive entries of a batch
+Payload = bytes | bytearray | memoryview
+Run = tuple[int, list[tuple[int, Payload]]]  # one ledger's consecutive entries of a batch
 
 
 class _SegmentBlockBuilder(_BlockBuilder):
@@ -96,7 +97,7 @@ class SegmentEncoder:
         framed = self._builder.pos if self._builder is not None else 0
         return self._offset - self._part_offset + framed
 
-    def append(self, entries: Iterable[tuple[int, int, bytes]]) -> list[EncodedPart]:
+    def append(self, entries: Iterable[tuple[int, int, Payload]]) -> list[EncodedPart]:
         """Add entries in position order; return the parts they completed.
 
         The whole batch is checked first: a position out of order or an entry too large
@@ -126,7 +127,7 @@ class SegmentEncoder:
             self._emit_part(parts)
         return parts
 
-    def _runs(self, entries: Iterable[tuple[int, int, bytes]]) -> list[Run]:
+    def _runs(self, entries: Iterable[tuple[int, int, Payload]]) -> list[Run]:
         """Check positions and sizes of a whole batch and split it by ledger.
 
         The next entry of the same ledger takes the fast path; anything else (the batch's
@@ -135,7 +136,7 @@ class SegmentEncoder:
         max_payload = self.max_block_size - HEADER_LEN - ENTRY_FRAME
         ledger, next_id = (-1, -1) if self._last is None else (self._last[0], self._last[1] + 1)
         runs: list[Run] = []
-        run: list[tuple[int, bytes]] = []
+        run: list[tuple[int, Payload]] = []
         for ledger_id, entry_id, payload in entries:
             if entry_id != next_id or ledger_id != ledger or not runs:
                 _check_next((ledger, next_id - 1) if ledger >= 0 else None, (ledger_id, entry_id))
@@ -154,7 +155,7 @@ class SegmentEncoder:
         return runs
 
     def _fill(
-        self, ledger_id: int, entries: Iterator[tuple[int, bytes]], parts: list[EncodedPart]
+        self, ledger_id: int, entries: Iterator[tuple[int, Payload]], parts: list[EncodedPart]
     ) -> None:
         pending = next(entries, None)
         while pending is not None:

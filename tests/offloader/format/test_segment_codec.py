@@ -99,7 +99,7 @@ def test_a_later_ledger_may_start_at_any_entry() -> None:
 
 def test_memoryview_and_bytearray_payloads() -> None:
     encoder = SegmentEncoder(max_block_size=500)
-    encoder.append([(1, 0, memoryview(b"abc")), (1, 1, bytearray(b"de"))])  # type: ignore[list-item]
+    encoder.append([(1, 0, memoryview(b"abc")), (1, 1, bytearray(b"de"))])
     parts = encoder.close()
     index = decode_segment_index(encode_segment_index(parts[0].blocks, topic="t"))
     assert read_ledger(index, bytes(parts[0].data), 1) == [(1, 0, b"abc"), (1, 1, b"de")]
@@ -215,6 +215,7 @@ def test_each_ledger_reads_through_its_own_view() -> None:
         times = (10, 20) if ledger_id == 4 else (-1, -1)
         assert (view.metadata.created_ms, view.metadata.sealed_ms) == times
         assert read_ledger(index, segment.data, ledger_id) == mine
+        assert view.chunks_between(mine[0][1], mine[-1][1]) == list(view.chunks or ())
         _, entry_id, payload = mine[len(mine) // 2]
         c = view.chunk_for(entry_id)
         got = dict(decode_segment_chunk(segment.data[c.offset : c.end], c, ledger_id=ledger_id))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import struct
+from collections.abc import Callable
 
 import crc32c
 import pytest
@@ -144,9 +145,9 @@ def _at(data: bytes, where: float) -> int:
     return int(where * len(data))
 
 
-def refused(call: object, *args: object, **kwargs: object) -> FormatError:
+def refused(call: Callable[..., object], *args: object, **kwargs: object) -> FormatError:
     with pytest.raises(FormatError) as err:
-        call(*args, **kwargs)  # type: ignore[operator]
+        call(*args, **kwargs)
     assert err.value.offset is not None, f"no offset: {err.value}"
     return err.value
 
