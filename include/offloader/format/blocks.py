@@ -91,7 +91,7 @@ class _BlockBuilder:
         length = framed if last else self.max_block_size
         out.write(_padding(length - framed))
         out.seek(0)
-        out.write(_BLOCK_HEADER.pack(BLOCK_MAGIC, HEADER_LEN, length, self.first_id))
+        out.write(self._header(length))
         data = out.getvalue()  # no copy: BytesIO gives up its buffer
         self.out = io.BytesIO()
         chunk_ids = self.next_id - self.chunk_first
@@ -99,6 +99,10 @@ class _BlockBuilder:
         chunks = tuple(self._chunk_ref(data, *c) for c in self.closed)
         ref = BlockRef(self.part_id, self.offset, length, self.first_id, _crc(data))
         return EncodedBlock(ref, chunks, data)
+
+    def _header(self, length: int) -> bytes:
+        """The 128-byte block header; the streaming (v2) builder overrides it."""
+        return _BLOCK_HEADER.pack(BLOCK_MAGIC, HEADER_LEN, length, self.first_id)
 
     def _chunk_ref(self, data: bytes, start: int, end: int, first: int, count: int) -> ChunkRef:
         crc = _crc(data if end - start == len(data) else memoryview(data)[start:end])
@@ -135,13 +139,18 @@ def encode_blocks(
     Arguments are checked now; entry errors (gaps, oversize, no entries) surface while
     iterating, before the offending block is yielded.
     """
+    check_block_args(max_block_size, chunk_target)
+    return _encode_blocks(iter(entries), max_block_size, chunk_target)
+
+
+def check_block_args(max_block_size: int, chunk_target: int) -> None:
+    """Refuse a block size or chunk target no block could be written with."""
     if max_block_size < MIN_BLOCK_SIZE:
         raise ValueError(f"max_block_size {max_block_size} < {MIN_BLOCK_SIZE} (header + frame + 1)")
     if max_block_size > _INT32_MAX:
         raise ValueError(f"max_block_size {max_block_size} exceeds int32 (chunk lengths are int32)")
     if chunk_target < 1:
         raise ValueError(f"chunk_target must be positive, got {chunk_target}")
-    return _encode_blocks(iter(entries), max_block_size, chunk_target)
 
 
 def _encode_blocks(

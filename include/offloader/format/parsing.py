@@ -23,19 +23,20 @@ from offloader.format.layout import (
 
 
 def _parse_header(
-    data: bytes | memoryview, where: str, at: int = 0, origin: int = 0
+    data: bytes | memoryview, where: str, at: int = 0, origin: int = 0, magic: int = BLOCK_MAGIC
 ) -> tuple[int, int]:
-    """(block_len, first_entry_id) of a v1 block header at ``data[at:]``; ``data[0]`` is at
-    ``origin`` in the object, so errors carry absolute offsets."""
+    """(block_len, first_entry_id) of a block header at ``data[at:]``; ``data[0]`` is at
+    ``origin`` in the object, so errors carry absolute offsets. ``magic`` tells v1 blocks
+    from streaming (v2) ones, whose header shares these fields."""
     if len(data) - at < HEADER_LEN:
         raise FormatError(
             f"truncated block header {where}: {max(0, len(data) - at)} bytes of {HEADER_LEN}",
             offset=origin + max(at, len(data)),
         )
-    magic, header_len, block_len, first = _BLOCK_HEADER.unpack_from(data, at)
-    if magic != BLOCK_MAGIC:
+    found, header_len, block_len, first = _BLOCK_HEADER.unpack_from(data, at)
+    if found != magic:
         raise FormatError(
-            f"bad block magic 0x{magic:08X} {where}, expected 0x{BLOCK_MAGIC:08X}",
+            f"bad block magic 0x{found:08X} {where}, expected 0x{magic:08X}",
             offset=origin + at,
         )
     if header_len != HEADER_LEN:
@@ -131,6 +132,7 @@ def parse_chunk(
     *,
     block: BlockRef | None = None,
     at: int | None = None,
+    magic: int = BLOCK_MAGIC,
 ) -> list[tuple[int, bytes]]:
     """The entries of a chunk that :func:`verify_chunk` passed (the header and frames are
     still checked: a CRC proves the bytes arrived, not that the writer framed them right)."""
@@ -141,7 +143,7 @@ def parse_chunk(
     starts = chunk.starts_block if block is None else chunk.offset == block.offset
     pos = start
     if starts:
-        block_len, first = _parse_header(data, where, start, origin)
+        block_len, first = _parse_header(data, where, start, origin, magic)
         if first != chunk.first_entry_id:
             raise FormatError(
                 f"block header first_entry_id {first} {where}, chunk says {chunk.first_entry_id}",
@@ -168,6 +170,7 @@ def decode_chunk(
     *,
     block: BlockRef | None = None,
     at: int | None = None,
+    magic: int = BLOCK_MAGIC,
 ) -> list[tuple[int, bytes]]:
     """Verify and parse the bytes of one chunk (a ranged GET of chunk.offset..chunk.end).
 
@@ -175,7 +178,7 @@ def decode_chunk(
     place: only the payloads are copied out.
     """
     verify_chunk(data, chunk, at=at)
-    return parse_chunk(data, chunk, block=block, at=at)
+    return parse_chunk(data, chunk, block=block, at=at, magic=magic)
 
 
 def _where(chunk: ChunkRef) -> str:
@@ -189,6 +192,7 @@ def decode_block(
     expected_crc: int | None = None,
     first_entry_id: int | None = None,
     offset: int = 0,
+    magic: int = BLOCK_MAGIC,
 ) -> list[tuple[int, bytes]]:
     """Parse a whole block, the Pulsar way: header, then frames, then padding.
 
@@ -197,9 +201,10 @@ def decode_block(
     (from the index) is checked against the header; ``offset`` is the block's position in
     the data object, so errors name absolute offsets. Without ``expected_crc`` (a pure
     Pulsar index) payload bytes cannot be checked; headers, framing and padding still are.
+    ``magic`` is the v1 block magic unless segment_parsing reads a v2 block.
     """
     data = _as_bytes(data)
-    block_len, first = _parse_header(data, "in block", 0, offset)
+    block_len, first = _parse_header(data, "in block", 0, offset, magic)
     if block_len != len(data):
         what = "truncated block" if len(data) < block_len else "block length mismatch"
         raise FormatError(
