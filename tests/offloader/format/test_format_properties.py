@@ -18,6 +18,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from fixtures.damage import at_fraction, flipped, masks, positions
 from fixtures.pulsar_v1 import pulsar_read_ledger
 from offloader.exceptions import EntryTooLargeError, FormatError
 from offloader.format import (
@@ -151,25 +152,13 @@ def test_any_ledger_round_trips(ledger: Ledger) -> None:
 
 
 # --- damage ------------------------------------------------------------------------------
-def flipped(data: bytes, at: int, mask: int) -> bytes:
-    out = bytearray(data)
-    out[at] ^= mask
-    return bytes(out)
-
-
-positions = st.floats(0, 1, exclude_max=True)
-masks = st.integers(1, 255)
-
-
-def _at(data: bytes, where: float) -> int:
-    return int(where * len(data))
 
 
 @given(ledgers(), positions)
 def test_truncated_index_is_refused(ledger: Ledger, where: float) -> None:
     for raw in (ledger.index(), ledger.index(extension=False)):
         with pytest.raises(FormatError):
-            decode_index(raw[: _at(raw, where)])
+            decode_index(raw[: at_fraction(raw, where)])
 
 
 # An index of one block and two chunks whose entry_count 1 -> 6 makes the v1 entries
@@ -199,9 +188,9 @@ def test_damaged_index_never_yields_wrong_data(ledger: Ledger, where: float, mas
     no CRC, so a flip may decode; then reading with it fails or gives the right entries."""
     raw = ledger.index()
     with pytest.raises(FormatError):
-        decode_index(flipped(raw, _at(raw, where), mask))
+        decode_index(flipped(raw, at_fraction(raw, where), mask))
     raw = ledger.index(extension=False)
-    assert_refused_or_right(flipped(raw, _at(raw, where), mask), ledger)
+    assert_refused_or_right(flipped(raw, at_fraction(raw, where), mask), ledger)
 
 
 @given(ledgers(), positions, masks)
@@ -211,14 +200,14 @@ def test_resealed_damaged_index_never_yields_wrong_data(
     """Damage behind a valid CRC (a writer bug, not a bit flip) meets the structural
     checks: refused at decode, or the chunks' own CRCs refuse it, or the entries are right."""
     raw = ledger.index()
-    body = flipped(raw[:-4], _at(raw[:-4], where), mask)
+    body = flipped(raw[:-4], at_fraction(raw[:-4], where), mask)
     assert_refused_or_right(body + struct.pack(">I", crc32c.crc32c(body)), ledger)
 
 
 @given(ledgers(), st.binary(max_size=200), positions)
 def test_garbage_index_is_refused(ledger: Ledger, garbage: bytes, where: float) -> None:
     raw = ledger.index()
-    for candidate in (garbage, raw[: _at(raw, where)] + garbage):
+    for candidate in (garbage, raw[: at_fraction(raw, where)] + garbage):
         if candidate == raw:
             continue
         with pytest.raises(FormatError):
@@ -232,7 +221,7 @@ def test_damaged_chunks_are_refused(ledger: Ledger, where: float, mask: int | No
     assert index.chunks is not None
     for chunk in index.chunks:
         raw = ledger.data[chunk.offset : chunk.end]
-        at = _at(raw, where)
+        at = at_fraction(raw, where)
         damaged = raw[:at] if mask is None else flipped(raw, at, mask)
         with pytest.raises(FormatError):
             decode_chunk(damaged, chunk)
@@ -248,7 +237,7 @@ def test_damaged_blocks_are_refused(ledger: Ledger, where: float, mask: int | No
     flip is refused unless it hit a payload byte or the reserved header bytes, and then
     exactly that byte differs: the structure never lies."""
     data = ledger.data
-    at = _at(data, where)
+    at = at_fraction(data, where)
     damaged = data[:at] if mask is None else flipped(data, at, mask)
     index = decode_index(ledger.index())
     with pytest.raises(FormatError):

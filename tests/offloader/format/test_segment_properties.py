@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fixtures.damage import at_fraction, flipped, masks, positions
 from fixtures.pulsar_v2 import pulsar_v2_read_segment
 from fixtures.segments import Segment, SegmentEntries
 from offloader.exceptions import FormatError
@@ -131,18 +132,6 @@ def test_blocks_and_parts_follow_the_rules(segment: Segment) -> None:
 
 
 # --- damage ------------------------------------------------------------------------------
-def flipped(data: bytes, at: int, mask: int) -> bytes:
-    out = bytearray(data)
-    out[at] ^= mask
-    return bytes(out)
-
-
-positions = st.floats(0, 1, exclude_max=True)
-masks = st.integers(1, 255)
-
-
-def _at(data: bytes, where: float) -> int:
-    return int(where * len(data))
 
 
 def refused(call: Callable[..., object], *args: object, **kwargs: object) -> FormatError:
@@ -155,14 +144,14 @@ def refused(call: Callable[..., object], *args: object, **kwargs: object) -> For
 @given(segments(), positions)
 def test_truncated_index_is_refused(segment: Segment, where: float) -> None:
     raw = segment.index()
-    refused(decode_any_index, raw[: _at(raw, where)])
-    refused(decode_segment_index, raw[: _at(raw, where)])
+    refused(decode_any_index, raw[: at_fraction(raw, where)])
+    refused(decode_segment_index, raw[: at_fraction(raw, where)])
 
 
 @given(segments(), positions, masks)
 def test_damaged_index_is_refused(segment: Segment, where: float, mask: int) -> None:
     raw = segment.index()
-    refused(decode_any_index, flipped(raw, _at(raw, where), mask))
+    refused(decode_any_index, flipped(raw, at_fraction(raw, where), mask))
 
 
 @given(segments(), positions, masks)
@@ -172,7 +161,7 @@ def test_resealed_damaged_index_never_yields_wrong_data(
     """Damage behind a valid CRC (a writer bug, not a bit flip) meets the structural checks:
     refused at decode with an offset, or the reads refuse it, or the entries are right."""
     raw = segment.index()
-    body = flipped(raw[:-4], _at(raw[:-4], where), mask)
+    body = flipped(raw[:-4], at_fraction(raw[:-4], where), mask)
     try:
         index = decode_segment_index(body + struct.pack(">I", crc32c.crc32c(body)))
     except FormatError as e:
@@ -188,7 +177,7 @@ def test_resealed_damaged_index_never_yields_wrong_data(
 @given(segments(), st.binary(max_size=200), positions)
 def test_garbage_index_is_refused(segment: Segment, garbage: bytes, where: float) -> None:
     raw = segment.index()
-    for candidate in (garbage, raw[: _at(raw, where)] + garbage, raw + garbage):
+    for candidate in (garbage, raw[: at_fraction(raw, where)] + garbage, raw + garbage):
         if candidate != raw:
             refused(decode_segment_index, candidate)
 
@@ -200,7 +189,7 @@ def test_damaged_chunks_are_refused(segment: Segment, where: float, mask: int | 
     for ledger_id in index.ledger_ids:
         for chunk in index.ledger(ledger_id).chunks or ():
             raw = segment.data[chunk.offset : chunk.end]
-            at = _at(raw, where)
+            at = at_fraction(raw, where)
             damaged = raw[:at] if mask is None else flipped(raw, at, mask)
             refused(decode_segment_chunk, damaged, chunk, ledger_id=ledger_id)
             if mask is not None:  # the same, read in place from a larger GET
@@ -211,7 +200,7 @@ def test_damaged_chunks_are_refused(segment: Segment, where: float, mask: int | 
 @given(segments(), positions, st.one_of(masks, st.none()))
 def test_damaged_blocks_are_refused(segment: Segment, where: float, mask: int | None) -> None:
     data = segment.data
-    at = _at(data, where)
+    at = at_fraction(data, where)
     damaged = data[:at] if mask is None else flipped(data, at, mask)
     index = decode_segment_index(segment.index())
     refused(read_all, index, damaged, by_block=True)
