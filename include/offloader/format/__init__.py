@@ -26,7 +26,14 @@ from offloader.format.layout import (
     LedgerIndex,
     LedgerMetadata,
 )
-from offloader.format.parsing import decode_block, decode_chunk, parse_chunk, verify_chunk
+from offloader.format.parsing import (
+    block_offsets,
+    chunk_offsets,
+    decode_block,
+    decode_chunk,
+    parse_chunk,
+    verify_chunk,
+)
 
 __all__ = [
     "BLOCK_MAGIC",
@@ -45,6 +52,8 @@ __all__ = [
     "EncodedBlock",
     "LedgerIndex",
     "LedgerMetadata",
+    "block_offsets",
+    "chunk_offsets",
     "decode_block",
     "decode_chunk",
     "decode_index",
