@@ -73,12 +73,15 @@ class EntryBatch:
         """A pyarrow RecordBatch (``entry_id`` int64, ``payload`` binary_view) whose payload
         column points into this batch's buffer: only the 16-byte views are built (payloads of
         12 bytes or less are inlined in them, as Arrow's format demands). Needs pyarrow and
-        numpy (``pip install pyarrow``)."""
+        numpy (the ``arrow`` extra)."""
         try:
             import numpy as np
             import pyarrow as pa
         except ImportError as err:  # optional: the library itself does not need them
-            raise ImportError(f"EntryBatch.to_arrow needs pyarrow and numpy: {err}") from err
+            raise ImportError(
+                f"EntryBatch.to_arrow needs pyarrow and numpy (pip install 'offloader[arrow]'): "
+                f"{err}"
+            ) from err
         if len(self.buffer) > 2**31 - 1:
             raise ValueError(f"a buffer of {len(self.buffer)} bytes is too large for Arrow views")
         n = len(self.starts)
