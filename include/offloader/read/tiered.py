@@ -3,7 +3,8 @@
 With our chunk table (docs/FORMAT.md) a single entry costs one ranged GET of its chunk
 (about one read buffer); sequential reads merge neighbouring chunks into larger GETs and
 keep ``prefetch`` of them in flight. A pure Pulsar index (no chunk table) is read block by
-block, as Pulsar does.
+block, as Pulsar does. Each GET becomes one EntryBatch (read/batch.py: the fetched bytes
+plus payload offsets); ``read()`` copies entries out of the same batches.
 
 Damage found in stored bytes is raised as DamagedObjectError with its whole address (topic,
 ledger, object key, offset): the format codec knows offsets, this reader knows the rest.
