@@ -64,7 +64,6 @@ class EntryBatch:
         hi = min(last - self.first_entry_id + 1, len(self.starts))
         if lo == 0 and hi == len(self.starts):
             return self
-        hi = max(hi, lo)
         return EntryBatch(
             self.buffer, self.first_entry_id + lo, self.starts[lo:hi], self.lengths[lo:hi]
         )

@@ -304,6 +304,8 @@ def test_the_batch_path_points_at_every_payload(ledger: Ledger) -> None:
         alone = chunk_offsets(data[chunk.offset : chunk.end], chunk)
         window = data[chunk.offset : chunk.end]
         assert at_offsets(window, *alone) == [p for _, p in parse_chunk(window, chunk)]
+        # read in place from a view, parse_chunk still hands out bytes it owns
+        assert all(type(p) is bytes for _, p in parse_chunk(memoryview(window), chunk))
     assert at_offsets(data, *into) == payloads
     found: list[bytes] = []
     for i, b in enumerate(index.blocks):
@@ -329,8 +331,9 @@ def test_the_batch_path_never_points_at_wrong_bytes(
         raw = ledger.data[chunk.offset : chunk.end]
         at = _at(raw, where)
         if mask is None:
-            with pytest.raises(FormatError, match=r"^truncated chunk"):
+            with pytest.raises(FormatError, match=rf"^truncated chunk: {at} bytes") as raised:
                 chunk_offsets(raw[:at], chunk)
+            assert raised.value.offset == chunk.offset + at  # where the bytes ran out
             continue
         damaged = flipped(raw, at, mask)
         try:
@@ -365,7 +368,12 @@ def test_the_batch_path_refuses_garbage(garbage: bytes, chunk: ChunkRef, at: int
     reading of the frames (length and id before each payload) confirms."""
     try:
         starts, lengths = chunk_offsets(garbage, chunk, at=at)
-    except FormatError:
+    except FormatError as err:
+        assert err.offset is not None
+        # nothing is ever placed before the chunk: origin = chunk.offset - at
+        assert err.offset >= chunk.offset - at
+        if str(err).startswith("truncated chunk"):
+            assert err.offset == chunk.offset + max(0, len(garbage) - at)
         return
     assert len(starts) == chunk.entry_count
     pos = at + (HEADER_LEN if chunk.starts_block else 0)
