@@ -160,8 +160,8 @@ def chunk_offsets(
     checked (the length, the block header, frames inside the chunk, ids running from
     ``chunk.first_entry_id``, no trailing bytes), so even unverified bytes give a
     FormatError or offsets that the frames really hold. ``into`` appends to existing
-    arrays, so the chunks of one ranged GET share one pair; otherwise a new pair is
-    returned."""
+    arrays, so the chunks of one ranged GET share one pair (after a FormatError they may
+    hold part of the chunk: discard them); otherwise a new pair is returned."""
     starts, lengths = offsets_arrays() if into is None else into
     where = _where(chunk)
     start = at or 0
