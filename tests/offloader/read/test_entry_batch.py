@@ -14,7 +14,7 @@ from offloader.format.parsing import offsets_arrays
 from offloader.read.batch import EntryBatch
 
 # around Arrow's 12-byte inline limit for views, empty, and large
-SIZES = [0, 1, 11, 12, 13, 4096, 0, 12, 13, 700, 5, 3000]
+SIZES = [0, 1, 11, 12, 13, 4096, 0, 12, 13, 700, 3000, 5]  # the last ends the buffer
 FIRST_ID = 1000
 
 
