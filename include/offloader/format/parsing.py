@@ -157,11 +157,12 @@ def chunk_offsets(
 ) -> tuple[array[int], array[int]]:
     """Payload starts (indexes into ``data``) and lengths of the entries of a chunk that
     :func:`verify_chunk` passed, without copying a payload. Everything but the CRC is
-    checked (the length, the block header, frames inside the chunk, ids running from
-    ``chunk.first_entry_id``, no trailing bytes), so even unverified bytes give a
-    FormatError or offsets that the frames really hold. ``into`` appends to existing
-    arrays, so the chunks of one ranged GET share one pair (after a FormatError they may
-    hold part of the chunk: discard them); otherwise a new pair is returned."""
+    checked (the length, the block header, its block_len when ``block`` is given, frames
+    inside the chunk, ids running from ``chunk.first_entry_id``, no trailing bytes), so
+    even unverified bytes give a FormatError or offsets that the frames really hold.
+    ``into`` appends to existing arrays, so the chunks of one ranged GET share one pair
+    (after a FormatError they may hold part of the chunk: discard them); otherwise a new
+    pair is returned."""
     starts, lengths = offsets_arrays() if into is None else into
     where = _where(chunk)
     start = at or 0
