@@ -65,3 +65,25 @@ def test_a_run_rewrites_only_the_generated_block(
     assert "old generated text" not in first
     run.write_doc(results)
     assert doc.read_text() == first
+
+
+def test_the_sequential_read_reports_the_batch_api_and_read_apart(results: dict) -> None:
+    """Results with both paths: each has its own ratio, target and verdict. Results from
+    before the batch API (latest.json's figures are read()'s) never pass for the batch API."""
+    r = results["offload_s3"]["sequential_read"]
+    r.pop("read_tuples", None)
+    r.update(ratio=0.7, target=0.8, met=False)
+    doc = run.document(results)
+    assert "- Sequential read, batch API: not measured (results predate it)." in doc
+    assert "- Sequential read, `read()` tuples ours/raw 0.70 (target >= 0.8): **missed**." in doc
+    tuples = {**r, "ratio": 0.81, "met": True}
+    r.update(ratio=0.84, target=0.85, met=False, read_tuples=tuples)
+    doc = run.document(results)
+    assert "- Sequential read, batch API ours/raw 0.84 (target >= 0.85): **missed**." in doc
+    assert "- Sequential read, `read()` tuples ours/raw 0.81 (target >= 0.8): **met**." in doc
+    assert "Batch API target >= 0.85: **missed** (ratio 0.84)" in doc
+    assert "| 0.84 | >= 0.85: MISSED |" in doc and "| 0.81 | >= 0.8: met |" in doc
+    r.update(ratio=0.9, met=True)
+    assert "- Sequential read, batch API ours/raw 0.90 (target >= 0.85): **met**." in (
+        run.document(results)
+    )

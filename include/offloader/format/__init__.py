@@ -28,7 +28,14 @@ from offloader.format.layout import (
     LedgerIndex,
     LedgerMetadata,
 )
-from offloader.format.parsing import decode_block, decode_chunk, parse_chunk, verify_chunk
+from offloader.format.parsing import (
+    block_offsets,
+    chunk_offsets,
+    decode_block,
+    decode_chunk,
+    parse_chunk,
+    verify_chunk,
+)
 from offloader.format.segment_blocks import SegmentEncoder
 from offloader.format.segment_index import (
     decode_any_index,
@@ -73,6 +80,8 @@ __all__ = [
     "SegmentBlockRef",
     "SegmentEncoder",
     "SegmentIndex",
+    "block_offsets",
+    "chunk_offsets",
     "decode_any_index",
     "decode_block",
     "decode_chunk",

@@ -6,6 +6,10 @@ the object's key, topic and ledger.
 
 from __future__ import annotations
 
+import operator
+from array import array
+from collections.abc import Iterator
+
 from offloader.exceptions import FormatError
 from offloader.format.blocks import _padding
 from offloader.format.layout import (
@@ -47,26 +51,26 @@ def _parse_header(
     return block_len, first
 
 
-def _same(value: bytes) -> bytes:
-    return value
-
-
-def _parse_frames(
+def _frame_offsets(
     data: bytes | memoryview,
     pos: int,
     count: int,
     first_id: int,
     end: int,
     where: str,
-    origin: int = 0,
-) -> tuple[list[tuple[int, bytes]], int]:
-    """count frames from pos with ids running from first_id, all within data[:end].
+    origin: int,
+    starts: array[int],
+    lengths: array[int],
+) -> int:
+    """Check ``count`` frames from ``pos`` with ids running from ``first_id``, all within
+    ``data[:end]``; append each payload's start (an index into ``data``) and length. Returns
+    where the frames end. Nothing is copied: callers slice payloads out of ``data`` if and
+    when they want them.
 
     ``data[0]`` is at ``origin`` in the object: errors name absolute offsets.
     """
-    out: list[tuple[int, bytes]] = []
     unpack = _FRAME.unpack_from
-    copy = bytes if isinstance(data, memoryview) else _same  # slicing bytes already copies
+    add_start, add_length = starts.append, lengths.append
     expected = first_id
     for _ in range(count):
         if pos + ENTRY_FRAME > end:
@@ -85,10 +89,28 @@ def _parse_frames(
             raise FormatError(
                 f"entry id {entry_id} {where}, expected {expected}", offset=origin + pos
             )
+        add_start(start)
+        add_length(size)
         pos = start + size
-        out.append((entry_id, copy(data[start:pos])))
         expected += 1
-    return out, pos
+    return pos
+
+
+def offsets_arrays() -> tuple[array[int], array[int]]:
+    """Empty (starts, lengths) arrays of the type the offset parsers append to."""
+    return array("q"), array("q")
+
+
+def entries_at(
+    data: bytes | memoryview, first_id: int, starts: array[int], lengths: array[int]
+) -> Iterator[tuple[int, bytes]]:
+    """(entry id, payload copy) for payloads at ``starts``/``lengths`` in ``data``, ids
+    running from ``first_id``: the per-entry view of what the offset parsers found."""
+    ends = map(operator.add, starts, lengths)
+    payloads: Iterator[bytes] = map(data.__getitem__, map(slice, starts, ends))
+    if not isinstance(data, bytes):  # slicing bytes already copies; a view must be copied
+        payloads = map(bytes, payloads)
+    return zip(range(first_id, first_id + len(starts)), payloads, strict=False)
 
 
 def _count_frames(data: bytes | memoryview, pos: int, end: int) -> int:
@@ -126,23 +148,37 @@ def verify_chunk(data: bytes | memoryview, chunk: ChunkRef, *, at: int | None = 
         )
 
 
-def parse_chunk(
+def chunk_offsets(
     data: bytes | memoryview,
     chunk: ChunkRef,
     *,
     block: BlockRef | None = None,
     at: int | None = None,
+    into: tuple[array[int], array[int]] | None = None,
     magic: int = BLOCK_MAGIC,
-) -> list[tuple[int, bytes]]:
-    """The entries of a chunk that :func:`verify_chunk` passed (the header and frames are
-    still checked: a CRC proves the bytes arrived, not that the writer framed them right)."""
+) -> tuple[array[int], array[int]]:
+    """Payload starts (indexes into ``data``) and lengths of the entries of a chunk that
+    :func:`verify_chunk` passed, without copying a payload. Everything but the CRC is
+    checked (the length, the block header, its block_len when ``block`` is given, frames
+    inside the chunk, ids running from ``chunk.first_entry_id``, no trailing bytes), so
+    even unverified bytes give a FormatError or offsets that the frames really hold.
+    ``into`` appends to existing arrays, so the chunks of one ranged GET share one pair
+    (after a FormatError they may hold part of the chunk: discard them); otherwise a new
+    pair is returned."""
+    starts, lengths = offsets_arrays() if into is None else into
     where = _where(chunk)
     start = at or 0
     end = start + chunk.length
     origin = chunk.offset - start
-    starts = chunk.starts_block if block is None else chunk.offset == block.offset
+    if len(data) < end:  # verify_chunk says so too; checked here so no parse reads past
+        got = max(0, len(data) - start)
+        raise FormatError(
+            f"truncated chunk: {got} bytes {where}, expected {chunk.length}",
+            offset=chunk.offset + got,
+        )
+    starts_block = chunk.starts_block if block is None else chunk.offset == block.offset
     pos = start
-    if starts:
+    if starts_block:
         block_len, first = _parse_header(data, where, start, origin, magic)
         if first != chunk.first_entry_id:
             raise FormatError(
@@ -155,13 +191,29 @@ def parse_chunk(
                 offset=chunk.offset + 12,
             )
         pos += HEADER_LEN
-    out, pos = _parse_frames(data, pos, chunk.entry_count, chunk.first_entry_id, end, where, origin)
+    pos = _frame_offsets(
+        data, pos, chunk.entry_count, chunk.first_entry_id, end, where, origin, starts, lengths
+    )
     if pos != end:
         raise FormatError(
             f"{end - pos} trailing bytes after {chunk.entry_count} entries {where}",
             offset=origin + pos,
         )
-    return out
+    return starts, lengths
+
+
+def parse_chunk(
+    data: bytes | memoryview,
+    chunk: ChunkRef,
+    *,
+    block: BlockRef | None = None,
+    at: int | None = None,
+    magic: int = BLOCK_MAGIC,
+) -> list[tuple[int, bytes]]:
+    """The entries of a chunk that :func:`verify_chunk` passed (the header and frames are
+    still checked: a CRC proves the bytes arrived, not that the writer framed them right)."""
+    starts, lengths = chunk_offsets(data, chunk, block=block, at=at, magic=magic)
+    return list(entries_at(data, chunk.first_entry_id, starts, lengths))
 
 
 def decode_chunk(
@@ -185,7 +237,7 @@ def _where(chunk: ChunkRef) -> str:
     return f"in chunk at offset {chunk.offset} of the data object"
 
 
-def decode_block(
+def block_offsets(
     data: bytes,
     *,
     entry_count: int | None,
@@ -193,8 +245,10 @@ def decode_block(
     first_entry_id: int | None = None,
     offset: int = 0,
     magic: int = BLOCK_MAGIC,
-) -> list[tuple[int, bytes]]:
-    """Parse a whole block, the Pulsar way: header, then frames, then padding.
+) -> tuple[int, array[int], array[int]]:
+    """Parse a whole block, the Pulsar way: header, then frames, then padding. Returns the
+    header's first entry id and the payloads' starts (indexes into ``data``) and lengths;
+    no payload is copied.
 
     ``entry_count`` None scans frames up to the padding or the block end, as Pulsar does when
     a foreign index does not say how many entries the last block holds. ``first_entry_id``
@@ -203,7 +257,6 @@ def decode_block(
     Pulsar index) payload bytes cannot be checked; headers, framing and padding still are.
     ``magic`` is the v1 block magic unless segment_parsing reads a v2 block.
     """
-    data = _as_bytes(data)
     block_len, first = _parse_header(data, "in block", 0, offset, magic)
     if block_len != len(data):
         what = "truncated block" if len(data) < block_len else "block length mismatch"
@@ -227,10 +280,35 @@ def decode_block(
     where = f"in block starting at entry {first}"
     if entry_count is None:
         entry_count = _count_frames(data, HEADER_LEN, len(data))
-    out, pos = _parse_frames(data, HEADER_LEN, entry_count, first, len(data), where, offset)
+    starts, lengths = offsets_arrays()
+    pos = _frame_offsets(
+        data, HEADER_LEN, entry_count, first, len(data), where, offset, starts, lengths
+    )
     if data[pos:] != _padding(len(data) - pos):
         raise FormatError(
             f"{len(data) - pos} bytes after the last entry {where} are not padding",
             offset=offset + pos,
         )
-    return out
+    return first, starts, lengths
+
+
+def decode_block(
+    data: bytes,
+    *,
+    entry_count: int | None,
+    expected_crc: int | None = None,
+    first_entry_id: int | None = None,
+    offset: int = 0,
+    magic: int = BLOCK_MAGIC,
+) -> list[tuple[int, bytes]]:
+    """:func:`block_offsets`, with each entry's payload copied out as (id, payload)."""
+    data = _as_bytes(data)
+    first, starts, lengths = block_offsets(
+        data,
+        entry_count=entry_count,
+        expected_crc=expected_crc,
+        first_entry_id=first_entry_id,
+        offset=offset,
+        magic=magic,
+    )
+    return list(entries_at(data, first, starts, lengths))

@@ -3,7 +3,8 @@
 With our chunk table (docs/FORMAT.md) a single entry costs one ranged GET of its chunk
 (about one read buffer); sequential reads merge neighbouring chunks into larger GETs and
 keep ``prefetch`` of them in flight. A pure Pulsar index (no chunk table) is read block by
-block, as Pulsar does.
+block, as Pulsar does. Each GET becomes one EntryBatch (read/batch.py: the fetched bytes
+plus payload offsets); ``read()`` copies entries out of the same batches.
 
 Damage found in stored bytes is raised as DamagedObjectError with its whole address (topic,
 ledger, object key, offset): the format codec knows offsets, this reader knows the rest.
@@ -23,12 +24,14 @@ from offloader.format import (
     BlockRef,
     ChunkRef,
     LedgerIndex,
-    decode_block,
+    block_offsets,
+    chunk_offsets,
     decode_index,
-    parse_chunk,
     verify_chunk,
 )
+from offloader.format.parsing import offsets_arrays
 from offloader.objectstore import ObjectStore
+from offloader.read.batch import EntryBatch
 
 MiB = 1024 * 1024
 DEFAULT_SEQUENTIAL_RANGE = 8 * MiB
@@ -133,9 +136,7 @@ class TieredLedgerReader:
         if self._known_last is not None:
             return self._known_last
         if self._scanned_last is None:
-            last = index.blocks[-1]
-            entries = self._block_entries(last, None)
-            self._scanned_last = last.first_entry_id + len(entries) - 1
+            self._scanned_last = self._block_batch(index.blocks[-1], None).last_entry_id
         return self._scanned_last
 
     def _check_last(self, index: LedgerIndex) -> None:
@@ -161,12 +162,20 @@ class TieredLedgerReader:
         )
 
     def read_entry(self, entry_id: int) -> bytes:
-        for _, payload in self.read(entry_id, entry_id):
-            return payload
+        for batch in self.read_batches(entry_id, entry_id):
+            return bytes(batch.payload(0))
         raise LookupError(f"entry {entry_id} not found in {self.data_key}")
 
     def read(self, first: int = 0, last: int | None = None) -> Iterator[tuple[int, bytes]]:
-        """Entries ``first..last`` inclusive, in order."""
+        """Entries ``first..last`` inclusive, in order, each payload a copy: the batches of
+        :meth:`read_batches`, one tuple per entry."""
+        for batch in self.read_batches(first, last):
+            yield from batch.entries()
+
+    def read_batches(self, first: int = 0, last: int | None = None) -> Iterator[EntryBatch]:
+        """Entries ``first..last`` inclusive as batches in order: one per ranged GET (one
+        per block without a chunk table), every chunk CRC-verified and parsed before its
+        batch is handed out. Payloads are views into the fetched bytes (read/batch.py)."""
         last = self.last_entry_id if last is None else last
         if first < 0 or last > self.last_entry_id or first > last:
             raise ValueError(
@@ -175,11 +184,8 @@ class TieredLedgerReader:
         if self.index.chunks is None:
             yield from self._read_blocks(first, last)
             return
-        for entries in self._fetch_ahead(self._plan(first, last)):
-            if entries[0][0] >= first and entries[-1][0] <= last:
-                yield from entries  # the common case: a range inside the wanted entries
-            else:
-                yield from (e for e in entries if first <= e[0] <= last)
+        for batch in self._fetch_ahead(self._plan(first, last)):
+            yield batch.between(first, last)  # itself when inside the wanted entries
 
     def _plan(self, first: int, last: int) -> list[_Range]:
         """Merge neighbouring chunks into ranges of about ``sequential_range`` bytes.
@@ -212,16 +218,17 @@ class TieredLedgerReader:
                 raise self._damaged(err, self.data_key, chunk.offset) from err
         return data
 
-    def _decode(self, rng: _Range, data: bytes) -> list[tuple[int, bytes]]:
-        entries: list[tuple[int, bytes]] = []
+    def _decode(self, rng: _Range, data: bytes) -> EntryBatch:
+        """The range's chunks parsed into one batch over ``data`` (no payload copied)."""
+        into = offsets_arrays()
         for chunk in rng.chunks:
             try:
-                entries.extend(parse_chunk(data, chunk, at=chunk.offset - rng.offset))
+                chunk_offsets(data, chunk, at=chunk.offset - rng.offset, into=into)
             except FormatError as err:
                 raise self._damaged(err, self.data_key, chunk.offset) from err
-        return entries
+        return EntryBatch(data, rng.chunks[0].first_entry_id, *into)
 
-    def _fetch_ahead(self, ranges: list[_Range]) -> Iterator[list[tuple[int, bytes]]]:
+    def _fetch_ahead(self, ranges: list[_Range]) -> Iterator[EntryBatch]:
         """Decoded ranges in order. Workers only fetch, so ``prefetch`` GETs stay in flight
         while this thread decodes; up to twice that many ranges are fetched ahead."""
         if len(ranges) <= 1 or self.prefetch <= 0:
@@ -246,7 +253,7 @@ class TieredLedgerReader:
                 for _, future in pending:
                     future.cancel()
 
-    def _read_blocks(self, first: int, last: int) -> Iterator[tuple[int, bytes]]:
+    def _read_blocks(self, first: int, last: int) -> Iterator[EntryBatch]:
         """Without a chunk table: whole blocks, each checked as far as Pulsar v1 allows."""
         blocks = self.index.blocks
         for i, block in enumerate(blocks):
@@ -258,12 +265,10 @@ class TieredLedgerReader:
             count = None if is_last else blocks[i + 1].first_entry_id - block.first_entry_id
             if is_last and (self.index.last_entry_id is not None or self._known_last is not None):
                 count = self.last_entry_id - block.first_entry_id + 1
-            for entry_id, payload in self._block_entries(block, count):
-                if first <= entry_id <= last:
-                    yield entry_id, payload
+            yield self._block_batch(block, count).between(first, last)
 
-    def _block_entries(self, block: BlockRef, count: int | None) -> list[tuple[int, bytes]]:
-        """One GET of a whole block, decoded; ``count`` None scans to the padding."""
+    def _block_batch(self, block: BlockRef, count: int | None) -> EntryBatch:
+        """One GET of a whole block, parsed; ``count`` None scans to the padding."""
         data = self.store.read_range(self.data_key, block.offset, block.length)
         self.stats.add(len(data))
         try:
@@ -273,7 +278,7 @@ class TieredLedgerReader:
                     f"{block.offset}, the data object is shorter than its index says",
                     offset=block.offset + len(data),
                 )
-            return decode_block(
+            first, starts, lengths = block_offsets(
                 data,
                 entry_count=count,
                 expected_crc=block.crc32c,
@@ -282,6 +287,7 @@ class TieredLedgerReader:
             )
         except FormatError as err:
             raise self._damaged(err, self.data_key, block.offset) from err
+        return EntryBatch(data, first, starts, lengths)
 
 
 def _range_of(chunks: list[ChunkRef]) -> _Range:

@@ -1,6 +1,7 @@
 """Property tests of the v1 format: whatever the entries, block size and chunk target,
 encoding round-trips; whatever the damage (truncation, a flipped byte, garbage), decoding
-raises FormatError, never another exception, never a hang, never wrong data.
+raises FormatError, never another exception, never a hang, never wrong data. The same for
+the batch path (``chunk_offsets``/``block_offsets``: payload offsets, no copies).
 
 Profiles ("ci" derandomized, "dev" larger) live in this directory's conftest.py.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import itertools
 import random
 import struct
+from array import array
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -26,14 +28,18 @@ from offloader.format import (
     HEADER_LEN,
     MIN_BLOCK_SIZE,
     PADDING,
+    ChunkRef,
     EncodedBlock,
     LedgerIndex,
+    block_offsets,
+    chunk_offsets,
     decode_block,
     decode_chunk,
     decode_index,
     encode_blocks,
     encode_index,
     metadata_for,
+    parse_chunk,
 )
 
 KiB = 1024
@@ -264,6 +270,107 @@ def _without_chunks(index: LedgerIndex) -> LedgerIndex:
 def test_garbage_blocks_are_refused(garbage: bytes, count: int | None) -> None:
     with pytest.raises(FormatError):
         decode_block(garbage, entry_count=count)
+
+
+# --- the batch path ------------------------------------------------------------------
+def at_offsets(data: bytes, starts: array[int], lengths: array[int]) -> list[bytes]:
+    return [data[s : s + n] for s, n in zip(starts, lengths, strict=True)]
+
+
+@given(ledgers())
+def test_the_batch_path_points_at_every_payload(ledger: Ledger) -> None:
+    """chunk_offsets over the whole object (each chunk in place, one pair of arrays for all
+    of them, as a sequential read's range) and block_offsets of each block find exactly
+    the encoded payloads: the same as parse_chunk, decode_block and the original entries."""
+    data, entries = ledger.data, ledger.entries
+    payloads = [p for _, p in entries]
+    index = decode_index(ledger.index())
+    assert index.chunks is not None
+    into = (array("q"), array("q"))
+    for chunk in index.chunks:
+        starts, lengths = chunk_offsets(data, chunk, at=chunk.offset, into=into)
+        assert starts is into[0] and lengths is into[1]  # appended to, not replaced
+        alone = chunk_offsets(data[chunk.offset : chunk.end], chunk)
+        window = data[chunk.offset : chunk.end]
+        assert at_offsets(window, *alone) == [p for _, p in parse_chunk(window, chunk)]
+        # read in place from a view, parse_chunk still hands out bytes it owns
+        assert all(type(p) is bytes for _, p in parse_chunk(memoryview(window), chunk))
+    assert at_offsets(data, *into) == payloads
+    found: list[bytes] = []
+    for i, b in enumerate(index.blocks):
+        raw = data[b.offset : b.offset + b.length]
+        count = index.block_entry_count(b) if i % 2 else None  # counted or scanned
+        first, starts, lengths = block_offsets(raw, entry_count=count, offset=b.offset)
+        assert first == b.first_entry_id
+        found += at_offsets(raw, starts, lengths)
+    assert found == payloads
+
+
+@given(ledgers(), positions, st.one_of(masks, st.none()))
+def test_the_batch_path_never_points_at_wrong_bytes(
+    ledger: Ledger, where: float, mask: int | None
+) -> None:
+    """Unverified chunk bytes (no CRC checked) with a flipped byte or cut short: a
+    FormatError, or offsets of the very frames the chunk holds, so at most the payload that
+    holds the flipped byte differs (a flip in the header's reserved bytes or block_len,
+    which a chunk alone cannot check, changes none)."""
+    index = decode_index(ledger.index())
+    assert index.chunks is not None
+    for chunk in index.chunks:
+        raw = ledger.data[chunk.offset : chunk.end]
+        at = at_fraction(raw, where)
+        if mask is None:
+            with pytest.raises(FormatError, match=rf"^truncated chunk: {at} bytes") as raised:
+                chunk_offsets(raw[:at], chunk)
+            assert raised.value.offset == chunk.offset + at  # where the bytes ran out
+            continue
+        damaged = flipped(raw, at, mask)
+        try:
+            starts, lengths = chunk_offsets(b"yy" + damaged, chunk, at=2)
+        except FormatError:
+            continue
+        wanted = [p for i, p in ledger.entries if chunk.first_entry_id <= i <= chunk.last_entry_id]
+        got = at_offsets(b"yy" + damaged, starts, lengths)
+        hit = [
+            i for i, (s, n) in enumerate(zip(starts, lengths, strict=True)) if s <= at + 2 < s + n
+        ]
+        assert [g for i, g in enumerate(got) if i not in hit] == [
+            w for i, w in enumerate(wanted) if i not in hit
+        ]
+        assert len(got) == len(wanted) and len(hit) <= 1
+
+
+chunk_refs = st.builds(
+    ChunkRef,
+    first_entry_id=st.integers(0, 3),
+    offset=st.integers(0, 1 << 40),
+    length=st.integers(0, 400),
+    entry_count=st.integers(0, 20),
+    crc32c=st.just(0),
+    starts_block=st.booleans(),
+)
+
+
+@given(st.binary(max_size=500), chunk_refs, st.integers(0, 8))
+def test_the_batch_path_refuses_garbage(garbage: bytes, chunk: ChunkRef, at: int) -> None:
+    """Any bytes under any chunk record: a FormatError, or offsets that an independent
+    reading of the frames (length and id before each payload) confirms."""
+    try:
+        starts, lengths = chunk_offsets(garbage, chunk, at=at)
+    except FormatError as err:
+        assert err.offset is not None
+        # nothing is ever placed before the chunk: origin = chunk.offset - at
+        assert err.offset >= chunk.offset - at
+        if str(err).startswith("truncated chunk"):
+            assert err.offset == chunk.offset + max(0, len(garbage) - at)
+        return
+    assert len(starts) == chunk.entry_count
+    pos = at + (HEADER_LEN if chunk.starts_block else 0)
+    for i, (start, length) in enumerate(zip(starts, lengths, strict=True)):
+        assert start == pos + ENTRY_FRAME
+        assert struct.unpack_from(">iq", garbage, pos) == (length, chunk.first_entry_id + i)
+        pos = start + length
+    assert pos == at + chunk.length <= len(garbage)
 
 
 # --- the encoder's limits ----------------------------------------------------------------

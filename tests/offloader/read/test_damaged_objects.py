@@ -118,6 +118,9 @@ def test_damage_fails_reads_with_its_address(runtime: Runtime, kind: str) -> Non
         damage.offset,
     )
     assert type(error.__cause__) is FormatError  # the codec's own words, kept
+    with pytest.raises(DamagedObjectError, match=damage.message(ledger)) as raised:
+        list(tiered_reader(runtime, ledger).read_batches())
+    assert (raised.value.key, raised.value.offset) == (damage.key, damage.offset)
     with pytest.raises(DamagedObjectError, match=damage.message(ledger)):
         tiered_reader(runtime, ledger).read_entry(damage.entry_id)
     with pytest.raises(DamagedObjectError, match=damage.message(ledger)):

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
+from fixtures.batches import flattened
 from fixtures.damage import flip, offloaded_ledger, overwrite_object, pack_at
 from fixtures.pulsar_v1 import pulsar_write_blocks, pulsar_write_index
 from offloader.exceptions import DamagedObjectError
@@ -54,7 +55,7 @@ def tiered(rt: Runtime, ledger: Ledger, **kwargs: object) -> TieredLedgerReader:
 
 @pytest.mark.parametrize("ours", [False, True], ids=["foreign-metadata", "our-metadata"])
 def test_pulsar_objects_read_back_identical(runtime: Runtime, ours: bool) -> None:
-    ledger, entries, _ = as_pulsar_object(runtime, ours)
+    ledger, entries, blocks = as_pulsar_object(runtime, ours)
     # without the metadata store's entry count, the last block is scanned the Pulsar way
     reader = tiered(runtime, ledger)
     assert reader.last_entry_id == len(entries) - 1
@@ -64,6 +65,17 @@ def test_pulsar_objects_read_back_identical(runtime: Runtime, ours: bool) -> Non
         assert reader.read_entry(entry_id) == entries[entry_id][1]
     hinted = tiered(runtime, ledger, last_entry_id=len(entries) - 1)
     assert list(hinted.read(len(entries) - 5)) == entries[-5:]
+
+    # the batch API: one batch per block, payloads viewed in the block's bytes
+    batched = tiered(runtime, ledger)
+    batches = list(batched.read_batches())
+    assert [b.first_entry_id for b in batches] == [b.first_entry_id for b in blocks]
+    assert flattened(batches) == entries
+    assert all(p.obj is b.buffer for b in batches for p in b.payloads())
+    # foreign metadata: one more GET, the last block scanned for its entry count
+    assert batched.stats.requests == len(blocks) + (0 if ours else 1)
+    partial = list(tiered(runtime, ledger).read_batches(37, 251))
+    assert flattened(partial) == entries[37:252]
 
     topic_reader = TopicReader(runtime)
     read = topic_reader.read(ledger.topic, ledger.ledger_id, source=Source.TIERED)
@@ -174,6 +186,9 @@ def test_damage_in_pulsar_blocks_is_detected(
         "tiered reader, no entry count": lambda: tiered(
             runtime, ledger, topic=ledger.topic, ledger_id=ledger.ledger_id
         ).read(),
+        "batches, no entry count": lambda: tiered(
+            runtime, ledger, topic=ledger.topic, ledger_id=ledger.ledger_id
+        ).read_batches(),
     }
     for name, read in readers.items():
         with pytest.raises(DamagedObjectError, match=pattern) as raised:
