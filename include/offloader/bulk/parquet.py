@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from offloader.bulk.plan import ExportSlice
+from offloader.read.batch import EntryBatch
 
 SCHEMA = pa.schema(
     [
@@ -23,27 +24,29 @@ SCHEMA = pa.schema(
 )
 
 
-def slice_table(part: ExportSlice, entries: Iterable[tuple[int, bytes]]) -> pa.Table:
+def slice_table(part: ExportSlice, batches: Iterable[EntryBatch]) -> pa.Table:
     """The rows of ``part``; ValueError if the entries read are not exactly its range (a
-    short read must never pass for a complete export)."""
-    ids: list[int] = []
-    payloads: list[bytes] = []
-    for entry_id, payload in entries:
-        ids.append(entry_id)
-        payloads.append(payload)
-    expected = list(range(part.first_entry_id, part.last_entry_id + 1))
-    if ids != expected:
+    short read must never pass for a complete export). Payloads go from the fetched buffers
+    into one Arrow column with a single copy."""
+    records: list[pa.RecordBatch] = []
+    expected = part.first_entry_id
+    for batch in batches:
+        if len(batch) and batch.first_entry_id != expected:
+            break
+        expected += len(batch)
+        records.append(batch.to_arrow())
+    if expected != part.last_entry_id + 1:
         raise ValueError(
-            f"ledger {part.topic}/{part.ledger_id}: read {len(ids)} entries, expected "
-            f"{part.first_entry_id}..{part.last_entry_id}"
+            f"ledger {part.topic}/{part.ledger_id}: read entries {part.first_entry_id}.."
+            f"{expected - 1}, expected {part.first_entry_id}..{part.last_entry_id}"
         )
-    rows = len(ids)
+    rows = expected - part.first_entry_id
     return pa.table(
         [
             pa.array([part.topic] * rows, pa.string()),
             pa.array([part.ledger_id] * rows, pa.int64()),
-            pa.array(ids, pa.int64()),
-            pa.array(payloads, pa.binary()),
+            pa.chunked_array([r.column(0) for r in records], pa.int64()),
+            pa.chunked_array([r.column(1) for r in records], pa.binary_view()).cast(pa.binary()),
             pa.nulls(rows, pa.timestamp("ms", tz="UTC")),
         ],
         schema=SCHEMA,

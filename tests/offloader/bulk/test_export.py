@@ -7,6 +7,7 @@ step's contract is checked directly, including what a reader sees between two at
 from __future__ import annotations
 
 import itertools
+from array import array
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from offloader.bulk.params import ExportParams
 from offloader.bulk.parquet import SCHEMA, slice_table
 from offloader.bulk.plan import plan_export
 from offloader.exceptions import NotFoundError
+from offloader.read.batch import EntryBatch
 from offloader.runtime import Runtime
 
 
@@ -143,8 +145,15 @@ def test_a_short_read_is_never_written() -> None:
     from offloader.objectstore.location import StoreLocation
 
     part = ExportSlice("t", 1, 0, 2, "d", "i", 2, StoreLocation("file", "/x"), 0)
-    with pytest.raises(ValueError, match=r"read 2 entries, expected 0\.\.2"):
-        slice_table(part, [(0, b"a"), (1, b"b")])
+    two = EntryBatch(b"ab", 0, array("q", [0, 1]), array("q", [1, 1]))
+    with pytest.raises(ValueError, match=r"read entries 0\.\.1, expected 0\.\.2"):
+        slice_table(part, [two])
+    skipped = EntryBatch(b"c", 2, array("q", [0]), array("q", [1]))
+    with pytest.raises(ValueError, match=r"read entries 0\.\.-1, expected 0\.\.2"):
+        slice_table(part, [skipped])
+    table = slice_table(part, [two, EntryBatch(b"c", 2, array("q", [0]), array("q", [1]))])
+    assert table.column("payload").to_pylist() == [b"a", b"b", b"c"]
+    assert table.column("entry_id").to_pylist() == [0, 1, 2]
 
 
 def test_publish_refuses_a_directory_it_did_not_make(tmp_path: Path) -> None:
