@@ -1,8 +1,9 @@
 """scrub through Airflow (dag.test) with real Spark local[2], SeaweedFS and PostgreSQL.
 
 Each submission costs a JVM start, so the data is tiny (two single-block ledgers) and each
-case one run: a clean store, damage repaired from a hot copy, damage without one, and the
-refusals and dry run that submit nothing or read nothing.
+case one run: a clean store, damage repaired from a hot copy, damage without one, the
+refusals and dry run that submit nothing or read nothing; and one run on a standalone
+master with one worker that the fixture starts.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from fixtures.backends import POSTGRES_ONLY, tiered_digests
 from fixtures.scrub import (
     expected_counts,
     missing_data_object,
+    missing_index_object,
     offloaded_topic,
     truncated_data_object,
 )
@@ -166,3 +168,22 @@ def test_bad_params_submit_nothing_and_a_dry_run_reads_nothing(
     out, err = capfd.readouterr()
     assert "scrub plan: 2 ledgers" in out + err + airflow_logs()
     assert store_state(runtime) == before  # no report, nothing repaired
+
+
+@pytest.mark.usefixtures("airflow_db", "airflow_connections")
+def test_scrub_on_a_standalone_master(
+    runtime: Runtime, scrub_dag: DagFile, spark_standalone: SparkSetup, tmp_path: Path
+) -> None:
+    """Executors of a real worker import the shipped zip and send their findings back."""
+    ledgers = offloaded_topic(runtime, "orders", SHAPES)
+    planted = missing_index_object(runtime, ledgers[1])
+    report_file = tmp_path / "scrub.json"
+    run = scrub_dag.test(run_conf={"report": str(report_file)}, retries=False)
+    assert str(run.state) == "success", task_states(run)
+    assert "spark://127.0.0.1" in spark_standalone.event_log_text()
+    report = read_report_at(report_file.as_uri(), runtime.settings)
+    assert report is not None
+    (verdict,) = report["damaged_ledgers"]
+    assert (verdict["ledger_id"], verdict["action"]) == (ledgers[1].ledger_id, "repaired")
+    assert [(f["key"], f["kind"]) for f in verdict["findings"]] == [(planted.key, planted.kind)]
+    assert report["counts"]["entries"] == ledgers[0].entry_count
