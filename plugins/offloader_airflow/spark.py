@@ -22,6 +22,8 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import Context
 
 from offloader.bulk.params import ExportParams
+from offloader.scrub.params import ScrubParams
+from offloader.scrub.targets import check_topics
 from offloader.settings import Settings
 from offloader_airflow.hooks import OffloaderHook
 
@@ -36,20 +38,17 @@ def child_environment(parent: Mapping[str, str], settings: Settings) -> dict[str
     return {**env, **settings.environment()}
 
 
-class BulkExportOperator(SparkSubmitOperator):
-    """Export offloaded entries as Parquet with include/spark_jobs/bulk_export.py.
+class OffloaderSparkOperator(SparkSubmitOperator):
+    """Submit an offloader Spark application (include/spark_jobs/) with the offloader
+    connection's settings in the driver's environment.
 
-    ``export_params`` (a dict of :class:`ExportParams` fields, e.g. the DAG's Params) is
-    checked before anything is submitted. The export id defaults to the run's id, the output
-    to ``exports/`` under the offloader's store. The driver runs in client mode (its settings
-    travel in its environment); the library goes to executors as a zip that the application
-    adds with ``addPyFile``. Returns the published manifest's summary (the params, in a dry
-    run).
+    Subclasses check their params, then call :meth:`submit_app` with the params as JSON
+    (no secret). The driver runs in client mode (its settings travel in its environment);
+    the library goes to executors as a zip that the application adds with ``addPyFile``.
     """
 
     template_fields: Sequence[str] = (
         *SparkSubmitOperator.template_fields,
-        "export_params",
         "offloader_conn_id",
         "aws_conn_id",
     )
@@ -57,14 +56,12 @@ class BulkExportOperator(SparkSubmitOperator):
     def __init__(
         self,
         *,
-        export_params: dict[str, Any] | None = None,
+        application: str,
         offloader_conn_id: str = OffloaderHook.default_conn_name,
         aws_conn_id: str | None = None,
-        application: str = str(SPARK_JOBS / "bulk_export.py"),
         **kwargs: Any,
     ) -> None:
         super().__init__(application=application, **kwargs)
-        self.export_params = export_params
         self.offloader_conn_id = offloader_conn_id
         self.aws_conn_id = aws_conn_id
 
@@ -72,20 +69,22 @@ class BulkExportOperator(SparkSubmitOperator):
     def offloader_hook(self) -> OffloaderHook:
         return OffloaderHook(self.offloader_conn_id, aws_conn_id=self.aws_conn_id)
 
-    def execute(self, context: Context) -> dict[str, Any]:
-        from offloader.bulk.export import published_manifest  # pyarrow: not at parse time
-        from offloader.bulk.shipping import library_zip
-
-        params = ExportParams.parse(self.export_params or {})
+    def portable_settings(self) -> Settings:
+        """The settings the driver gets (:meth:`OffloaderHook.get_portable_settings`);
+        ``env_vars`` is refused: it is rendered, stored, and a ``--conf`` on some masters."""
         if self.env_vars:
             raise ValueError("env_vars is not taken: the job's settings come from the connection")
-        settings = self.offloader_hook.get_portable_settings()
-        params = params.with_defaults(context["run_id"], settings.resolved_object_store_url)
-        assert params.output is not None and params.export_id is not None
+        return self.offloader_hook.get_portable_settings()
+
+    def submit_app(self, params_json: str, settings: Settings) -> None:
+        """spark-submit the application with ``params_json`` and the library zip as its
+        arguments and ``settings`` in the driver's environment; raises if it fails."""
+        from offloader.bulk.shipping import library_zip
+
         with tempfile.TemporaryDirectory(prefix="offloader-spark-") as scratch:
             # the application ships it to executors (addPyFile): not --py-files, which
             # would shadow the driver's installed library with a zip
-            self.application_args = [params.model_dump_json(), str(library_zip(Path(scratch)))]
+            self.application_args = [params_json, str(library_zip(Path(scratch)))]
             self._hook = self._get_hook()
             if self._hook._connection["deploy_mode"] == "cluster":  # resolved from conn_id
                 raise ValueError(
@@ -97,6 +96,37 @@ class BulkExportOperator(SparkSubmitOperator):
                 self._hook.submit(self.application, env=child_environment(os.environ, settings))
             finally:
                 _close_submit_pipe(self._hook)
+
+
+class BulkExportOperator(OffloaderSparkOperator):
+    """Export offloaded entries as Parquet with include/spark_jobs/bulk_export.py.
+
+    ``export_params`` (a dict of :class:`ExportParams` fields, e.g. the DAG's Params) is
+    checked before anything is submitted. The export id defaults to the run's id, the output
+    to ``exports/`` under the offloader's store. Returns the published manifest's summary
+    (the params, in a dry run).
+    """
+
+    template_fields: Sequence[str] = (*OffloaderSparkOperator.template_fields, "export_params")
+
+    def __init__(
+        self,
+        *,
+        export_params: dict[str, Any] | None = None,
+        application: str = str(SPARK_JOBS / "bulk_export.py"),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(application=application, **kwargs)
+        self.export_params = export_params
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from offloader.bulk.export import published_manifest  # pyarrow: not at parse time
+
+        params = ExportParams.parse(self.export_params or {})
+        settings = self.portable_settings()
+        params = params.with_defaults(context["run_id"], settings.resolved_object_store_url)
+        assert params.output is not None and params.export_id is not None
+        self.submit_app(params.model_dump_json(), settings)
         if params.dry_run:
             return {"dry_run": True, "params": params.model_dump(mode="json")}
         manifest = published_manifest(params.output, params.export_id, settings)
@@ -104,6 +134,57 @@ class BulkExportOperator(SparkSubmitOperator):
             raise RuntimeError(f"the job ended but export {params.export_id} is not published")
         summary = {**manifest.summary(), "output": params.output}
         self.log.info("export published: %s", summary)
+        return summary
+
+
+class ScrubOperator(OffloaderSparkOperator):
+    """Scrub offloaded objects with include/spark_jobs/scrub.py: executors read and check
+    every block, the driver repairs from hot copies and writes the report.
+
+    ``scrub_params`` (a dict of :class:`ScrubParams` fields, e.g. the DAG's Params) is
+    checked before anything is submitted, the named topics against the metadata store too.
+    The report defaults to ``scrub-reports/<run id>.json`` under the offloader's store. The
+    task fails when the job leaves damage unrepaired (the driver's log, in the task's, says
+    which ledgers and why). Returns the report's counts and verdicts (the params, in a dry
+    run).
+    """
+
+    template_fields: Sequence[str] = (*OffloaderSparkOperator.template_fields, "scrub_params")
+
+    def __init__(
+        self,
+        *,
+        scrub_params: dict[str, Any] | None = None,
+        application: str = str(SPARK_JOBS / "scrub.py"),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(application=application, **kwargs)
+        self.scrub_params = scrub_params
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from offloader.scrub.output import read_report_at
+
+        params = ScrubParams.parse(self.scrub_params or {})
+        settings = self.portable_settings()
+        params = params.with_defaults(context["run_id"], settings.resolved_object_store_url)
+        assert params.report is not None
+        with self.offloader_hook.get_runtime() as runtime:
+            check_topics(runtime.metadata, params.topics)  # an unknown one: nothing submitted
+        self.submit_app(params.model_dump_json(), settings)
+        if params.dry_run:
+            return {"dry_run": True, "params": params.model_dump(mode="json")}
+        report = read_report_at(params.report, settings)
+        if report is None:
+            raise RuntimeError(f"the job ended but wrote no report at {params.report}")
+        summary = {
+            "report": params.report,
+            "counts": report["counts"],
+            "failed": report["failed"],
+            "damaged": {
+                f"{v['topic']}/{v['ledger_id']}": v["action"] for v in report["damaged_ledgers"]
+            },
+        }
+        self.log.info("scrub done: %s", summary)
         return summary
 
 

@@ -92,7 +92,14 @@ def test_the_operator_takes_the_models_defaults() -> None:
 
 @pytest.mark.parametrize(
     "dag_id",
-    ["offload_ledgers", "offload_historical", "retention", "garbage_collection", "bulk_export"],
+    [
+        "offload_ledgers",
+        "offload_historical",
+        "retention",
+        "garbage_collection",
+        "bulk_export",
+        "scrub",
+    ],
 )
 def test_every_form_accepts_what_its_help_promises(dags: dict[str, Any], dag_id: str) -> None:
     """The defaults are a valid run; a field whose help says it may stay empty takes None

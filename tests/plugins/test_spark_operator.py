@@ -1,4 +1,4 @@
-"""BulkExportOperator's checks before anything is submitted, and the driver's environment.
+"""The Spark operators' checks before anything is submitted, and the driver's environment.
 
 The submissions themselves run in tests/spark/ (real Spark); here nothing reaches Spark.
 """
@@ -12,9 +12,10 @@ import pytest
 
 from fixtures.airflow import connection_env
 from fixtures.databases import sqlite_url, upgraded
+from offloader.exceptions import NotFoundError
 from offloader.offload.params import RunParamsError
 from offloader.settings import Settings
-from offloader_airflow.spark import BulkExportOperator, child_environment
+from offloader_airflow.spark import BulkExportOperator, ScrubOperator, child_environment
 
 
 @pytest.fixture
@@ -64,11 +65,33 @@ def test_bad_input_is_refused_before_submitting(
     assert operator._hook is None  # no spark-submit was built
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"scrub_params": {"report": "rel/x.json"}}, RunParamsError, "report: 'rel/x.json'"),
+        ({"scrub_params": {"report": "/r/"}}, RunParamsError, "names a folder"),
+        ({"scrub_params": {"repair": None}}, RunParamsError, "repair: None is not of type"),
+        ({"scrub_params": {"topics": ["nope"]}}, NotFoundError, "topic 'nope' does not exist"),
+        ({"env_vars": {"X": "1"}}, ValueError, "env_vars is not taken"),
+    ],
+)
+def test_scrub_refuses_bad_input_before_submitting(
+    monkeypatch: pytest.MonkeyPatch, connections: Settings, kwargs, error, message
+) -> None:
+    spark_conn(monkeypatch, "client")
+    operator = ScrubOperator(task_id="scrub", **kwargs)
+    with pytest.raises(error, match=message):
+        operator.execute({"run_id": "r1"})  # type: ignore[arg-type]
+    assert operator._hook is None  # no spark-submit was built
+
+
+@pytest.mark.parametrize("operator_class", [BulkExportOperator, ScrubOperator])
 def test_cluster_deploy_mode_is_refused(
-    monkeypatch: pytest.MonkeyPatch, connections: Settings
+    monkeypatch: pytest.MonkeyPatch, connections: Settings, operator_class: type
 ) -> None:
     spark_conn(monkeypatch, "cluster")
-    operator = BulkExportOperator(task_id="export")
+    operator = operator_class(task_id="job")
     with pytest.raises(ValueError, match="runs in client mode"):
         operator.execute({"run_id": "r1"})  # type: ignore[arg-type]
-    assert not (connections.data_dir / "objects" / "exports").exists()
+    objects = connections.data_dir / "objects"
+    assert not (objects / "exports").exists() and not (objects / "scrub-reports").exists()

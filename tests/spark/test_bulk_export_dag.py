@@ -7,15 +7,20 @@ standalone master with one worker that the fixture starts.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-from fixtures.airflow import DagFile, return_value, stored_airflow_text, task_states
+from fixtures.airflow import (
+    DagFile,
+    airflow_logs,
+    return_value,
+    stored_airflow_text,
+    task_states,
+)
 from fixtures.backends import POSTGRES_ONLY, tiered_digests
 from fixtures.exports import export_files, export_table, offloaded_topics, parquet_digests
-from fixtures.spark import SparkSetup
+from fixtures.spark import SparkSetup, assert_no_secret
 from offloader.bulk.output import ATTEMPTS_DIR
 from offloader.runtime import Runtime
 
@@ -29,11 +34,6 @@ def export_dag() -> DagFile:
 
 def exports_url(rt: Runtime) -> str:
     return rt.settings.resolved_object_store_url.rstrip("/") + "/exports"
-
-
-def airflow_logs() -> str:
-    home = Path(os.environ["AIRFLOW_HOME"])
-    return "".join(f.read_text(errors="replace") for f in home.rglob("*.log"))
 
 
 @pytest.mark.usefixtures("airflow_db", "airflow_connections")
@@ -70,8 +70,9 @@ def test_export_equals_the_source_a_rerun_changes_nothing_and_no_secret_leaks(
     assert "bulk_export.py" in events  # ... and the real command line (sun.java.command)
     stored = stored_airflow_text()
     assert "daily" in stored  # rendered fields and XComs were read
-    for where, text in {"logs": logs, "spark conf": events, "airflow db": stored}.items():
-        assert secret.get_secret_value() not in text, where
+    assert_no_secret(
+        secret.get_secret_value(), {"logs": logs, "spark conf": events, "airflow db": stored}
+    )
 
 
 @pytest.mark.usefixtures("airflow_db", "airflow_connections")

@@ -30,6 +30,7 @@ BAD_VALUES = {
     "garbage_collection": ("max_items", "", "This field is required", True),
     "bulk_export": ("slice_bytes", "", "This field is required", True),
     "retention": ("position", "abc", "Invalid input for param position", False),
+    "scrub": ("report", "abc", "Invalid input for param report", False),
 }
 
 

@@ -1,7 +1,8 @@
 """The scrub report: counts, every damaged ledger with its findings and what was done.
 
-Written as JSON where the caller says (``offloader scrub --report PATH``; the Spark job
-later writes it to the store) and summarised for people. Schema: docs/OPERATIONS.md.
+Written as JSON where the caller says (``offloader scrub --report PATH``; the Spark job to
+the file or object a URL names, offloader/scrub/output.py) and summarised for people.
+Schema: docs/OPERATIONS.md.
 """
 
 from __future__ import annotations
@@ -139,15 +140,18 @@ class ScrubReport:
                 report=self,
             )
 
+    def to_bytes(self) -> bytes:
+        """The JSON document as written (sorted keys, indented, a final newline)."""
+        return (json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n").encode()
+
     def write(self, path: str | os.PathLike[str]) -> Path:
         """The JSON report at ``path``, replaced atomically (a reader never sees half)."""
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                json.dump(self.to_json(), out, indent=2, sort_keys=True)
-                out.write("\n")
+            with os.fdopen(fd, "wb") as out:
+                out.write(self.to_bytes())
                 out.flush()
                 os.fsync(out.fileno())
             os.replace(tmp, target)

@@ -57,13 +57,20 @@ def run_scrub(
 
 def scrub_targets(stores: StoreRegistry, targets: Iterable[ScrubTarget]) -> list[LedgerScrubResult]:
     """:func:`scrub_ledger` over ``targets`` in this process, each in its recorded store."""
-    return [scrub_ledger_in(stores, t) for t in targets]
+    return [scrub_ledger_in(_registry_opener(stores), t) for t in targets]
 
 
-def scrub_ledger_in(stores: StoreRegistry, target: ScrubTarget) -> LedgerScrubResult:
-    """One target in the store its row recorded; a store that cannot be opened is a finding."""
+def _registry_opener(stores: StoreRegistry) -> Callable[[ScrubTarget], ObjectStore]:
+    return lambda target: stores.get(target.store_id, f"ledger {target.name}")
+
+
+def scrub_ledger_in(
+    open_store: Callable[[ScrubTarget], ObjectStore], target: ScrubTarget
+) -> LedgerScrubResult:
+    """One target in the store ``open_store`` gives for it (the one its row recorded); a
+    store that cannot be opened (StoreUnavailableError) is an ``unreadable`` finding."""
     try:
-        store: ObjectStore = stores.get(target.store_id, f"ledger {target.name}")
+        store = open_store(target)
     except StoreUnavailableError as err:
         finding = Finding(
             target.topic, target.ledger_id, target.data_key, None, FindingKind.UNREADABLE, str(err)
@@ -146,7 +153,7 @@ def settle(runtime: Runtime, result: LedgerScrubResult, *, repair: bool) -> Ledg
         return _not_replaced(runtime, verdict, t, outcome.outcome)
     repaired = runtime.metadata.get_ledger(t.topic, t.ledger_id)
     location = None if repaired.store_id is None else runtime.metadata.get_store(repaired.store_id)
-    again = scrub_ledger_in(runtime.stores, ScrubTarget.of(repaired, location))
+    again = scrub_ledger_in(_registry_opener(runtime.stores), ScrubTarget.of(repaired, location))
     if again.damaged:
         return verdict(
             Action.REPAIR_FAILED,

@@ -55,13 +55,7 @@ def plan_scrub(metadata: MetadataStore, topics: Sequence[str] | None = None) -> 
     """The live offloaded ledgers of ``topics`` (default: every topic not deleted), by topic
     and ledger id. A named topic that does not exist is NotFoundError, and a deleted one
     ValueError, before anything is read."""
-    if topics:
-        names = list(dict.fromkeys(topics))
-        for name in names:
-            if metadata.get_topic(name).is_deleted:
-                raise ValueError(f"topic {name!r} was deleted; it has nothing to scrub")
-    else:
-        names = [t.name for t in metadata.list_topics() if not t.is_deleted]
+    names = check_topics(metadata, topics)
     locations: dict[int, StoreLocation] = {}
     targets = []
     for name in names:
@@ -73,6 +67,18 @@ def plan_scrub(metadata: MetadataStore, topics: Sequence[str] | None = None) -> 
                 location = locations[ledger.store_id]
             targets.append(ScrubTarget.of(ledger, location))
     return targets
+
+
+def check_topics(metadata: MetadataStore, topics: Sequence[str] | None = None) -> list[str]:
+    """The names of ``topics`` (default: every topic not deleted), checked: NotFoundError
+    for one that does not exist, ValueError for a deleted one."""
+    if not topics:
+        return [t.name for t in metadata.list_topics() if not t.is_deleted]
+    names = list(dict.fromkeys(topics))
+    for name in names:
+        if metadata.get_topic(name).is_deleted:
+            raise ValueError(f"topic {name!r} was deleted; it has nothing to scrub")
+    return names
 
 
 def _offloaded(ledgers: Iterable[Ledger]) -> list[Ledger]:

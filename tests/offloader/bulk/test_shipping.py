@@ -12,8 +12,9 @@ from offloader.bulk.shipping import library_zip
 IMPORT_FROM_ZIP = """
 import sys
 sys.path.insert(0, sys.argv[1])
-import offloader.bulk.export, offloader.objectstore.s3
+import offloader.bulk.export, offloader.objectstore.s3, offloader.scrub.spread
 print(offloader.bulk.export.__file__)
+print(offloader.scrub.spread.__file__)
 """
 
 
@@ -29,4 +30,7 @@ def test_executors_import_the_library_from_the_zip(tmp_path: Path) -> None:
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == f"{archive}/offloader/bulk/export.py"
+    assert done.stdout.split() == [
+        f"{archive}/offloader/bulk/export.py",
+        f"{archive}/offloader/scrub/spread.py",  # what scrub's executors run
+    ]

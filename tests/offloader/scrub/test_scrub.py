@@ -11,7 +11,7 @@ import pytest
 
 from fixtures.damage import overwrite_object
 from fixtures.pulsar_v1 import pulsar_write_blocks, pulsar_write_index
-from fixtures.scrub import DAMAGES, index_of, offloaded_topic
+from fixtures.scrub import DAMAGES, expected_counts, index_of, offloaded_topic
 from offloader.exceptions import NotFoundError, ScrubFailedError
 from offloader.format import decode_index
 from offloader.metadata import Ledger, schema
@@ -24,18 +24,6 @@ from offloader.scrub import (
     run_scrub,
     scrub_ledger,
 )
-
-
-def expected_counts(rt: Runtime, ledgers: list[Ledger]) -> Counts:
-    """What reading every object whole must count, from the store and the produce shapes."""
-    sizes = [rt.objects.stat(key).size for x in ledgers for key in (x.index_key, x.data_key) if key]
-    return Counts(
-        ledgers=len(ledgers),
-        objects=2 * len(ledgers),
-        blocks=sum(len(index_of(rt, x).blocks) for x in ledgers),
-        bytes=sum(sizes),
-        entries=sum(x.entry_count for x in ledgers),
-    )
 
 
 def state(rt: Runtime) -> tuple[object, ...]:
