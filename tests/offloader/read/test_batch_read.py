@@ -8,31 +8,16 @@ from __future__ import annotations
 import pytest
 
 from fixtures.batches import flattened
-from fixtures.damage import flip, offloaded_ledger, overwrite_object
+from fixtures.damage import flip, offloaded_ledger, overwrite_object, small_range_reader
 from offloader.exceptions import DamagedObjectError
 from offloader.format import ChunkRef
 from offloader.metadata import Ledger
 from offloader.read.batch import EntryBatch
-from offloader.read.tiered import IndexCache, TieredLedgerReader
+from offloader.read.tiered import TieredLedgerReader
 from offloader.runtime import Runtime
 
 KiB = 1024
 Entries = list[tuple[int, bytes]]
-
-
-def tiered(rt: Runtime, ledger: Ledger) -> TieredLedgerReader:
-    """Small ranges (128 KiB over 64 KiB chunks), so a ledger is many batches."""
-    assert ledger.data_key is not None and ledger.index_key is not None
-    return TieredLedgerReader(
-        rt.objects,
-        ledger.data_key,
-        ledger.index_key,
-        topic=ledger.topic,
-        ledger_id=ledger.ledger_id,
-        prefetch=2,
-        sequential_range=128 * KiB,
-        index_cache=IndexCache(),
-    )
 
 
 @pytest.fixture
@@ -45,7 +30,7 @@ def test_batches_hold_the_hot_tiers_entries_as_views_of_one_get_each(
     runtime: Runtime, offloaded: tuple[Ledger, Entries]
 ) -> None:
     ledger, entries = offloaded
-    reader = tiered(runtime, ledger)
+    reader = small_range_reader(runtime, ledger)
     batches = list(reader.read_batches())
     assert flattened(batches) == entries
     assert len(batches) == reader.stats.requests > 4  # one batch per ranged GET
@@ -56,7 +41,7 @@ def test_batches_hold_the_hot_tiers_entries_as_views_of_one_get_each(
         assert batch.last_entry_id == batch.entry_ids[-1]
     # consecutive batches continue each other's ids
     assert [b.first_entry_id for b in batches[1:]] == [b.last_entry_id + 1 for b in batches[:-1]]
-    assert list(tiered(runtime, ledger).read()) == entries
+    assert list(small_range_reader(runtime, ledger).read()) == entries
 
 
 def chunk_edges(reader: TieredLedgerReader) -> list[ChunkRef]:
@@ -69,7 +54,7 @@ def test_partial_ranges_on_and_across_chunk_boundaries(
     runtime: Runtime, offloaded: tuple[Ledger, Entries]
 ) -> None:
     ledger, entries = offloaded
-    chunks = chunk_edges(tiered(runtime, ledger))
+    chunks = chunk_edges(small_range_reader(runtime, ledger))
     c2, c3, c5 = chunks[2], chunks[3], chunks[5]
     last = len(entries) - 1
     ranges = [
@@ -84,12 +69,14 @@ def test_partial_ranges_on_and_across_chunk_boundaries(
         (0, last - 5),
     ]
     for first, end in ranges:
-        reader = tiered(runtime, ledger)
+        reader = small_range_reader(runtime, ledger)
         batches = list(reader.read_batches(first, end))
         assert flattened(batches) == entries[first : end + 1], (first, end)
         assert batches[0].first_entry_id == first and batches[-1].last_entry_id == end
-        assert list(tiered(runtime, ledger).read(first, end)) == entries[first : end + 1]
-    payload = tiered(runtime, ledger).read_entry(c3.last_entry_id)
+        assert (
+            list(small_range_reader(runtime, ledger).read(first, end)) == entries[first : end + 1]
+        )
+    payload = small_range_reader(runtime, ledger).read_entry(c3.last_entry_id)
     assert payload == entries[c3.last_entry_id][1]
     assert type(payload) is bytes  # a copy: it does not pin the fetched range
 
@@ -98,7 +85,7 @@ def test_a_range_outside_the_ledger_is_refused(
     runtime: Runtime, offloaded: tuple[Ledger, Entries]
 ) -> None:
     ledger, entries = offloaded
-    reader = tiered(runtime, ledger)
+    reader = small_range_reader(runtime, ledger)
     last = len(entries) - 1
     for first, end in ((-1, 3), (0, last + 1), (7, 6)):
         with pytest.raises(ValueError, match=rf"^entries {first}\.\.{end} are outside 0\.\.{last}"):
@@ -108,7 +95,7 @@ def test_a_range_outside_the_ledger_is_refused(
 
 def test_a_flipped_byte_stops_the_batches_before_its_chunk(runtime: Runtime) -> None:
     ledger = offloaded_ledger(runtime)
-    reader = tiered(runtime, ledger)
+    reader = small_range_reader(runtime, ledger)
     chunk = chunk_edges(reader)[len(chunk_edges(reader)) // 2]
     assert ledger.data_key is not None
     overwrite_object(runtime.objects, ledger.data_key, flip(chunk.end - 1))
@@ -116,7 +103,7 @@ def test_a_flipped_byte_stops_the_batches_before_its_chunk(runtime: Runtime) -> 
     handed_out: list[EntryBatch] = []
     address = f"topic {ledger.topic} ledger {ledger.ledger_id} object {ledger.data_key} "
     with pytest.raises(DamagedObjectError, match=f"^{address}offset {chunk.offset}: CRC mis"):
-        handed_out.extend(tiered(runtime, ledger).read_batches())
+        handed_out.extend(small_range_reader(runtime, ledger).read_batches())
     # what came before the damaged chunk's range was handed out, and was right
     assert handed_out and handed_out[-1].last_entry_id < chunk.first_entry_id
     assert flattened(handed_out) == entries[: handed_out[-1].last_entry_id + 1]

@@ -9,7 +9,14 @@ from dataclasses import dataclass
 
 import pytest
 
-from fixtures.damage import flip, offloaded_ledger, overwrite_object, pack_at, run_cli
+from fixtures.damage import (
+    flip,
+    offloaded_ledger,
+    overwrite_object,
+    pack_at,
+    run_cli,
+    small_range_reader,
+)
 from offloader.exceptions import DamagedObjectError, FormatError
 from offloader.format import HEADER_LEN, ChunkRef, LedgerIndex, decode_index
 from offloader.metadata import Ledger
@@ -91,25 +98,11 @@ def damaged(rt: Runtime, kind: str) -> tuple[Ledger, Damage]:
     return ledger, DAMAGES[kind](rt, ledger, index)
 
 
-def tiered_reader(rt: Runtime, ledger: Ledger) -> TieredLedgerReader:
-    assert ledger.data_key is not None and ledger.index_key is not None
-    return TieredLedgerReader(
-        rt.objects,
-        ledger.data_key,
-        ledger.index_key,
-        topic=ledger.topic,
-        ledger_id=ledger.ledger_id,
-        prefetch=2,
-        sequential_range=128 * KiB,
-        index_cache=IndexCache(),
-    )
-
-
 @pytest.mark.parametrize("kind", list(DAMAGES))
 def test_damage_fails_reads_with_its_address(runtime: Runtime, kind: str) -> None:
     ledger, damage = damaged(runtime, kind)
     with pytest.raises(DamagedObjectError, match=damage.message(ledger)) as raised:
-        list(tiered_reader(runtime, ledger).read())
+        list(small_range_reader(runtime, ledger).read())
     error = raised.value
     assert (error.topic, error.ledger_id, error.key, error.offset) == (
         ledger.topic,
@@ -119,10 +112,10 @@ def test_damage_fails_reads_with_its_address(runtime: Runtime, kind: str) -> Non
     )
     assert type(error.__cause__) is FormatError  # the codec's own words, kept
     with pytest.raises(DamagedObjectError, match=damage.message(ledger)) as raised:
-        list(tiered_reader(runtime, ledger).read_batches())
+        list(small_range_reader(runtime, ledger).read_batches())
     assert (raised.value.key, raised.value.offset) == (damage.key, damage.offset)
     with pytest.raises(DamagedObjectError, match=damage.message(ledger)):
-        tiered_reader(runtime, ledger).read_entry(damage.entry_id)
+        small_range_reader(runtime, ledger).read_entry(damage.entry_id)
     with pytest.raises(DamagedObjectError, match=damage.message(ledger)):
         list(TopicReader(runtime).read(ledger.topic, ledger.ledger_id, source=Source.TIERED))
 
@@ -130,7 +123,7 @@ def test_damage_fails_reads_with_its_address(runtime: Runtime, kind: str) -> Non
 def test_damage_is_local_to_its_chunk(runtime: Runtime) -> None:
     ledger, damage = damaged(runtime, "flipped-payload-byte")
     hot = dict(runtime.hot.read(ledger.topic, ledger.ledger_id))
-    reader = tiered_reader(runtime, ledger)
+    reader = small_range_reader(runtime, ledger)
     assert reader.read_entry(0) == hot[0]
     assert reader.read_entry(ledger.entry_count - 1) == hot[ledger.entry_count - 1]
     with pytest.raises(DamagedObjectError, match="CRC mismatch"):
