@@ -68,6 +68,24 @@ class Cache:
         return {module: _exit_codes(module, funcs) for module, funcs in self.modules.items()}
 
 
+def without_stale(cache: Cache, source: Path) -> Cache:
+    """``cache`` with the verdicts of every function whose source under ``source`` has
+    changed (or is gone) set to None, by mutmut's own function hash."""
+    from mutmut.mutation.file_mutation import compute_function_hashes
+
+    modules: Functions = {}
+    for module, funcs in cache.modules.items():
+        path = source / module
+        current = compute_function_hashes(path.read_text()) if path.exists() else {}
+        modules[module] = {
+            func: entry
+            if current.get(func) == entry["hash"]
+            else {**entry, "codes": [None] * len(entry["codes"])}
+            for func, entry in funcs.items()
+        }
+    return Cache(cache.runs, modules)
+
+
 def _module_name(module: str) -> str:
     """``offloader/gc/sweep.py`` -> ``offloader.gc.sweep`` (mutmut's prefix of mutant names)."""
     return module.removesuffix(".py").replace("/", ".").removesuffix(".__init__")

@@ -119,3 +119,27 @@ def test_save_drops_runs_no_function_refers_to(stage: Path, tmp_path: Path) -> N
     path = tmp_path / "results.json"
     cache.save(path)
     assert "gone" not in Cache.load(path).runs
+
+
+def test_verdicts_of_a_changed_function_are_not_shown_as_current(tmp_path: Path) -> None:
+    from mutmut.mutation.file_mutation import compute_function_hashes
+
+    source = tmp_path / "offloader" / "gc" / "sweep.py"
+    source.parent.mkdir(parents=True)
+    source.write_text("def same():\n    return 1\n\n\ndef changed():\n    return 2\n")
+    hashes = compute_function_hashes(source.read_text())
+    cache = Cache(
+        {"r": {}},
+        {
+            MODULE: {
+                "x_same": {"hash": hashes["x_same"], "codes": [1, 0], "run": "r"},
+                "x_changed": {"hash": "old", "codes": [1], "run": "r"},
+                "x_gone": {"hash": "old", "codes": [0], "run": "r"},
+            }
+        },
+    )
+    current = mutation_cache.without_stale(cache, tmp_path).modules[MODULE]
+    assert current["x_same"]["codes"] == [1, 0]
+    assert current["x_changed"]["codes"] == [None]
+    assert current["x_gone"]["codes"] == [None]
+    assert cache.modules[MODULE]["x_changed"]["codes"] == [1]  # the kept file is untouched
