@@ -28,6 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "docs" / "mutation_results.json"
+INTERRUPTED = 2  # mutmut's exit code for "check was interrupted by user"
 _MUTANT = re.compile(r"^(?P<func>.+)__mutmut_(?P<n>\d+)$")
 
 # {module path: {function: {"hash": str, "codes": [int | None], "run": str | None}}}
@@ -146,7 +147,8 @@ def read_stage(stage: Path) -> Functions:
             entry = funcs.setdefault(func, {"hash": None, "codes": [], "run": None})
             codes = entry["codes"]
             codes.extend([None] * (n - len(codes)))
-            codes[n - 1] = code
+            # a mutant whose check was interrupted (exit code 2) has no verdict: test it again
+            codes[n - 1] = None if code == INTERRUPTED else code
         if any(entry["codes"] for entry in funcs.values()):
             modules[module] = {f: e for f, e in funcs.items() if e["codes"]}
     return modules

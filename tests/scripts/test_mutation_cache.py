@@ -40,6 +40,7 @@ def stage(tmp_path: Path) -> Path:
         "offloader.gc.sweep.x_sweep__mutmut_2": 0,
         "offloader.gc.sweep.x_sweep__mutmut_3": None,
         "offloader.gc.sweep.xǁSweepResultǁsummary__mutmut_1": 36,
+        "offloader.gc.sweep.xǁSweepResultǁsummary__mutmut_2": 2,  # interrupted
     }
     hashes = {"x_sweep": "aaa", "xǁSweepResultǁsummary": "bbb", "x_untested": "ccc"}
     _write_meta(tmp_path / "before", MODULE, codes, hashes)
@@ -51,7 +52,7 @@ def test_read_stage_groups_verdicts_by_function_in_mutant_order(stage: Path) -> 
     assert modules == {
         MODULE: {
             "x_sweep": {"hash": "aaa", "codes": [1, 0, None], "run": None},
-            "xǁSweepResultǁsummary": {"hash": "bbb", "codes": [36], "run": None},
+            "xǁSweepResultǁsummary": {"hash": "bbb", "codes": [36, None], "run": None},
         }
     }
 
@@ -68,7 +69,10 @@ def test_seed_writes_back_what_mutmut_wrote(stage: Path, tmp_path: Path) -> None
     assert mutation_cache.seed(fresh, loaded) == 1
     meta = json.loads((fresh / "mutants" / "src" / (MODULE + ".meta")).read_text())
     original = json.loads((stage / "mutants" / "src" / (MODULE + ".meta")).read_text())
-    assert meta["exit_code_by_key"] == original["exit_code_by_key"]
+    # the interrupted check comes back as not checked, to be tested again
+    assert meta["exit_code_by_key"] == {
+        k: None if v == 2 else v for k, v in original["exit_code_by_key"].items()
+    }
     assert meta["hash_by_function_name"] == {"x_sweep": "aaa", "xǁSweepResultǁsummary": "bbb"}
     # a staging directory with results of its own keeps them
     assert mutation_cache.seed(fresh, loaded) == 0
