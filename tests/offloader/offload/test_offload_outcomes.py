@@ -208,3 +208,29 @@ def test_an_upload_longer_than_the_lease_keeps_its_ledger(runtime: Runtime) -> N
     result = LedgerOffloader(with_objects(rt, objects)).offload_ledger("orders", ledger_id)
     assert result.outcome is Outcome.OFFLOADED
     assert seen == [OffloadResult("orders", ledger_id, Outcome.IN_PROGRESS, result.attempt_id)]
+
+
+def test_an_interrupted_upload_fails_its_attempt_and_is_raised(runtime: Runtime) -> None:
+    """Ctrl-C (or a SystemExit from a signal handler) during the upload: the interrupt goes
+    on up, but first the attempt is failed and its keys queued, so the ledger is free at
+    once instead of after its lease."""
+    rt = runtime
+    (ledger_id,) = sealed(rt)
+
+    def interrupted(key: str) -> None:
+        raise KeyboardInterrupt(f"interrupted before PUT {key}")
+
+    objects = OnPut(rt.objects, before=interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        LedgerOffloader(with_objects(rt, objects)).offload_ledger("orders", ledger_id)
+    (failed,) = rt.metadata.list_attempts("orders")
+    assert (failed.state, failed.detail) == (
+        AttemptState.FAILED,
+        f"KeyboardInterrupt: interrupted before PUT {failed.data_key}",
+    )
+    ledger = rt.metadata.get_ledger("orders", ledger_id)
+    assert (ledger.attempt_id, ledger.attempt_lease_ms) == (None, None)
+    assert {d.object_key for d in rt.metadata.pending_deletions()} == {
+        failed.data_key,
+        failed.index_key,
+    }
