@@ -21,7 +21,7 @@ from fixtures.backends import (
     tiered_digests,
     unaccounted_objects,
 )
-from fixtures.clock import HOUR, skew_worker_clock
+from fixtures.clock import HOUR, skew_worker_clock, stopped_sqlite_clock
 from offloader.exceptions import StoreUnavailableError
 from offloader.gc.deletion_queue import process_deletions
 from offloader.gc.sweep import (
@@ -535,3 +535,23 @@ def test_uploads_are_looked_up_a_page_at_a_time(
     assert store.aborted_uploads == 5 and list(rt.objects.list_multipart_uploads()) == []
     assert [len(keys) for keys in lookups] == [2, 2, 1]
     assert sorted(k for keys in lookups for k in keys) == sorted(u.key for u in uploads)
+
+
+@pytest.mark.parametrize("backend_settings", ["fs-sqlite"], indirect=True)
+def test_an_upload_of_an_attempt_whose_lease_ends_this_millisecond_is_aborted(
+    swept: Runtime,
+) -> None:
+    """A lease ending exactly at the database's now is over (``attempt_lease_ms <= now``,
+    the rule every lease check applies): that attempt's upload is stale. SQLite's clock is
+    stopped to get there; on PostgreSQL the rule is the same SQL."""
+    rt = swept
+    ledger = next(x for x in rt.metadata.list_ledgers("orders") if not x.is_offloaded)
+    now = rt.metadata.db_now_ms() + 3_600_000  # the upload, begun now, is an hour old
+    with stopped_sqlite_clock(rt.metadata.engine, now):
+        ending = begin(rt, ledger, lease_ms=0)
+        assert rt.metadata.get_ledger("orders", ledger.ledger_id).attempt_lease_ms == now
+        assert rt.metadata.db_now_ms() == now
+        upload = rt.objects.create_multipart(ending.data_key)
+        (store,) = sweep(rt.metadata, rt.stores, rt.settings).stores
+    assert store.aborted_uploads == 1
+    assert upload.upload_id not in {u.upload_id for u in rt.objects.list_multipart_uploads()}
