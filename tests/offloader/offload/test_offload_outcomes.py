@@ -14,6 +14,7 @@ import pytest
 from fixtures.backends import make_topic, produce_ledgers, unaccounted_objects
 from fixtures.faults import with_objects
 from fixtures.takeover import OnPut, take_over
+from offloader.exceptions import CommitFailedError
 from offloader.hottier.writer import ManagedLedgerWriter
 from offloader.metadata import AttemptState, DeletionState, Position
 from offloader.offload.keys import ledger_object_keys
@@ -234,3 +235,23 @@ def test_an_interrupted_upload_fails_its_attempt_and_is_raised(runtime: Runtime)
         failed.data_key,
         failed.index_key,
     }
+
+
+def test_an_upload_that_knows_it_lost_its_ledger_writes_nothing(runtime: Runtime) -> None:
+    """Once the lease keeper has seen another attempt take the ledger, its check raises;
+    the upload checks before its first PUT, so a zombie writes neither object."""
+    rt = runtime
+    (ledger_id,) = sealed(rt)
+    ledger = rt.metadata.get_ledger("orders", ledger_id)
+    ledger, zombie = rt.metadata.begin_attempt(
+        ledger, "zombie", *ledger_object_keys("zombie", ledger_id), "frozen worker", 60_000,
+        store_id=rt.stores.default_id(),
+    )  # fmt: skip
+    take_over(rt, "orders", ledger_id)
+
+    def lost() -> None:
+        raise CommitFailedError(f"attempt zombie lost ledger orders/{ledger_id}")
+
+    with pytest.raises(CommitFailedError):
+        LedgerOffloader(rt)._upload(ledger, zombie, lost)
+    assert not rt.objects.exists(zombie.data_key) and not rt.objects.exists(zombie.index_key)
