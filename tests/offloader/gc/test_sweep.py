@@ -196,10 +196,11 @@ def test_a_late_write_of_a_retired_attempt_is_swept(swept: Runtime) -> None:
         store_id=store_id,
     )  # fmt: skip
     process_deletions(rt.metadata, rt.stores, rt.settings)
-    rt.objects.put(old_keys[0], b"written by the zombie after its keys were deleted")
+    for key in old_keys:
+        rt.objects.put(key, b"written by the zombie after its keys were deleted")
     time.sleep(GRACE + 1.5)
     sweep(rt.metadata, rt.stores, rt.settings)
-    assert pending(rt) == {old_keys[0]: ORPHAN_REASON}
+    assert pending(rt) == dict.fromkeys(old_keys, ORPHAN_REASON)
 
 
 def test_snapshots_survive_the_sweep_and_a_stray_one_does_not(swept: Runtime) -> None:
@@ -225,12 +226,22 @@ def test_paging_looks_up_every_page(swept: Runtime, monkeypatch: pytest.MonkeyPa
     rt = swept
     planted = plant(rt, 5)
     time.sleep(GRACE + 1.5)
+    lookups: list[int] = []
+    referenced_keys = sweep_module.referenced_keys
+
+    def counted(metadata: object, keys: list[str]) -> set[str]:
+        lookups.append(len(keys))
+        return referenced_keys(rt.metadata, keys)
+
+    monkeypatch.setattr(sweep_module, "referenced_keys", counted)
     result = sweep(rt.metadata, rt.stores, rt.settings)
     assert result.stores[0].queued == 5
     assert pending(rt) == dict.fromkeys(planted, ORPHAN_REASON)
     (store,) = result.stores
     assert (store.listed, store.referenced) == (len(present(rt)), len(present(rt)) - 5)
     assert (store.orphans, store.orphan_bytes) == (5, sum(planted.values()))
+    listed = len(present(rt))
+    assert lookups == [2] * (listed // 2) + [listed % 2] * (listed % 2)
 
 
 def test_a_sweep_killed_after_queueing_converges(swept: Runtime) -> None:
@@ -394,7 +405,8 @@ def test_uploads_of_attempts_that_are_not_live_are_aborted(
 ) -> None:
     """Parts of either key of a live attempt stay; those of an attempt whose lease ran out
     (still named by its ledger: its worker died) and of nobody are aborted, each with a
-    log line naming it. Keys sort the live attempt's uploads first."""
+    log line naming it. Keys sort the live attempt's uploads first. Objects of either
+    attempt are referenced (started, whatever its lease): none is queued."""
     rt = swept
     produce_ledgers(rt, "orders", [(5, 100)])
     first, second = [x for x in rt.metadata.list_ledgers("orders") if not x.is_offloaded]
@@ -403,6 +415,8 @@ def test_uploads_of_attempts_that_are_not_live_are_aborted(
     stray = ledger_object_keys("eeeeeeee-0000-4000-8000-000000000003", 9)[0]
     keys = [live.data_key, live.index_key, dead.data_key, dead.index_key, stray]
     uploads = {key: rt.objects.create_multipart(key) for key in keys}
+    for key in keys[:4]:
+        rt.objects.put(key, b"an object of a started attempt")
     pin_db_clock(monkeypatch, rt, rt.metadata.db_now_ms() + 3_600_000)  # every upload is old
     gone = [uploads[k] for k in (dead.data_key, dead.index_key, stray)]
 
@@ -417,6 +431,7 @@ def test_uploads_of_attempts_that_are_not_live_are_aborted(
     assert (done.stale_uploads, done.aborted_uploads) == (3, 3)
     left = {u.upload_id for u in rt.objects.list_multipart_uploads()}
     assert left == {uploads[live.data_key].upload_id, uploads[live.index_key].upload_id}
+    assert pending(rt) == {}
     aborted = [r.getMessage() for r in caplog.records if r.name == "offloader.gc.sweep"]
     assert sorted(aborted) == sorted(
         f"aborting stale multipart upload {u.upload_id} of {u.key}" for u in gone
@@ -555,3 +570,22 @@ def test_an_upload_of_an_attempt_whose_lease_ends_this_millisecond_is_aborted(
         (store,) = sweep(rt.metadata, rt.stores, rt.settings).stores
     assert store.aborted_uploads == 1
     assert upload.upload_id not in {u.upload_id for u in rt.objects.list_multipart_uploads()}
+
+
+def test_an_unreadable_manifest_leaves_every_snapshot_alone(
+    swept: Runtime, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without a readable manifest the sweep cannot tell kept snapshots from strays: it
+    leaves everything under _metadata/ alone, says so, and sweeps the rest."""
+    rt = swept
+    rt.objects.put(MANIFEST_KEY, b"not a manifest")
+    stray = "_metadata/snapshots/20000101T000000000Z-stray.jsonl.gz"
+    rt.objects.put(stray, b"left by an export killed before its manifest")
+    planted = plant(rt, 1)
+    pin_db_clock(monkeypatch, rt, rt.metadata.db_now_ms() + 3_600_000)
+    with caplog.at_level(logging.WARNING, logger="offloader.gc.sweep"):
+        sweep(rt.metadata, rt.stores, rt.settings)
+    assert pending(rt) == dict.fromkeys(planted, ORPHAN_REASON)
+    assert [r.getMessage() for r in caplog.records if r.name == "offloader.gc.sweep"] == [
+        "snapshot manifest unreadable; the sweep leaves _metadata/ alone"
+    ]
