@@ -5,10 +5,12 @@ never touched, snapshots survive, and a sweep killed after queueing converges on
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 
 import pytest
 
@@ -19,10 +21,18 @@ from fixtures.backends import (
     tiered_digests,
     unaccounted_objects,
 )
-from fixtures.clock import HOUR, skew_worker_clock
+from fixtures.clock import HOUR, skew_worker_clock, stopped_sqlite_clock
 from offloader.exceptions import StoreUnavailableError
 from offloader.gc.deletion_queue import process_deletions
-from offloader.gc.sweep import ORPHAN_REASON, StoreSweep, SweepResult, sweep
+from offloader.gc.sweep import (
+    ORPHAN_REASON,
+    Orphan,
+    StaleUpload,
+    StoreSweep,
+    SweepResult,
+    sweep,
+)
+from offloader.metadata import Attempt, Ledger
 from offloader.metadata.backup import MANIFEST_KEY, export_from, read_manifest
 from offloader.offload.keys import ledger_object_keys
 from offloader.offload.ledger_offloader import LedgerOffloader
@@ -56,6 +66,16 @@ def plant(rt: Runtime, count: int) -> dict[str, int]:
         rt.objects.put(data_key, body)
         planted[data_key] = len(body)
     return planted
+
+
+def begin(rt: Runtime, ledger: Ledger, lease_ms: int, attempt_id: str | None = None) -> Attempt:
+    """An attempt on ``ledger`` as a worker records it, its lease ``lease_ms`` from now."""
+    attempt_id = attempt_id or str(uuid.uuid4())
+    data_key, index_key = ledger_object_keys(attempt_id, ledger.ledger_id)
+    _, attempt = rt.metadata.begin_attempt(
+        ledger, attempt_id, data_key, index_key, "test", lease_ms, store_id=rt.stores.default_id()
+    )
+    return attempt
 
 
 def pending(rt: Runtime) -> dict[str, str]:
@@ -137,17 +157,7 @@ def test_a_live_attempts_objects_and_parts_are_never_touched(swept: Runtime) -> 
     rt = swept
     sealed = [x for x in rt.metadata.list_ledgers("orders") if not x.is_offloaded]
     ledger = sealed[0]
-    store_id = rt.stores.default_id()
-
-    def begin(lease_ms: int, attempt_ledger=ledger):  # type: ignore[no-untyped-def]
-        attempt_id = str(uuid.uuid4())
-        data_key, index_key = ledger_object_keys(attempt_id, attempt_ledger.ledger_id)
-        _, attempt = rt.metadata.begin_attempt(
-            attempt_ledger, attempt_id, data_key, index_key, "test", lease_ms, store_id=store_id
-        )
-        return attempt
-
-    live = begin(lease_ms=3_600_000)
+    live = begin(rt, ledger, lease_ms=3_600_000)
     rt.objects.put(live.index_key, b"index of a live attempt")
     live_upload = rt.objects.create_multipart(live.data_key)
     rt.objects.upload_part(live_upload, 1, b"first part")
@@ -186,10 +196,11 @@ def test_a_late_write_of_a_retired_attempt_is_swept(swept: Runtime) -> None:
         store_id=store_id,
     )  # fmt: skip
     process_deletions(rt.metadata, rt.stores, rt.settings)
-    rt.objects.put(old_keys[0], b"written by the zombie after its keys were deleted")
+    for key in old_keys:
+        rt.objects.put(key, b"written by the zombie after its keys were deleted")
     time.sleep(GRACE + 1.5)
     sweep(rt.metadata, rt.stores, rt.settings)
-    assert pending(rt) == {old_keys[0]: ORPHAN_REASON}
+    assert pending(rt) == dict.fromkeys(old_keys, ORPHAN_REASON)
 
 
 def test_snapshots_survive_the_sweep_and_a_stray_one_does_not(swept: Runtime) -> None:
@@ -215,10 +226,22 @@ def test_paging_looks_up_every_page(swept: Runtime, monkeypatch: pytest.MonkeyPa
     rt = swept
     planted = plant(rt, 5)
     time.sleep(GRACE + 1.5)
+    lookups: list[int] = []
+    referenced_keys = sweep_module.referenced_keys
+
+    def counted(metadata: object, keys: list[str]) -> set[str]:
+        lookups.append(len(keys))
+        return referenced_keys(rt.metadata, keys)
+
+    monkeypatch.setattr(sweep_module, "referenced_keys", counted)
     result = sweep(rt.metadata, rt.stores, rt.settings)
     assert result.stores[0].queued == 5
     assert pending(rt) == dict.fromkeys(planted, ORPHAN_REASON)
-    assert result.stores[0].referenced == len(present(rt)) - 5
+    (store,) = result.stores
+    assert (store.listed, store.referenced) == (len(present(rt)), len(present(rt)) - 5)
+    assert (store.orphans, store.orphan_bytes) == (5, sum(planted.values()))
+    listed = len(present(rt))
+    assert lookups == [2] * (listed // 2) + [listed % 2] * (listed % 2)
 
 
 def test_a_sweep_killed_after_queueing_converges(swept: Runtime) -> None:
@@ -325,3 +348,244 @@ def test_a_result_with_unswept_stores_fails_naming_each_and_only_them() -> None:
     message = r"^not swept: s3://b/x: not reachable; s3://c: cannot be opened$"
     with pytest.raises(StoreUnavailableError, match=message):
         result.raise_for_errors()
+
+
+def _ms(when: datetime | None) -> int:
+    """A store's time on the millisecond scale the sweep measures ages on."""
+    assert when is not None
+    return int(when.timestamp() * 1000)
+
+
+def pin_db_clock(monkeypatch: pytest.MonkeyPatch, rt: Runtime, now_ms: int) -> None:
+    """The database's clock reads ``now_ms`` (ages are measured on one reading of it)."""
+    monkeypatch.setattr(rt.metadata, "db_now_ms", lambda: now_ms)
+
+
+def test_ages_on_the_grace_and_the_upload_limit_are_old_enough(
+    swept: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An object exactly ``sweep_grace_seconds`` old is an orphan and an upload exactly
+    ``multipart_max_age_seconds`` old is stale (the limits are inclusive); a moment
+    younger, either is left alone. Ages are reported to the millisecond."""
+    rt = swept
+    (orphan,) = plant(rt, 1)
+    stale = rt.objects.create_multipart(ledger_object_keys(str(uuid.uuid4()), 200)[0])
+    time.sleep(0.05)
+    (young,) = plant(rt, 1)
+    young_upload = rt.objects.create_multipart(ledger_object_keys(str(uuid.uuid4()), 201)[0])
+    written = _ms(next(o.last_modified for o in rt.objects.list() if o.key == orphan))
+    initiated = _ms(stale.initiated)
+    assert _ms(next(o.last_modified for o in rt.objects.list() if o.key == young)) > written
+    assert _ms(young_upload.initiated) > initiated
+
+    def scan_at(now_ms: int) -> StoreSweep:
+        pin_db_clock(monkeypatch, rt, now_ms)
+        (store,) = sweep(rt.metadata, rt.stores, rt.settings, dry_run=True).stores
+        return store
+
+    at_grace = scan_at(written + int(GRACE * 1000))
+    assert [(o.key, o.age_seconds) for o in at_grace.objects] == [(orphan, GRACE)]
+    assert at_grace.young == 1
+    later = scan_at(written + 3456)
+    assert [o.age_seconds for o in later.objects if o.key == orphan] == [3.456]
+    at_limit = scan_at(initiated + int(GRACE * 1000))
+    assert [(u.key, u.upload_id, u.age_seconds) for u in at_limit.uploads] == [
+        (stale.key, stale.upload_id, GRACE)
+    ]
+    later = scan_at(initiated + 3456)
+    assert [(u.upload_id, u.age_seconds) for u in later.uploads if u.key == stale.key] == [
+        (stale.upload_id, 3.456)
+    ]
+    for upload in (stale, young_upload):
+        rt.objects.abort_multipart(upload)
+
+
+def test_uploads_of_attempts_that_are_not_live_are_aborted(
+    swept: Runtime, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Parts of either key of a live attempt stay; those of an attempt whose lease ran out
+    (still named by its ledger: its worker died) and of nobody are aborted, each with a
+    log line naming it. Keys sort the live attempt's uploads first. Objects of either
+    attempt are referenced (started, whatever its lease): none is queued."""
+    rt = swept
+    produce_ledgers(rt, "orders", [(5, 100)])
+    first, second = [x for x in rt.metadata.list_ledgers("orders") if not x.is_offloaded]
+    live = begin(rt, first, 3_600_000, "00000000-0000-4000-8000-000000000001")
+    dead = begin(rt, second, -1, "ffffffff-0000-4000-8000-000000000002")
+    stray = ledger_object_keys("eeeeeeee-0000-4000-8000-000000000003", 9)[0]
+    keys = [live.data_key, live.index_key, dead.data_key, dead.index_key, stray]
+    uploads = {key: rt.objects.create_multipart(key) for key in keys}
+    for key in keys[:4]:
+        rt.objects.put(key, b"an object of a started attempt")
+    pin_db_clock(monkeypatch, rt, rt.metadata.db_now_ms() + 3_600_000)  # every upload is old
+    gone = [uploads[k] for k in (dead.data_key, dead.index_key, stray)]
+
+    (scan,) = sweep(rt.metadata, rt.stores, rt.settings, dry_run=True).stores
+    assert [(u.key, u.upload_id) for u in scan.uploads] == sorted(
+        (u.key, u.upload_id) for u in gone
+    )
+    assert (scan.stale_uploads, scan.aborted_uploads) == (3, 0)
+
+    with caplog.at_level(logging.INFO, logger="offloader.gc.sweep"):
+        (done,) = sweep(rt.metadata, rt.stores, rt.settings).stores
+    assert (done.stale_uploads, done.aborted_uploads) == (3, 3)
+    left = {u.upload_id for u in rt.objects.list_multipart_uploads()}
+    assert left == {uploads[live.data_key].upload_id, uploads[live.index_key].upload_id}
+    assert pending(rt) == {}
+    aborted = [r.getMessage() for r in caplog.records if r.name == "offloader.gc.sweep"]
+    assert sorted(aborted) == sorted(
+        f"aborting stale multipart upload {u.upload_id} of {u.key}" for u in gone
+    )
+
+
+def test_a_store_that_cannot_be_opened_is_logged_and_reported(
+    swept: Runtime, tmp_path, caplog: pytest.LogCaptureFixture
+) -> None:  # type: ignore[no-untyped-def]
+    """In-process: the warning names the store and carries the traceback; the result
+    names the store by its location and says what went wrong, after sweeping the rest."""
+    from offloader.objectstore.location import StoreLocation
+
+    rt = swept
+    gone = StoreLocation("file", str(tmp_path / "gone"))
+    gone_id = rt.metadata.record_store(gone)
+    with caplog.at_level(logging.WARNING, logger="offloader.gc.sweep"):
+        result = sweep(rt.metadata, rt.stores, rt.settings)
+    (record,) = [r for r in caplog.records if r.name == "offloader.gc.sweep"]
+    assert record.getMessage() == f"sweep of {gone} failed"
+    assert record.exc_info is not None and record.exc_info[1] is not None
+    error = record.exc_info[1]
+    assert "does not exist" in str(error)
+    assert [(s.store_id, s.store, s.error) for s in result.stores] == [
+        (rt.stores.default_id(), str(rt.stores.default_location), None),
+        (gone_id, str(gone), f"{type(error).__name__}: {error}"),
+    ]
+
+
+def test_a_scan_reports_the_configured_store_first_and_its_settings(
+    runtime: Runtime, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    """The configured store, not yet recorded, comes first, before the recorded ones;
+    the result says it is a scan and which limits it applied."""
+    from offloader.objectstore.location import StoreLocation
+
+    rt = runtime
+    (tmp_path / "older-store").mkdir()
+    older = StoreLocation("file", str(tmp_path / "older-store"))
+    older_id = rt.metadata.record_store(older)
+    settings = rt.settings.model_copy(
+        update={"sweep_grace_seconds": 7.0, "multipart_max_age_seconds": 11.0}
+    )
+    result = sweep(rt.metadata, rt.stores, settings, dry_run=True)
+    assert [(s.store_id, s.store) for s in result.stores] == [
+        (None, str(rt.stores.default_location)),
+        (older_id, str(older)),
+    ]
+    assert (result.dry_run, result.grace_seconds, result.multipart_max_age_seconds) == (
+        True,
+        7.0,
+        11.0,
+    )
+    done = sweep(rt.metadata, rt.stores, settings)
+    assert (done.dry_run, len(done.stores)) == (False, 2)
+
+
+def test_the_summary_says_what_was_done_or_would_be_per_store() -> None:
+    """What `offloader scan` and `sweep` print: per store its counts (a scan's "would"),
+    each orphan and stale upload of a scan, and a store that was not swept, with why."""
+    unswept = StoreSweep(store_id=2, store="s3://b/x", error="OSError: not reachable")
+    scanned = StoreSweep(
+        store_id=1, store="file:///a", listed=9, referenced=4, young=1, foreign=1, orphans=2,
+        orphan_bytes=30, queued=0, stale_uploads=1, aborted_uploads=0,
+        objects=[Orphan("k1", 10, 3.4), Orphan("k2", 20, 4.6)],
+        uploads=[StaleUpload("k3", "u-1", 7.5)],
+    )  # fmt: skip
+    scan = SweepResult(True, 1.0, 1.0, [unswept, scanned])
+    assert scan.summary() == "\n".join(
+        [
+            "s3://b/x: NOT SWEPT: OSError: not reachable",
+            "file:///a: listed 9, referenced 4, young 1, foreign 1, orphans 2 (30 bytes, "
+            "would queue 2), stale uploads 1 (would abort 1)",
+            "  k1  10 bytes  3 s old",
+            "  k2  20 bytes  5 s old",
+            "  upload k3 (u-1)  8 s old",
+        ]
+    )
+    swept = StoreSweep(
+        store_id=1, store="file:///a", listed=9, referenced=4, orphans=3, orphan_bytes=30,
+        queued=2, stale_uploads=3, aborted_uploads=1,
+    )  # fmt: skip
+    assert SweepResult(False, 1.0, 1.0, [unswept, swept]).summary() == "\n".join(
+        [
+            "s3://b/x: NOT SWEPT: OSError: not reachable",
+            "file:///a: listed 9, referenced 4, young 0, foreign 0, orphans 3 (30 bytes, "
+            "queued 2), stale uploads 3 (aborted 1)",
+        ]
+    )
+    assert SweepResult(False, 1.0, 1.0, []).summary() == "(no stores recorded)"
+
+
+def test_uploads_are_looked_up_a_page_at_a_time(
+    swept: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pages of two uploads: each page's keys are looked up in one statement of at most a
+    page's keys (the lookup's IN list stays bounded however many uploads there are)."""
+    from offloader.gc import sweep as sweep_module
+
+    rt = swept
+    monkeypatch.setattr(sweep_module, "PAGE", 2)
+    lookups: list[list[str]] = []
+    live_attempt_keys = sweep_module.live_attempt_keys
+
+    def counted(metadata: object, keys: list[str]) -> set[str]:
+        lookups.append(list(keys))
+        return live_attempt_keys(rt.metadata, keys)
+
+    monkeypatch.setattr(sweep_module, "live_attempt_keys", counted)
+    uploads = [
+        rt.objects.create_multipart(ledger_object_keys(str(uuid.uuid4()), 300 + n)[0])
+        for n in range(5)
+    ]
+    pin_db_clock(monkeypatch, rt, rt.metadata.db_now_ms() + 3_600_000)
+    (store,) = sweep(rt.metadata, rt.stores, rt.settings).stores
+    assert store.aborted_uploads == 5 and list(rt.objects.list_multipart_uploads()) == []
+    assert [len(keys) for keys in lookups] == [2, 2, 1]
+    assert sorted(k for keys in lookups for k in keys) == sorted(u.key for u in uploads)
+
+
+@pytest.mark.parametrize("backend_settings", ["fs-sqlite"], indirect=True)
+def test_an_upload_of_an_attempt_whose_lease_ends_this_millisecond_is_aborted(
+    swept: Runtime,
+) -> None:
+    """A lease ending exactly at the database's now is over (``attempt_lease_ms <= now``,
+    the rule every lease check applies): that attempt's upload is stale. SQLite's clock is
+    stopped to get there; on PostgreSQL the rule is the same SQL."""
+    rt = swept
+    ledger = next(x for x in rt.metadata.list_ledgers("orders") if not x.is_offloaded)
+    now = rt.metadata.db_now_ms() + 3_600_000  # the upload, begun now, is an hour old
+    with stopped_sqlite_clock(rt.metadata.engine, now):
+        ending = begin(rt, ledger, lease_ms=0)
+        assert rt.metadata.get_ledger("orders", ledger.ledger_id).attempt_lease_ms == now
+        assert rt.metadata.db_now_ms() == now
+        upload = rt.objects.create_multipart(ending.data_key)
+        (store,) = sweep(rt.metadata, rt.stores, rt.settings).stores
+    assert store.aborted_uploads == 1
+    assert upload.upload_id not in {u.upload_id for u in rt.objects.list_multipart_uploads()}
+
+
+def test_an_unreadable_manifest_leaves_every_snapshot_alone(
+    swept: Runtime, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without a readable manifest the sweep cannot tell kept snapshots from strays: it
+    leaves everything under _metadata/ alone, says so, and sweeps the rest."""
+    rt = swept
+    rt.objects.put(MANIFEST_KEY, b"not a manifest")
+    stray = "_metadata/snapshots/20000101T000000000Z-stray.jsonl.gz"
+    rt.objects.put(stray, b"left by an export killed before its manifest")
+    planted = plant(rt, 1)
+    pin_db_clock(monkeypatch, rt, rt.metadata.db_now_ms() + 3_600_000)
+    with caplog.at_level(logging.WARNING, logger="offloader.gc.sweep"):
+        sweep(rt.metadata, rt.stores, rt.settings)
+    assert pending(rt) == dict.fromkeys(planted, ORPHAN_REASON)
+    assert [r.getMessage() for r in caplog.records if r.name == "offloader.gc.sweep"] == [
+        "snapshot manifest unreadable; the sweep leaves _metadata/ alone"
+    ]

@@ -45,9 +45,9 @@ def test_plan_and_hot_deletion_see_only_ledgers_with_a_hot_copy(runtime: Runtime
 def test_batch_planning_loads_only_ledgers_not_yet_offloaded(
     runtime: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """plan_batches (the DAG's planning task) asks the store for the ledgers with a hot
-    copy that are not offloaded: the offloaded ones whose hot copies wait for their lag
-    would plan nothing and only cost reading."""
+    """plan_batches (the DAG's planning task) and LedgerOffloader.plan ask the store for
+    the ledgers with a hot copy that are not offloaded: the offloaded ones whose hot copies
+    wait for their lag would plan nothing and only cost reading."""
     rt = runtime
     make_topic(rt, offload_threshold_bytes=0, deletion_lag_seconds=3600)
     ids = produce_ledgers(rt, "orders", [(5, 100)] * 4)
@@ -63,4 +63,7 @@ def test_batch_planning_loads_only_ledgers_not_yet_offloaded(
     monkeypatch.setattr(rt.metadata, "ledgers_with_hot_copy", recording)
     batches = plan_batches(rt.metadata, "orders", None, 10)
     assert [(b.topic, b.ledger_ids) for b in batches] == [("orders", ids[2:])]
+    assert loaded == ids[2:]
+    loaded.clear()
+    assert [x.ledger_id for x in LedgerOffloader(rt).plan("orders")] == ids[2:]
     assert loaded == ids[2:]
