@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import abc
 import os
+import re
 import shutil
 import uuid
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
     from offloader.settings import Settings
 
 ATTEMPTS_DIR = ".attempts"
+#: an attempt's folder under ``<export id>/`` (``ExportTarget.new_attempt``: a uuid4 hex)
+ATTEMPT_FOLDER = re.compile(r"[0-9a-f]{32}/")
 
 
 @dataclass(frozen=True)
@@ -161,11 +164,14 @@ class ObjectStoreOutput(ExportOutput):
         return ExportManifest.from_bytes(data, f"{self.store.url}/{key}")
 
     def discard_others(self) -> int:
-        keep = (self.prefix + MANIFEST_NAME, self.prefix + self.root)
+        """Only keys in attempt folders go: the export's folder may hold objects this job
+        never wrote (another store's ledgers, if the output overlaps it)."""
+        keep = self.prefix + self.root
         stale = [
             info.key
             for info in self.store.list(self.prefix)
-            if info.key != keep[0] and not info.key.startswith(keep[1])
+            if not info.key.startswith(keep)
+            and ATTEMPT_FOLDER.match(info.key, len(self.prefix)) is not None
         ]
         result = self.store.delete_many(stale)
         if result.failed:

@@ -162,6 +162,22 @@ class ScrubReport:
         return target
 
 
+def check_report_path(path: str | os.PathLike[str]) -> Path:
+    """``path`` if a report can be written there (a file, in a directory this process can
+    write, made if missing); ValueError naming it otherwise. Checked before a scrub reads
+    or repairs anything, so a bad path changes nothing."""
+    target = Path(path)
+    if target.is_dir():
+        raise ValueError(f"scrub report {str(path)!r} is a directory: name a file")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"scrub report {str(path)!r}: cannot make its directory: {err}") from None
+    if not os.access(target.parent, os.W_OK | os.X_OK):
+        raise ValueError(f"scrub report {str(path)!r}: its directory is not writable")
+    return target
+
+
 def _finding_json(finding: Finding) -> dict[str, Any]:
     return {
         "key": finding.key,

@@ -26,7 +26,13 @@ from offloader.objectstore.registry import StoreRegistry
 from offloader.offload.ledger_offloader import LedgerOffloader, Outcome
 from offloader.runtime import Runtime
 from offloader.scrub.check import Finding, FindingKind, LedgerScrubResult, scrub_ledger
-from offloader.scrub.report import Action, Counts, LedgerVerdict, ScrubReport
+from offloader.scrub.report import (
+    Action,
+    Counts,
+    LedgerVerdict,
+    ScrubReport,
+    check_report_path,
+)
 from offloader.scrub.targets import ScrubTarget, plan_scrub
 
 log = logging.getLogger(__name__)
@@ -42,6 +48,8 @@ def run_scrub(
     """Scrub every live offloaded ledger of ``topics`` (default all); repair unless told
     not to; write the report to ``report_path`` if given. The report's ``failed`` says
     whether damage is left (``raise_for_failure`` turns that into an error)."""
+    if report_path is not None:
+        check_report_path(report_path)  # before anything is read or repaired
     started_ms = runtime.metadata.db_now_ms()
     targets = plan_scrub(runtime.metadata, topics)
     results = scrub_targets(runtime.stores, targets)

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from fixtures.backends import make_topic, produce_ledgers, tiered_digests
+from fixtures.databases import sqlite_url, upgraded
 from fixtures.exports import TOPICS, export_files, export_table, offloaded_topics, parquet_digests
+from fixtures.seaweedfs import SeaweedS3
 from offloader.bulk.export import export_slices, publish_export, published_manifest
 from offloader.bulk.output import ATTEMPTS_DIR, ExportTarget, open_output
 from offloader.bulk.params import ExportParams
@@ -168,3 +170,32 @@ def test_publish_refuses_a_directory_it_did_not_make(tmp_path: Path) -> None:
     with open_output(target, Settings.from_values()) as output, pytest.raises(FileExistsError):
         output.publish(manifest)
     assert list((tmp_path / "e3").iterdir()) == []
+
+
+def test_replacing_an_export_removes_only_its_own_attempts(
+    s3_server: SeaweedS3, tmp_path: Path
+) -> None:
+    """An export whose folder holds other objects (here the offloader's own ledgers: the
+    store is ``s3://bucket/ledgers`` and the export ``ledgers`` at ``s3://bucket``) removes
+    only the folders of its earlier attempts, never objects it did not write."""
+    settings = upgraded(
+        s3_server.make_settings(
+            "t-overlap", prefix="ledgers", metadata_url=sqlite_url(tmp_path), data_dir=tmp_path
+        )
+    )
+    with Runtime.open(settings) as rt:
+        offloaded_topics(rt, {"orders": [(10, 100), (5, 100)]})
+        before = tiered_digests(rt)
+        bucket = settings.resolved_object_store_url.rsplit("/", 1)[0]
+        params = ExportParams.parse({"output": bucket, "export_id": "ledgers"})
+        _, first = run_export(rt, params)
+        _, second = run_export(rt, params)  # replaces the first: its attempt is removed
+        assert tiered_digests(rt) == before  # every ledger object is still there
+        assert staged_attempts_under(rt, "") == {second.attempt}
+        assert first.attempt != second.attempt
+
+
+def staged_attempts_under(rt: Runtime, folder: str) -> set[str]:
+    """The attempts whose Parquet files exist under ``folder`` of ``rt``'s store."""
+    keys = [i.key for i in rt.objects.list(folder)]
+    return {k.split("/")[0] for k in keys if k.endswith(".parquet")}

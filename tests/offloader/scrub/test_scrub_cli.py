@@ -68,3 +68,18 @@ def test_an_unknown_topic_is_one_line_and_exit_2(runtime: Runtime) -> None:
     done = run_cli(runtime, "scrub", "audit", "nope")
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.splitlines() == ["error: topic 'nope' does not exist"]
+
+
+def test_a_report_path_that_cannot_be_written_is_refused_first(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    """A bad ``--report`` is one error line before anything is read or repaired."""
+    victim = offloaded_topic(runtime)[1]
+    DAMAGES["truncated-data-object"](runtime, victim)
+    before = runtime.metadata.get_ledger("orders", victim.ledger_id)
+    done = run_cli(runtime, "scrub", "--report", str(tmp_path))  # a directory
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"error: scrub report {str(tmp_path)!r} is a directory: name a file"
+    ]
+    assert runtime.metadata.get_ledger("orders", victim.ledger_id) == before  # not repaired
