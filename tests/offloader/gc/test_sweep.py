@@ -370,13 +370,14 @@ def test_ages_on_the_grace_and_the_upload_limit_are_old_enough(
     rt = swept
     (orphan,) = plant(rt, 1)
     stale = rt.objects.create_multipart(ledger_object_keys(str(uuid.uuid4()), 200)[0])
-    time.sleep(0.05)
+    time.sleep(1.1)  # S3 keeps LastModified to the second
     (young,) = plant(rt, 1)
     young_upload = rt.objects.create_multipart(ledger_object_keys(str(uuid.uuid4()), 201)[0])
     written = _ms(next(o.last_modified for o in rt.objects.list() if o.key == orphan))
-    initiated = _ms(stale.initiated)
+    listed = {u.upload_id: u.initiated for u in rt.objects.list_multipart_uploads()}
+    initiated = _ms(listed[stale.upload_id])  # the store's time, as the sweep reads it
     assert _ms(next(o.last_modified for o in rt.objects.list() if o.key == young)) > written
-    assert _ms(young_upload.initiated) > initiated
+    assert _ms(listed[young_upload.upload_id]) > initiated
 
     def scan_at(now_ms: int) -> StoreSweep:
         pin_db_clock(monkeypatch, rt, now_ms)
