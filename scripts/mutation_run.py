@@ -201,7 +201,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         run_mutmut(stage, args.max_children, names)
     finally:  # a failed or interrupted run still leaves the verdicts it reached
-        command = " ".join(["make mutate", *(argv if argv is not None else sys.argv[1:])])
+        target = "make mutate-survivors" if args.retest_survivors else "make mutate"
+        command = target + (f' MUTANTS="{" ".join(args.mutants)}"' if args.mutants else "")
         after = mutation_cache.read_stage(stage)
         mutation_cache.record(cache, before, after, names, command).save()
         print(f"mutation: verdicts recorded in {CACHE_NAME}", flush=True)
