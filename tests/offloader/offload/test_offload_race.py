@@ -151,6 +151,9 @@ def terminate_backend(url: str, pid: int) -> None:
                 alive = conn.execute(
                     sa.text("SELECT count(*) FROM pg_stat_activity WHERE pid = :p"), {"p": pid}
                 ).scalar()
+                # pg_stat_activity is a snapshot kept until the transaction ends: end it, or
+                # every later poll sees the first answer again
+                conn.rollback()
                 if not alive:
                     return
                 time.sleep(0.01)
