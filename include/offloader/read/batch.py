@@ -61,7 +61,8 @@ class EntryBatch:
     def between(self, first: int, last: int) -> EntryBatch:
         """The entries with ids in ``first..last``: the same buffer, sliced offsets."""
         lo = max(first - self.first_entry_id, 0)
-        hi = min(last - self.first_entry_id + 1, len(self.starts))
+        # never below lo: a negative bound would count from the end of the arrays
+        hi = max(lo, min(last - self.first_entry_id + 1, len(self.starts)))
         if lo == 0 and hi == len(self.starts):
             return self
         return EntryBatch(

@@ -55,7 +55,9 @@ def test_views_copies_and_positions(encoded: tuple[EntryBatch, list[tuple[int, b
         (FIRST_ID + 11, FIRST_ID + 20, range(11, 12)),
         (0, FIRST_ID, range(0, 1)),
         (FIRST_ID + 12, FIRST_ID + 20, range(0)),  # after it
-        (0, FIRST_ID - 1, range(0)),  # before it
+        (0, FIRST_ID - 1, range(0)),  # just before it
+        (0, FIRST_ID - 5, range(0)),  # well before it: not a slice counted from the end
+        (FIRST_ID + 30, FIRST_ID + 40, range(0)),  # well after it
     ],
 )
 def test_between_slices_offsets_not_payloads(
