@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterable
 
 from offloader.exceptions import CommitFailedError
 from offloader.metadata import Attempt, MetadataStore
+
+log = logging.getLogger(__name__)
+# How long leaving the keeper waits for its thread beyond one renewal interval. A renewal
+# stuck on the database must not hold the finished upload hostage: the thread is a daemon
+# and its renewals are fenced (a finished attempt no longer owns its ledger).
+STOP_GRACE_SECONDS = 10.0
 
 
 class LeaseKeeper:
@@ -37,7 +44,14 @@ class LeaseKeeper:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join()
+        self._thread.join(self._interval + STOP_GRACE_SECONDS)
+        if self._thread.is_alive():
+            log.warning(
+                "lease renewal of %d attempt(s) did not stop within %.0f s; left to end "
+                "on its own",
+                len(self._attempts),
+                self._interval + STOP_GRACE_SECONDS,
+            )
 
     def check(self, attempt_id: str | None = None) -> None:
         """Raise CommitFailedError if the attempt (the only one when None) lost its ledger."""
