@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 from pydantic import ValidationError
 
-from fixtures.clock import HOUR, skew_worker_clock
+from fixtures.clock import HOUR, skew_worker_clock, stopped_sqlite_clock
 from fixtures.counting import CountingStore
 from fixtures.faults import FaultyStore, OnlyStore
 from offloader.exceptions import ObjectStoreError
@@ -140,3 +140,62 @@ def test_pending_count_is_a_count(runtime: Runtime) -> None:
     assert rt.metadata.count_pending_deletions() == 3
     (statement,) = [s for s in statements if "deletion_queue" in s]
     assert "count(" in statement.lower()
+
+
+@pytest.mark.parametrize("backend_settings", ["fs-sqlite"], indirect=True)
+def test_a_failed_key_is_due_again_one_millisecond_after_the_pass_began(runtime: Runtime) -> None:
+    """With the database's clock standing still, the failure's own time equals the pass's
+    start, so only the pass's floor (start + 1 ms) keeps the key from being retried, and
+    failed again, over and over within the same pass."""
+    rt = runtime
+    assert rt.settings.delete_retry_base_seconds == 0
+    enqueue(rt, ["a"])
+    failing = FaultyStore(rt.objects, delete_error=ObjectStoreError("503 SlowDown"))
+    now = rt.metadata.db_now_ms() + 1_000
+    with stopped_sqlite_clock(rt.metadata.engine, now):
+        result = process_deletions(rt.metadata, OnlyStore(failing), rt.settings, limit=50)
+    assert (result.deleted, result.failed, result.delete_requests) == (0, 1, 1)
+    (row,) = rt.metadata.pending_deletions()
+    assert (row.tries, row.next_try_ms) == (1, now + 1)
+
+
+def test_a_pass_takes_at_most_its_limit_across_batches(runtime: Runtime) -> None:
+    rt = runtime
+    settings = rt.settings.model_copy(update={"gc_batch_keys": 2})
+    enqueue(rt, [f"k{n}" for n in range(6)])
+    counting = CountingStore(rt.objects)
+    result = process_deletions(rt.metadata, OnlyStore(counting), settings, limit=3)
+    assert (result.deleted, result.remaining, result.delete_requests) == (3, 3, 2)
+
+
+def test_failures_of_every_store_and_batch_are_summed(runtime: Runtime) -> None:
+    rt = runtime
+    settings = rt.settings.model_copy(update={"gc_batch_keys": 2})
+    enqueue(rt, [f"k{n}" for n in range(5)])
+    failing = FaultyStore(rt.objects, delete_error=ObjectStoreError("503 SlowDown"))
+    result = process_deletions(rt.metadata, OnlyStore(failing), settings)
+    assert (result.deleted, result.failed, result.delete_requests) == (0, 5, 3)
+
+
+@pytest.mark.parametrize("limit", [0, -3])
+def test_a_pass_limit_below_one_is_refused(runtime: Runtime, limit: int) -> None:
+    rt = runtime
+    enqueue(rt, ["a"])
+    with pytest.raises(ValueError, match=rf"^limit must be >= 1, got {limit}$"):
+        process_deletions(rt.metadata, rt.stores, rt.settings, limit=limit)
+    assert len(rt.metadata.pending_deletions()) == 1
+
+
+def test_keys_of_a_store_that_cannot_be_opened_stay_queued_with_the_reason(
+    runtime: Runtime,
+) -> None:
+    """A row naming no store (written before revision 0002 and not upgraded) is not tried:
+    no delete request, nothing counted deleted, and its error names the row."""
+    rt = runtime
+    rt.metadata.enqueue_deletions(["old"], "test", store_id=None)  # type: ignore[arg-type]
+    enqueue(rt, ["a"])
+    result = process_deletions(rt.metadata, rt.stores, rt.settings)
+    assert (result.deleted, result.failed, result.delete_requests) == (1, 1, 1)
+    (row,) = rt.metadata.pending_deletions()
+    assert row.object_key == "old" and row.tries == 1
+    assert (row.last_error or "").startswith(f"queued deletion {row.id} names no object store")
