@@ -31,7 +31,8 @@ from offloader import failpoints
 from offloader.exceptions import NotFoundError, ObjectStoreError
 from offloader.format import ENTRY_FRAME, HEADER_LEN, encode_blocks
 from offloader.gc.deletion_queue import process_deletions
-from offloader.metadata import Attempt, AttemptState, OffloadState
+from offloader.hottier.writer import recover_open_ledgers
+from offloader.metadata import Attempt, AttemptState, OffloadState, Position
 from offloader.metadata.store import AttemptIntent
 from offloader.offload.batch import BatchOffloader
 from offloader.offload.keys import ledger_object_keys
@@ -250,6 +251,30 @@ def test_settled_ledgers_are_skipped_with_their_outcome(runtime: Runtime) -> Non
     ]
     assert results[2].outcome is Outcome.OFFLOADED
     assert rt.metadata.get_ledger("orders", ids[1]).attempt_id == live.attempt_id
+
+
+def test_trimmed_empty_and_tiny_ledgers_in_a_batch(runtime: Runtime) -> None:
+    """Below the topic's start: trimmed, never uploaded (the start ledger itself moves); an
+    empty ledger takes the single-ledger path's rule (retired, nothing uploaded); a ledger
+    of one entry is uploaded like any other."""
+    rt = runtime
+    make_topic(rt)
+    ids = produce_ledgers(rt, "orders", [(3, 100), (3, 100)])
+    # a writer that died between allocating a ledger and creating its file leaves it empty
+    rt.metadata.allocate_ledger("orders", rt.metadata.claim_writer("orders").writer_epoch)
+    (empty,) = recover_open_ledgers(rt.metadata, rt.hot, "orders")
+    ids += [empty.ledger_id, *produce_ledgers(rt, "orders", [(1, 100)])]
+    rt.metadata.move_start(rt.metadata.get_topic("orders"), Position(ledger_id=ids[1], entry_id=0))
+    results = offload_batch(rt, "orders", ids, window=WINDOW)
+    assert [(r.topic, r.ledger_id, r.outcome) for r in results] == [
+        ("orders", ids[0], Outcome.TRIMMED),
+        ("orders", ids[1], Outcome.OFFLOADED),
+        ("orders", ids[2], Outcome.RETIRED_EMPTY),
+        ("orders", ids[3], Outcome.OFFLOADED),
+    ]
+    ledgers = {x.ledger_id: x for x in rt.metadata.list_ledgers("orders")}
+    assert [ledgers[i].is_offloaded for i in ids] == [False, True, False, True]
+    assert offload_batch(rt, "orders", []) == []
 
 
 @pytest.mark.parametrize(

@@ -29,19 +29,27 @@ from offloader.runtime import Runtime
 LOGGER = "offloader.offload.ledger_offloader"
 
 
-def dead_attempt(rt: Runtime, *, upload: bool = True, store_id: int | None = -1) -> Attempt:
+def dead_attempt(
+    rt: Runtime,
+    *,
+    upload: bool = True,
+    store_id: int | None = -1,
+    attempt_id: str = "dead",
+    lease_ms: int = -1,
+) -> Attempt:
     """The topic's one ledger with an attempt ``dead`` whose lease is over, its objects
     written (``upload``) as a worker killed right after its index upload leaves them.
-    ``store_id`` None: an attempt recorded before stores were (revision 0002)."""
+    ``store_id`` None: an attempt recorded before stores were (revision 0002); a positive
+    ``lease_ms``: a live worker's attempt, about to commit."""
     make_topic(rt)
     (ledger_id,) = produce_ledgers(rt, "orders", [(20, 2000)])
     ledger = rt.metadata.get_ledger("orders", ledger_id)
     _, attempt = rt.metadata.begin_attempt(
         ledger,
-        "dead",
-        *ledger_object_keys("dead", ledger_id),
-        "dead worker",
-        -1,
+        attempt_id,
+        *ledger_object_keys(attempt_id, ledger_id),
+        f"{attempt_id} worker",
+        lease_ms,
         store_id=rt.stores.default_id() if store_id == -1 else store_id,  # type: ignore[arg-type]
     )
     if upload:
@@ -59,6 +67,22 @@ def offload(rt: Runtime, path: str, ledger_id: int) -> OffloadResult:
 
 def messages(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == LOGGER and r.levelno == level]
+
+
+@pytest.mark.parametrize("path", ["single", "batch"])
+def test_a_live_attempt_with_complete_objects_is_left_to_its_worker(
+    runtime: Runtime, path: str
+) -> None:
+    """Objects complete but the lease still running: the worker is about to commit them
+    itself, so the run reports it in progress and neither commits nor queues anything."""
+    rt = runtime
+    live = dead_attempt(rt, attempt_id="live", lease_ms=600_000)
+    result = offload(rt, path, live.ledger_id)
+    assert result == OffloadResult("orders", live.ledger_id, Outcome.IN_PROGRESS, "live")
+    ledger = rt.metadata.get_ledger("orders", live.ledger_id)
+    assert (ledger.attempt_id, ledger.offload_uuid) == ("live", None)
+    assert rt.metadata.get_attempt("live").state is AttemptState.STARTED
+    assert rt.metadata.pending_deletions() == []
 
 
 @pytest.mark.parametrize("path", ["single", "batch"])
