@@ -47,8 +47,7 @@ class LeaseKeeper:
         self._thread.join(self._interval + STOP_GRACE_SECONDS)
         if self._thread.is_alive():
             log.warning(
-                "lease renewal of %d attempt(s) did not stop within %.0f s; left to end "
-                "on its own",
+                "lease renewal of %d attempt(s) did not stop within %.0f s; left to end on its own",
                 len(self._attempts),
                 self._interval + STOP_GRACE_SECONDS,
             )

@@ -65,7 +65,7 @@ def test_a_ledger_that_is_not_offloaded_cannot_be_replaced(runtime: Runtime) -> 
     """An ordinary first attempt owns its ledger too: the replacement commit still refuses
     it, because there is nothing offloaded to replace."""
     rt = runtime
-    (first,) = offloaded_topic(rt, shapes=SMALL[:1])
+    offloaded_topic(rt, shapes=SMALL[:1])
     (fresh_id,) = produce_ledgers(rt, "orders", [(5, 100)])
     fresh = rt.metadata.get_ledger("orders", fresh_id)
     owned, attempt = begin(rt.metadata, fresh, "first-try")
