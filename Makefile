@@ -25,7 +25,7 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt pyproj
 	touch $@
 
 test: install lint browser
-	$(BIN)/python -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n 2 --dist loadgroup --durations=25 $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check .
