@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 from sqlalchemy.exc import CompileError
 
-from fixtures.clock import HOUR, database_time_ms, skew_worker_clock
+from fixtures.clock import HOUR, database_time_ms, skew_worker_clock, stopped_sqlite_clock
 from fixtures.metadata import begin, sealed_ledger
 from offloader.exceptions import CommitFailedError
 from offloader.metadata import AttemptState, HotState, MetadataStore
@@ -71,8 +71,12 @@ def test_hot_copy_is_not_marked_before_the_lag_on_database_time(
     ledger, attempt = begin(store, sealed_ledger(store), "a1")
     ledger = store.commit_offload(attempt, 1)
     skew_worker_clock(monkeypatch, HOUR)
-    with pytest.raises(CommitFailedError, match="deletion lag of 600000 ms"):
+    with pytest.raises(CommitFailedError) as refused:
         store.mark_hot_deleting(ledger, deletion_lag_ms=600_000)
+    assert str(refused.value).endswith(
+        f"t/{ledger.ledger_id} was offloaded less than its deletion lag of 600000 ms ago "
+        "(database clock); its hot copy stays"
+    ), str(refused.value)
     assert store.get_ledger("t", ledger.ledger_id).hot_state is HotState.PRESENT
     assert store.mark_hot_deleting(ledger, deletion_lag_ms=0).hot_state is HotState.DELETING
 
@@ -110,3 +114,18 @@ def test_a_renewal_between_look_and_takeover_keeps_the_attempt(store: MetadataSt
 def test_a_database_without_a_clock_expression_is_named() -> None:
     with pytest.raises(CompileError, match="no clock expression for the 'mysql' database"):
         sa.select(db_now()).compile(dialect=mysql.dialect())
+
+
+@pytest.mark.parametrize("metadata_url", ["sqlite"], indirect=True)  # SQLite's clock stops
+def test_the_deletion_lag_ends_exactly_at_commit_plus_lag(store: MetadataStore) -> None:
+    ledger, attempt = begin(store, sealed_ledger(store), "a1")
+    ledger = store.commit_offload(attempt, 1)
+    assert ledger.offloaded_ms is not None
+    lag = 60_000
+    with (
+        stopped_sqlite_clock(store.engine, ledger.offloaded_ms + lag - 1),
+        pytest.raises(CommitFailedError, match="deletion lag of 60000 ms"),
+    ):
+        store.mark_hot_deleting(ledger, deletion_lag_ms=lag)
+    with stopped_sqlite_clock(store.engine, ledger.offloaded_ms + lag):
+        assert store.mark_hot_deleting(ledger, deletion_lag_ms=lag).hot_state is HotState.DELETING

@@ -105,8 +105,13 @@ def test_a_live_replacement_one_in_flight_is_refused(store: MetadataStore) -> No
 
 def test_hot_deletion_waits_for_a_live_replacement(store: MetadataStore) -> None:
     during, attempt = begin(store, offloaded(store), "a2", replace=True)
-    with pytest.raises(CommitFailedError, match="replacement attempt a2 in flight"):
+    with pytest.raises(CommitFailedError) as refused:
         store.mark_hot_deleting(during)
+    assert str(refused.value).endswith(
+        f"t/{during.ledger_id} has replacement attempt a2 in flight until its lease ends, or "
+        "was offloaded less than its deletion lag of 0 ms ago (database clock); its hot copy "
+        "stays"
+    ), str(refused.value)
     assert store.get_ledger("t", during.ledger_id).hot_state is HotState.PRESENT
     assert store.commit_replacement(attempt, 9, "bad").offload_uuid == "a2"
 
@@ -115,6 +120,9 @@ def test_hot_deletion_retires_a_stale_replacement(store: MetadataStore) -> None:
     during, stale = begin(store, offloaded(store), "a2", lease_ms=-1, replace=True)
     marked = store.mark_hot_deleting(during)
     assert marked.hot_state is HotState.DELETING and marked.attempt_id is None
+    assert marked.attempt_lease_ms is None
+    retired = store.get_attempt("a2")
+    assert retired.detail == "lease expired; its ledger's hot copy is being deleted"
     assert marked.offload_uuid == "a1"
     assert store.get_attempt("a2").state is AttemptState.SUPERSEDED
     assert set(queued(store)) == {"a2-d", "a2-i"}

@@ -290,3 +290,38 @@ def test_a_cut_is_found_by_its_topic_and_id_within_the_32_bit_column(
         with pytest.raises(NotFoundError) as raised:
             store.get_cut(topic, cut_id)  # another topic's cut, or none can exist
         assert str(raised.value) == f"cut {cut_id} of topic {topic!r} does not exist"
+
+
+def test_marking_records_when_and_why_and_leaves_other_attempts_alone(
+    store: MetadataStore,
+) -> None:
+    ids = topic_of(store, "t", 3, offloaded={1})
+    assert ids[0] == 1  # offloaded by attempt "t-1"
+    (other,) = topic_of(store, "u", 1, offloaded=set())
+    _, elsewhere = begin(store, store.get_ledger("u", other), "elsewhere")
+    _, flying = begin(store, store.get_ledger("t", ids[1]), "flying")
+    before = {x.ledger_id: x for x in store.list_ledgers("t")}
+    store.move_start(store.get_topic("t"), Position(ledger_id=ids[2], entry_id=0))
+    assert store.mark_ledgers_deleting("t", ids[2], 10) == (ids[:2], 4)
+
+    for ledger_id in ids[:2]:
+        marked = store.get_ledger("t", ledger_id)
+        assert marked.version == before[ledger_id].version + 1
+        assert marked.deleting_ms is not None
+    assert store.get_ledger("t", ids[2]) == before[ids[2]]
+    superseded = store.get_attempt("flying")
+    assert (superseded.state, superseded.detail) == (
+        AttemptState.SUPERSEDED,
+        "its ledger was trimmed",
+    )
+    assert superseded.finished_ms is not None
+    # an attempt of another topic's ledger is not this trim's business
+    assert store.get_attempt("elsewhere").state is AttemptState.STARTED
+    assert store.get_ledger("u", other).attempt_id == elsewhere.attempt_id
+    committed = "t-1"
+    assert {(d.object_key, d.reason, d.attempt_id) for d in store.pending_deletions()} == {
+        (f"{committed}-d", "ledger trimmed", committed),
+        (f"{committed}-i", "ledger trimmed", committed),
+        ("flying-d", "attempt of a trimmed ledger", flying.attempt_id),
+        ("flying-i", "attempt of a trimmed ledger", flying.attempt_id),
+    }
