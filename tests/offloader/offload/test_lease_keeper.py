@@ -7,6 +7,7 @@ once, a database hiccup the real server cannot produce on demand.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -18,6 +19,7 @@ from fixtures.takeover import take_over
 from offloader.exceptions import CommitFailedError
 from offloader.metadata import Attempt, MetadataStore, now_ms
 from offloader.metadata.store import AttemptIntent
+from offloader.offload import lease
 from offloader.offload.keys import ledger_object_keys
 from offloader.offload.lease import LeaseKeeper
 from offloader.runtime import Runtime
@@ -108,6 +110,43 @@ def test_a_failed_renewal_is_retried_at_the_next_interval(runtime: Runtime) -> N
         keeper.check()
         assert flaky.calls >= 3
         assert_still_owned(rt, attempt)
+
+
+class RenewalHangs:
+    """A renewal that never returns until released: a database that stopped answering
+    (a hang the real server cannot be made to produce on demand)."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def renew_lease(self, attempt: Attempt, lease_ms: int) -> bool:
+        self.entered.set()
+        self.release.wait(60)
+        return False
+
+
+def test_leaving_does_not_wait_for_a_renewal_stuck_on_the_database(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    rt = runtime
+    monkeypatch.setattr(lease, "STOP_GRACE_SECONDS", 0.2)
+    attempt = begin(rt, 300)
+    stuck = RenewalHangs()
+    started = time.monotonic()
+    with (
+        caplog.at_level(logging.WARNING, logger=lease.__name__),
+        LeaseKeeper(stuck, attempt, 0.3),  # type: ignore[arg-type]
+    ):
+        assert stuck.entered.wait(10)
+    assert time.monotonic() - started < 5  # the interval (0.1 s) plus the grace, not 60 s
+    (thread,) = lease_threads()  # left behind, a daemon, still in the renewal
+    assert [r.getMessage() for r in caplog.records] == [
+        "lease renewal of 1 attempt(s) did not stop within 0 s; left to end on its own"
+    ]
+    stuck.release.set()
+    thread.join(10)
+    assert lease_threads() == []
 
 
 def begin_window(rt: Runtime, count: int, lease_ms: int) -> list[Attempt]:
