@@ -7,7 +7,9 @@ import base64
 import hashlib
 import json
 import logging
+import os
 import random
+import socket
 import sys
 import time
 import traceback
@@ -39,6 +41,7 @@ from offloader.runtime import Runtime, check_database, upgrade_database
 from offloader.scrub import ScrubReport, run_scrub
 from offloader.settings import Settings
 from offloader.status import topic_tiers
+from offloader.stream.offloader import StreamingOffloader
 
 Handler = Callable[[argparse.Namespace, Runtime], tuple[Any, str]]
 
@@ -158,6 +161,23 @@ def cmd_offload(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     }
     lines = [f"ledger {r.ledger_id}: {r.outcome} ({r.bytes} bytes)" for r in results]
     lines.append(f"hot copies deleted: {[h.ledger_id for h in hot_deleted]}")
+    return summary, "\n".join(lines)
+
+
+def cmd_stream(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
+    """One streaming offload pass (PIP-76), then hot copies past their deletion lag."""
+    owner = f"cli:{socket.gethostname()}:{os.getpid()}"
+    result = StreamingOffloader(rt, owner=owner).run_pass(args.topic, close_now=args.close_now)
+    hot_deleted = delete_hot_copies(rt.metadata, rt.hot, args.topic)
+    summary = {**result.as_dict(), "hot_deleted": [h.ledger_id for h in hot_deleted]}
+    lines = [
+        f"epoch {result.epoch}: {result.parts_uploaded} parts, {result.bytes_uploaded} bytes",
+        f"segments committed: {result.committed or '-'}; failed: {result.failed or '-'}",
+        f"open segment: {result.open_segment or '-'}, offloaded to {result.offloaded_to or '-'}, "
+        f"{result.waiting_bytes} bytes waiting in the hot tier",
+        f"ledgers offloaded: {result.settled_ledgers or '-'}; "
+        f"hot copies deleted: {summary['hot_deleted'] or '-'}",
+    ]
     return summary, "\n".join(lines)
 
 
@@ -449,6 +469,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="LEDGER",
         help="offload every sealed ledger with id <= LEDGER, whatever the policy",
+    )
+
+    p = command("stream", cmd_stream, "one streaming offload pass (segments across ledgers)")
+    p.add_argument("topic")
+    p.add_argument(
+        "--close-now",
+        action="store_true",
+        help="complete the current segment now, whatever its size and age",
     )
 
     plan_help = "show the batches an offload_ledgers run would take (changes nothing)"

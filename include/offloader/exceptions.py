@@ -14,6 +14,14 @@ class CommitFailedError(OffloaderError):
     """A compare-and-set found another version than expected: someone else moved first."""
 
 
+class StreamBusyError(OffloaderError):
+    """Another pass holds the topic's stream and its lease has not run out."""
+
+
+class StreamFencedError(CommitFailedError):
+    """A newer pass took the topic's stream (a higher epoch): this pass may not commit."""
+
+
 class NotFoundError(OffloaderError, LookupError):
     """A topic, ledger or attempt named by the caller does not exist."""
 

@@ -47,6 +47,18 @@ POINTS = (
     "after-snapshot-upload",
     # retention (retention/run.py): apply_retention took its cut, nothing trimmed yet
     "after-retention-cut",
+    # the streaming pass (stream/offloader.py): a segment's keys recorded, no upload yet;
+    # its multipart upload created, not yet recorded; a part uploaded, not yet recorded;
+    # a part recorded; the segment marked closing; its upload completed; its index
+    # written, the commit not yet made; the commit made
+    "stream-after-assign",
+    "stream-after-create-upload",
+    "stream-after-part-upload",
+    "stream-after-part-record",
+    "stream-after-begin-close",
+    "stream-after-complete",
+    "stream-after-index",
+    "stream-after-commit",
 )
 
 

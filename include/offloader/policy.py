@@ -29,6 +29,13 @@ class OffloadPolicy(BaseModel):
     first, Pulsar's offload threshold); the age rule offloads ledgers sealed longer than
     ``offload_age_seconds`` ago. ``None`` turns a rule off.
 
+    Streaming (PIP-76, ``streaming``) offloads a stream of entries, the open ledger's up to
+    its last confirmed entry included, into segments that span ledgers: a segment rolls
+    over at ``segment_max_bytes`` or ``segment_max_age_seconds`` after it was assigned,
+    whichever comes first, and its multipart parts are at least ``min_part_bytes`` (S3
+    refuses parts under 5 MiB but the last; the filesystem store takes any size). A tail
+    smaller than a part waits in the hot tier until it grows or the age limit forces it.
+
     Retention (PDP-19) keeps at least ``retention_time_seconds`` of the topic's history
     and at least ``retention_size_bytes`` of its committed bytes; ``None`` keeps forever.
     Each retention threshold must sit above its offload threshold (PIP-17), or data would
@@ -48,6 +55,19 @@ class OffloadPolicy(BaseModel):
     ledger_max_age_seconds: float | None = Field(default=4 * 3600, gt=0)
     retention_time_seconds: float | None = Field(default=None, ge=0)
     retention_size_bytes: int | None = Field(default=None, ge=0)
+    streaming: bool = False
+    segment_max_bytes: int = Field(default=1024 * MiB, ge=1, le=5 * 1024 * 1024 * MiB)
+    segment_max_age_seconds: float = Field(default=600, gt=0)
+    min_part_bytes: int = Field(default=8 * MiB, ge=1, le=5 * 1024 * MiB)
+
+    @model_validator(mode="after")
+    def _part_within_segment(self) -> OffloadPolicy:
+        if self.min_part_bytes > self.segment_max_bytes:
+            raise ValueError(
+                f"min_part_bytes ({self.min_part_bytes}) must not exceed "
+                f"segment_max_bytes ({self.segment_max_bytes}): a segment is one or more parts"
+            )
+        return self
 
     @model_validator(mode="after")
     def _buffer_within_block(self) -> OffloadPolicy:

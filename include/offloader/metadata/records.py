@@ -34,6 +34,27 @@ class DeletionState(StrEnum):
     DELETED = "deleted"  # hot copy gone and every queued key of it deleted; the row stays
 
 
+class OffloadMode(StrEnum):
+    """How an offloaded ledger's entries are laid out in the object store."""
+
+    LEDGER = "ledger"  # its own v1 data and index objects (PIP-17)
+    STREAM = "stream"  # ranges of offloaded segments (PIP-76): see segment_ledgers
+
+
+class SegmentState(StrEnum):
+    """A streaming segment's life: Assigned -> Closing -> Offloaded, or Failed.
+
+    Closing freezes the recorded parts: whoever holds the stream completes exactly those,
+    so a pass fenced mid-close leaves nothing for its successor to guess."""
+
+    ASSIGNED = "assigned"  # keys recorded; parts are uploaded and recorded pass by pass
+    CLOSING = "closing"  # no more parts: complete the upload, write the index, commit
+    OFFLOADED = "offloaded"
+    FAILED = "failed"  # its upload cannot be completed; replaced by a new segment
+    REPLACED = "replaced"  # a failed segment after its replacement was assigned
+    DELETED = "deleted"  # retention: every ledger it holds was deleted; keys queued
+
+
 class TopicState(StrEnum):
     ACTIVE = "active"
     DELETED = "deleted"  # `offloader topic delete`: writer fenced, every ledger deleting
@@ -135,6 +156,7 @@ class Ledger(Record):
     deletion_state: DeletionState = DeletionState.NONE
     deleting_ms: int | None = None  # when retention marked it (the intent)
     deleted_ms: int | None = None
+    offload_mode: OffloadMode = OffloadMode.LEDGER
 
     @property
     def is_live(self) -> bool:
@@ -213,3 +235,86 @@ class DeletionBacklog(Record):
     failing_tries: int
     failing_count: int
     failing: list[Deletion]
+
+
+class StreamClaim(Record):
+    """A pass's hold on a topic's stream: every commit it makes checks ``epoch``."""
+
+    topic: str
+    epoch: int
+    owner: str
+    lease_ms: int
+
+
+class Segment(Record):
+    segment_id: str
+    topic: str
+    seq: int
+    version: int
+    state: SegmentState
+    epoch: int
+    assigned_ms: int
+    offloaded_ms: int | None
+    finished_ms: int | None
+    detail: str | None
+    begin_ledger_id: int
+    begin_entry_id: int
+    end_ledger_id: int | None
+    end_entry_id: int | None
+    planned_end_ledger_id: int | None
+    planned_end_entry_id: int | None
+    data_key: str
+    index_key: str
+    store_id: int
+    upload_id: str | None
+    data_len: int
+    replaces: str | None
+
+    @property
+    def begin(self) -> Position:
+        return Position(ledger_id=self.begin_ledger_id, entry_id=self.begin_entry_id)
+
+    @property
+    def end(self) -> Position | None:
+        """The last position in the recorded parts; None before the first part."""
+        if self.end_ledger_id is None or self.end_entry_id is None:
+            return None
+        return Position(ledger_id=self.end_ledger_id, entry_id=self.end_entry_id)
+
+    @property
+    def planned_end(self) -> Position | None:
+        if self.planned_end_ledger_id is None or self.planned_end_entry_id is None:
+            return None
+        return Position(ledger_id=self.planned_end_ledger_id, entry_id=self.planned_end_entry_id)
+
+    @property
+    def is_open(self) -> bool:
+        """Still the stream's current segment: parts may be added or it is being closed."""
+        return self.state in (SegmentState.ASSIGNED, SegmentState.CLOSING)
+
+
+class SegmentPart(Record):
+    """One uploaded part of a segment, as recorded; ``blocks`` is its block table."""
+
+    segment_id: str
+    part_number: int
+    etag: str
+    offset: int
+    length: int
+    last_ledger_id: int
+    last_entry_id: int
+    blocks: str
+    created_ms: int
+
+    @property
+    def last_position(self) -> Position:
+        return Position(ledger_id=self.last_ledger_id, entry_id=self.last_entry_id)
+
+
+class LedgerPieceRecord(Record):
+    """Entries ``first_entry_id..last_entry_id`` of a streamed ledger in one segment."""
+
+    segment: Segment
+    ledger_id: int
+    first_entry_id: int
+    last_entry_id: int

@@ -79,6 +79,9 @@ ledgers = Table(
     Column("deletion_state", String(16), nullable=False, server_default="none"),
     Column("deleting_ms", BigInteger),
     Column("deleted_ms", BigInteger),
+    # how the committed offload is laid out: "ledger" (its own v1 objects, data_key and
+    # index_key) or "stream" (its entries in offloaded segments: segment_ledgers)
+    Column("offload_mode", String(16), nullable=False, server_default="ledger"),
     # finish_deleted_ledgers finds the deleting ledgers without a scan of live ones
     Index("ix_ledgers_deletion", "deletion_state", "topic", "ledger_id"),
     # the end of a topic's sealed data (its first open ledger) without a scan of history
@@ -147,4 +150,93 @@ deletion_queue = Table(
     Index("ix_deletion_queue_ledger", "topic", "ledger_id", "state"),
     Index("ix_deletion_queue_object_key", "object_key"),
     ForeignKeyConstraint(["store_id"], ["object_stores.id"], name="fk_deletion_queue_store"),
+)
+
+
+# PIP-76 streaming offload. One row per topic that ever streamed: the pass that owns the
+# topic's stream holds ``epoch`` (PDP-34 fencing: every commit of a pass checks it in the
+# same transaction) until ``lease_until_ms`` (database clock).
+streams = Table(
+    "streams",
+    metadata,
+    Column("topic", String(512), primary_key=True),
+    Column("version", Integer, nullable=False),
+    Column("epoch", BigInteger, nullable=False),
+    Column("owner", String(255), nullable=False),
+    Column("lease_ms", BigInteger, nullable=False),  # how long each commit renews for
+    Column("lease_until_ms", BigInteger),  # NULL: released
+    Column("created_ms", BigInteger, nullable=False),
+    ForeignKeyConstraint(["topic"], ["topics.name"], name="fk_streams_topic"),
+)
+
+# A segment: entries from ``begin`` on, of one or more ledgers, in one data object (a
+# multipart upload that stays open across passes) and one index object. Keys and store
+# are recorded when it is assigned, before its upload starts (invariant 1).
+segments = Table(
+    "segments",
+    metadata,
+    Column("segment_id", String(36), primary_key=True),
+    Column("topic", String(512), nullable=False),
+    Column("seq", BigInteger, nullable=False),  # the topic's segments in assignment order
+    Column("version", Integer, nullable=False),
+    Column("state", String(16), nullable=False),  # SegmentState
+    Column("epoch", BigInteger, nullable=False),  # the stream epoch that assigned it
+    Column("assigned_ms", BigInteger, nullable=False),
+    Column("offloaded_ms", BigInteger),
+    Column("finished_ms", BigInteger),  # failed, replaced or deleted
+    Column("detail", Text),
+    Column("begin_ledger_id", BigInteger, nullable=False),
+    Column("begin_entry_id", BigInteger, nullable=False),
+    # the last position in its recorded parts (NULL: no part yet)
+    Column("end_ledger_id", BigInteger),
+    Column("end_entry_id", BigInteger),
+    # history split at assignment: the pass closes the segment exactly after this position
+    Column("planned_end_ledger_id", BigInteger),
+    Column("planned_end_entry_id", BigInteger),
+    Column("data_key", Text, nullable=False),
+    Column("index_key", Text, nullable=False),
+    Column("store_id", Integer, nullable=False),
+    Column("upload_id", Text),  # the open multipart upload, once created
+    Column("data_len", BigInteger, nullable=False),  # bytes in recorded parts
+    Column("replaces", String(36)),  # the failed segment it took over from
+    UniqueConstraint("topic", "seq", name="uq_segments_topic_seq"),
+    Index("ix_segments_state", "state", "topic"),
+    Index("ix_segments_data_key", "data_key"),
+    Index("ix_segments_index_key", "index_key"),
+    ForeignKeyConstraint(["topic"], ["topics.name"], name="fk_segments_topic"),
+    ForeignKeyConstraint(["store_id"], ["object_stores.id"], name="fk_segments_store"),
+)
+
+# The parts of a segment's upload, recorded as each is uploaded: a pass that dies resumes
+# after the last one. ``blocks`` is the parts' block table (JSON), which the index needs
+# and which S3 cannot give back before the upload completes.
+segment_parts = Table(
+    "segment_parts",
+    metadata,
+    Column("segment_id", String(36), primary_key=True),
+    Column("part_number", Integer, primary_key=True),
+    Column("etag", String(255), nullable=False),
+    Column("offset", BigInteger, nullable=False),
+    Column("length", BigInteger, nullable=False),
+    Column("last_ledger_id", BigInteger, nullable=False),
+    Column("last_entry_id", BigInteger, nullable=False),
+    Column("blocks", Text, nullable=False),
+    Column("created_ms", BigInteger, nullable=False),
+    ForeignKeyConstraint(["segment_id"], ["segments.segment_id"], name="fk_segment_parts_segment"),
+)
+
+# Which entries of which ledger an offloaded segment holds, written when it is committed:
+# reads find a streamed ledger's pieces here, retention the segments a ledger keeps alive.
+segment_ledgers = Table(
+    "segment_ledgers",
+    metadata,
+    Column("segment_id", String(36), primary_key=True),
+    Column("ledger_id", BigInteger, primary_key=True),
+    Column("topic", String(512), nullable=False),
+    Column("first_entry_id", BigInteger, nullable=False),
+    Column("last_entry_id", BigInteger, nullable=False),
+    Index("ix_segment_ledgers_ledger", "topic", "ledger_id"),
+    ForeignKeyConstraint(
+        ["segment_id"], ["segments.segment_id"], name="fk_segment_ledgers_segment"
+    ),
 )

@@ -14,6 +14,7 @@ import json
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -47,6 +48,7 @@ from offloader.metadata.records import (
     Topic,
     TopicState,
 )
+from offloader.metadata.segments import SegmentStore
 from offloader.metadata.stores import load_store, record_store
 from offloader.objectstore.location import StoreLocation
 from offloader.policy import OffloadPolicy
@@ -154,6 +156,11 @@ class MetadataStore:
 
     def close(self) -> None:
         self.engine.dispose()
+
+    @cached_property
+    def segments(self) -> SegmentStore:
+        """Streaming offload's streams, segments and parts (metadata/segments.py)."""
+        return SegmentStore(self)
 
     def db_now_ms(self) -> int:
         """The database's clock, the one leases and ages are measured on (invariant 6)."""
@@ -1103,6 +1110,8 @@ class MetadataStore:
                     detail="its ledger was trimmed",
                 )
             )
+            # streamed ledgers own no objects: a segment goes once all its ledgers do
+            queued += 2 * self.segments.release_trimmed(conn, topic)
             offloading = L.c.offload_state == OffloadState.OFFLOADING
             conn.execute(
                 L.update()

@@ -1,0 +1,561 @@
+"""Streaming offload's metadata (PIP-76): a topic's stream, its segments and their parts.
+
+A pass claims the topic's stream and gets a new epoch (PDP-34 fencing); every commit it
+makes renews the claim's lease only if the epoch is still the stream's, in the same
+transaction as the change, so a pass that lost the stream (a timed-out task still running
+beside its retry) can never advance a segment. Segments are recorded before their upload
+starts (invariant 1), their parts as each is uploaded (a pass that dies is resumed after
+the last recorded part), and they move Assigned -> Closing -> Offloaded by compare-and-set
+on their version (invariant 2). A ledger becomes offloaded in ``stream`` mode once it is
+sealed and every entry of it sits in offloaded segments; only then may its hot copy go
+(invariant 3). A segment's objects are queued for deletion once every ledger it holds is
+below the topic's start (invariant 4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
+
+from offloader.exceptions import (
+    CommitFailedError,
+    NotFoundError,
+    StreamBusyError,
+    StreamFencedError,
+)
+from offloader.metadata import schema
+from offloader.metadata.clock import db_now
+from offloader.metadata.records import (
+    DeletionState,
+    HotState,
+    LedgerPieceRecord,
+    LedgerState,
+    OffloadMode,
+    OffloadState,
+    Position,
+    Segment,
+    SegmentPart,
+    SegmentState,
+    StreamClaim,
+)
+
+if TYPE_CHECKING:
+    from offloader.metadata.store import MetadataStore
+
+S, G, P, SL = schema.streams, schema.segments, schema.segment_parts, schema.segment_ledgers
+L, D = schema.ledgers, schema.deletion_queue
+
+OPEN_STATES = (SegmentState.ASSIGNED, SegmentState.CLOSING)
+
+
+@dataclass(frozen=True)
+class PieceRange:
+    """Entries ``first..last`` of ``ledger_id`` held by a segment being committed."""
+
+    ledger_id: int
+    first: int
+    last: int
+
+
+class SegmentStore:
+    """The streaming half of the metadata store; shares its engine and clock."""
+
+    def __init__(self, metadata: MetadataStore) -> None:
+        self.metadata = metadata
+
+    # --- the stream: claim, fence, release ----------------------------------------------
+    def claim(self, topic: str, owner: str, lease_ms: int) -> StreamClaim:
+        """Take the topic's stream with a new epoch, unless a pass holds a live lease
+        (StreamBusyError naming it). The previous holder is fenced from here on."""
+        if lease_ms <= 0:
+            raise ValueError(f"lease_ms must be positive, got {lease_ms}")
+        owner = owner[:255]
+        with self.metadata.transaction() as conn:
+            self.metadata._topic(conn, topic)  # NotFoundError for an unknown topic
+            row = conn.execute(sa.select(S).where(S.c.topic == topic)).mappings().first()
+            if row is None:
+                try:
+                    with conn.begin_nested():
+                        conn.execute(
+                            S.insert().values(
+                                topic=topic,
+                                version=1,
+                                epoch=1,
+                                owner=owner,
+                                lease_ms=lease_ms,
+                                lease_until_ms=db_now() + lease_ms,
+                                created_ms=db_now(),
+                            )
+                        )
+                except IntegrityError:
+                    raise StreamBusyError(
+                        f"topic {topic!r}: another pass claimed the stream at the same time"
+                    ) from None
+                return StreamClaim(topic=topic, epoch=1, owner=owner, lease_ms=lease_ms)
+            free = sa.or_(S.c.lease_until_ms.is_(None), S.c.lease_until_ms <= db_now())
+            result = conn.execute(
+                S.update()
+                .where(S.c.topic == topic, S.c.version == row["version"], free)
+                .values(
+                    version=S.c.version + 1,
+                    epoch=S.c.epoch + 1,
+                    owner=owner,
+                    lease_ms=lease_ms,
+                    lease_until_ms=db_now() + lease_ms,
+                )
+            )
+            if result.rowcount != 1:
+                raise StreamBusyError(
+                    f"topic {topic!r}: a streaming pass ({row['owner']}, epoch {row['epoch']}) "
+                    f"holds the stream until {row['lease_until_ms']} ms (database clock); "
+                    "this pass does nothing"
+                )
+            return StreamClaim(
+                topic=topic, epoch=int(row["epoch"]) + 1, owner=owner, lease_ms=lease_ms
+            )
+
+    def renew(self, claim: StreamClaim) -> None:
+        """Extend the lease; StreamFencedError once a newer pass took the stream."""
+        with self.metadata.transaction() as conn:
+            _fence(conn, claim)
+
+    def release(self, claim: StreamClaim) -> bool:
+        """Let the next pass start at once; False if the claim was already fenced."""
+        with self.metadata.transaction() as conn:
+            result = conn.execute(
+                S.update()
+                .where(S.c.topic == claim.topic, S.c.epoch == claim.epoch)
+                .values(version=S.c.version + 1, lease_until_ms=None)
+            )
+            return result.rowcount == 1
+
+    # --- reads ---------------------------------------------------------------------------
+    def get(self, segment_id: str) -> Segment:
+        with self.metadata.engine.connect() as conn:
+            return _segment(conn, segment_id)
+
+    def list(self, topic: str, states: Iterable[SegmentState] | None = None) -> list[Segment]:
+        query = sa.select(G).where(G.c.topic == topic)
+        if states is not None:
+            query = query.where(G.c.state.in_(list(states)))
+        with self.metadata.engine.connect() as conn:
+            rows = conn.execute(query.order_by(G.c.seq)).mappings()
+            return [Segment.model_validate(dict(r)) for r in rows]
+
+    def current(self, topic: str) -> Segment | None:
+        """The topic's newest segment if it is not offloaded (open, or failed and waiting
+        to be replaced); None when the next pass assigns a fresh one."""
+        with self.metadata.engine.connect() as conn:
+            newest = _newest(conn, topic)
+        if newest is None or newest.state in (SegmentState.OFFLOADED, SegmentState.DELETED):
+            return None
+        return newest
+
+    def last_offloaded_end(self, topic: str) -> Position | None:
+        """Where the newest offloaded segment ends: the stream continues after it."""
+        with self.metadata.engine.connect() as conn:
+            row = conn.execute(
+                sa.select(G.c.end_ledger_id, G.c.end_entry_id)
+                .where(G.c.topic == topic, G.c.state.in_(_COMMITTED))
+                .order_by(G.c.seq.desc())
+                .limit(1)
+            ).first()
+        return None if row is None else Position(ledger_id=row[0], entry_id=row[1])
+
+    def parts(self, segment: Segment) -> list[SegmentPart]:
+        with self.metadata.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(P).where(P.c.segment_id == segment.segment_id).order_by(P.c.part_number)
+            ).mappings()
+            return [SegmentPart.model_validate(dict(r)) for r in rows]
+
+    def pieces(self, topic: str, ledger_id: int) -> list[LedgerPieceRecord]:
+        """Where a streamed ledger's entries are: its ranges in offloaded segments, in
+        entry order."""
+        query = (
+            sa.select(G, SL.c.first_entry_id, SL.c.last_entry_id)
+            .join(SL, SL.c.segment_id == G.c.segment_id)
+            .where(
+                SL.c.topic == topic,
+                SL.c.ledger_id == ledger_id,
+                G.c.state == SegmentState.OFFLOADED,
+            )
+            .order_by(SL.c.first_entry_id)
+        )
+        with self.metadata.engine.connect() as conn:
+            rows = conn.execute(query).mappings().all()
+        segment_columns = set(G.c.keys())
+        return [
+            LedgerPieceRecord(
+                segment=Segment.model_validate({k: r[k] for k in segment_columns}),
+                ledger_id=ledger_id,
+                first_entry_id=r["first_entry_id"],
+                last_entry_id=r["last_entry_id"],
+            )
+            for r in rows
+        ]
+
+    # --- the segment's life --------------------------------------------------------------
+    def assign(
+        self,
+        claim: StreamClaim,
+        *,
+        segment_id: str,
+        data_key: str,
+        index_key: str,
+        store_id: int,
+        begin: Position,
+        planned_end: Position | None = None,
+    ) -> Segment:
+        """Record a new segment's keys and store before its upload starts (invariant 1).
+
+        Refused while the topic has an open segment; a failed one is marked replaced
+        here, in the same transaction. ``begin`` must lie after every committed segment
+        (no entry offloaded twice by the stream)."""
+        if planned_end is not None and planned_end < begin:
+            raise ValueError(f"planned end {planned_end} is before the segment's begin {begin}")
+        with self.metadata.transaction() as conn:
+            _fence(conn, claim)
+            newest = _newest(conn, claim.topic)
+            replaces = None
+            if newest is not None and newest.is_open:
+                raise CommitFailedError(
+                    f"topic {claim.topic!r} has open segment {newest.segment_id} "
+                    f"({newest.state}): it is resumed, not replaced"
+                )
+            if newest is not None and newest.state is SegmentState.FAILED:
+                replaces = newest.segment_id
+                _cas_segment(
+                    conn,
+                    newest,
+                    SegmentState.FAILED,
+                    state=SegmentState.REPLACED,
+                    detail=(newest.detail or "") + f"; replaced by {segment_id}",
+                )
+            last_end = _last_committed_end(conn, claim.topic)
+            if last_end is not None and begin <= last_end:
+                raise CommitFailedError(
+                    f"segment of {claim.topic!r} cannot begin at {begin}: the stream's "
+                    f"offloaded segments reach {last_end}"
+                )
+            seq = conn.execute(
+                sa.select(sa.func.coalesce(sa.func.max(G.c.seq), 0)).where(G.c.topic == claim.topic)
+            ).scalar_one()
+            conn.execute(
+                G.insert().values(
+                    segment_id=segment_id,
+                    topic=claim.topic,
+                    seq=int(seq) + 1,
+                    version=1,
+                    state=SegmentState.ASSIGNED,
+                    epoch=claim.epoch,
+                    assigned_ms=db_now(),
+                    begin_ledger_id=begin.ledger_id,
+                    begin_entry_id=begin.entry_id,
+                    planned_end_ledger_id=None if planned_end is None else planned_end.ledger_id,
+                    planned_end_entry_id=None if planned_end is None else planned_end.entry_id,
+                    data_key=data_key,
+                    index_key=index_key,
+                    store_id=store_id,
+                    data_len=0,
+                    replaces=replaces,
+                )
+            )
+            return _segment(conn, segment_id)
+
+    def record_upload(self, claim: StreamClaim, segment: Segment, upload_id: str) -> Segment:
+        """The multipart upload the segment's parts go to (created after assign)."""
+        with self.metadata.transaction() as conn:
+            _fence(conn, claim)
+            _cas_segment(conn, segment, SegmentState.ASSIGNED, upload_id=upload_id)
+            return _segment(conn, segment.segment_id)
+
+    def record_part(
+        self,
+        claim: StreamClaim,
+        segment: Segment,
+        *,
+        part_number: int,
+        etag: str,
+        offset: int,
+        length: int,
+        last: Position,
+        blocks: str,
+    ) -> Segment:
+        """Record an uploaded part: the segment grows to ``offset + length`` bytes and ends
+        at ``last``. Parts are contiguous: the part must start where the last one ended."""
+        if offset != segment.data_len:
+            raise ValueError(
+                f"part {part_number} of segment {segment.segment_id} starts at {offset}, "
+                f"the recorded parts end at {segment.data_len}"
+            )
+        if segment.end is not None and last <= segment.end:
+            raise ValueError(
+                f"part {part_number} of segment {segment.segment_id} ends at {last}, "
+                f"not after the recorded end {segment.end}"
+            )
+        with self.metadata.transaction() as conn:
+            _fence(conn, claim)
+            _cas_segment(
+                conn,
+                segment,
+                SegmentState.ASSIGNED,
+                end_ledger_id=last.ledger_id,
+                end_entry_id=last.entry_id,
+                data_len=offset + length,
+            )
+            conn.execute(
+                P.insert().values(
+                    segment_id=segment.segment_id,
+                    part_number=part_number,
+                    etag=etag,
+                    offset=offset,
+                    length=length,
+                    last_ledger_id=last.ledger_id,
+                    last_entry_id=last.entry_id,
+                    blocks=blocks,
+                    created_ms=db_now(),
+                )
+            )
+            return _segment(conn, segment.segment_id)
+
+    def begin_close(self, claim: StreamClaim, segment: Segment) -> Segment:
+        """No more parts: the recorded ones are what the upload is completed with."""
+        if segment.end is None:
+            raise ValueError(f"segment {segment.segment_id} has no part: nothing to close")
+        with self.metadata.transaction() as conn:
+            _fence(conn, claim)
+            _cas_segment(conn, segment, SegmentState.ASSIGNED, state=SegmentState.CLOSING)
+            return _segment(conn, segment.segment_id)
+
+    def commit(self, claim: StreamClaim, segment: Segment, pieces: Sequence[PieceRange]) -> Segment:
+        """Closing -> Offloaded once the data object and index exist; records which
+        entries of which ledgers it holds and settles the ledgers it completes."""
+        if not pieces:
+            raise ValueError(f"segment {segment.segment_id}: a committed segment holds entries")
+        with self.metadata.transaction() as conn:
+            _fence(conn, claim)
+            _cas_segment(
+                conn,
+                segment,
+                SegmentState.CLOSING,
+                state=SegmentState.OFFLOADED,
+                offloaded_ms=db_now(),
+            )
+            conn.execute(
+                SL.insert(),
+                [
+                    dict(
+                        segment_id=segment.segment_id,
+                        topic=segment.topic,
+                        ledger_id=p.ledger_id,
+                        first_entry_id=p.first,
+                        last_entry_id=p.last,
+                    )
+                    for p in pieces
+                ],
+            )
+            _settle(conn, segment.topic, [p.ledger_id for p in pieces])
+            return _segment(conn, segment.segment_id)
+
+    def fail(self, claim: StreamClaim, segment: Segment, detail: str) -> Segment:
+        """An open segment whose upload cannot be completed: its keys are queued for
+        deletion (a data object may exist) and the next segment replaces it from its
+        begin; its multipart upload is no longer referenced, so the sweep aborts it."""
+        with self.metadata.transaction() as conn:
+            _fence(conn, claim)
+            current = _segment(conn, segment.segment_id)
+            if current.version != segment.version or not current.is_open:
+                raise CommitFailedError(
+                    f"segment {segment.segment_id} changed since version {segment.version}"
+                )
+            _cas_segment(
+                conn,
+                segment,
+                current.state,
+                state=SegmentState.FAILED,
+                finished_ms=db_now(),
+                detail=detail[:2000],
+            )
+            self.metadata._enqueue(
+                conn,
+                [segment.data_key, segment.index_key],
+                "failed segment",
+                None,
+                segment.store_id,
+            )
+            return _segment(conn, segment.segment_id)
+
+    def settle_ledgers(self, topic: str) -> list[int]:
+        """Mark offloaded (stream mode) the ledgers sealed since their last segment was
+        committed whose every entry is in offloaded segments; returns their ids."""
+        with self.metadata.transaction() as conn:
+            candidates = conn.execute(
+                sa.select(L.c.ledger_id).where(
+                    L.c.topic == topic,
+                    L.c.state == LedgerState.SEALED,
+                    L.c.offload_state == OffloadState.NONE,
+                    L.c.deletion_state == DeletionState.NONE,
+                    sa.or_(
+                        L.c.entry_count == 0,
+                        sa.select(SL.c.ledger_id)
+                        .where(SL.c.topic == L.c.topic, SL.c.ledger_id == L.c.ledger_id)
+                        .exists(),
+                    ),
+                )
+            ).scalars()
+            return _settle(conn, topic, list(candidates))
+
+    def release_trimmed(self, conn: Connection, topic: str) -> int:
+        """Queue the objects of offloaded segments whose every ledger is below the topic's
+        start (deleting or deleted) and mark them deleted; how many. Runs inside the
+        transaction that marks ledgers deleting (invariant 4)."""
+        live_ledger = (
+            sa.select(SL.c.ledger_id)
+            .join(L, sa.and_(L.c.topic == SL.c.topic, L.c.ledger_id == SL.c.ledger_id))
+            .where(SL.c.segment_id == G.c.segment_id, L.c.deletion_state == DeletionState.NONE)
+            .exists()
+        )
+        released = conn.execute(
+            G.update()
+            .where(G.c.topic == topic, G.c.state == SegmentState.OFFLOADED, ~live_ledger)
+            .values(
+                version=G.c.version + 1,
+                state=SegmentState.DELETED,
+                finished_ms=db_now(),
+                detail="every ledger it holds was trimmed",
+            )
+            .returning(G.c.data_key, G.c.index_key, G.c.store_id, G.c.segment_id)
+        ).all()
+        for data_key, index_key, store_id, _ in released:
+            self.metadata._enqueue(conn, [data_key, index_key], "segment trimmed", None, store_id)
+        return len(released)
+
+
+_COMMITTED = (SegmentState.OFFLOADED, SegmentState.DELETED)
+
+
+def _fence(conn: Connection, claim: StreamClaim) -> None:
+    """Renew the claim's lease if its epoch is still the stream's (PDP-34 fencing)."""
+    result = conn.execute(
+        S.update()
+        .where(S.c.topic == claim.topic, S.c.epoch == claim.epoch)
+        .values(version=S.c.version + 1, lease_until_ms=db_now() + claim.lease_ms)
+    )
+    if result.rowcount != 1:
+        current = conn.execute(sa.select(S.c.epoch, S.c.owner).where(S.c.topic == claim.topic))
+        row = current.first()
+        holder = "nobody" if row is None else f"{row[1]} (epoch {row[0]})"
+        raise StreamFencedError(
+            f"topic {claim.topic!r}: this pass (epoch {claim.epoch}) lost the stream to "
+            f"{holder}; it commits nothing more"
+        )
+
+
+def _cas_segment(
+    conn: Connection, segment: Segment, expected: SegmentState, **values: object
+) -> None:
+    result = conn.execute(
+        G.update()
+        .where(
+            G.c.segment_id == segment.segment_id,
+            G.c.version == segment.version,
+            G.c.state == expected,
+        )
+        .values(version=G.c.version + 1, **values)
+    )
+    if result.rowcount != 1:
+        raise CommitFailedError(
+            f"segment {segment.segment_id} is no longer {expected} at version {segment.version}: "
+            "someone else moved"
+        )
+
+
+def _segment(conn: Connection, segment_id: str) -> Segment:
+    row = conn.execute(sa.select(G).where(G.c.segment_id == segment_id)).mappings().first()
+    if row is None:
+        raise NotFoundError(f"segment {segment_id} does not exist")
+    return Segment.model_validate(dict(row))
+
+
+def _newest(conn: Connection, topic: str) -> Segment | None:
+    row = (
+        conn.execute(sa.select(G).where(G.c.topic == topic).order_by(G.c.seq.desc()).limit(1))
+        .mappings()
+        .first()
+    )
+    return None if row is None else Segment.model_validate(dict(row))
+
+
+def _last_committed_end(conn: Connection, topic: str) -> Position | None:
+    row = conn.execute(
+        sa.select(G.c.end_ledger_id, G.c.end_entry_id)
+        .where(G.c.topic == topic, G.c.state.in_(_COMMITTED))
+        .order_by(G.c.seq.desc())
+        .limit(1)
+    ).first()
+    return None if row is None else Position(ledger_id=row[0], entry_id=row[1])
+
+
+def _settle(conn: Connection, topic: str, ledger_ids: Sequence[int]) -> list[int]:
+    """Of ``ledger_ids``, mark offloaded (stream mode) the sealed, live ledgers not yet
+    offloaded whose entries 0..entry_count-1 are all in offloaded segments.
+
+    Entries past a ledger's sealed count (read from an open ledger before a crash cut its
+    torn tail) are in a segment but not in the ledger, and count for nothing."""
+    if not ledger_ids:
+        return []
+    ledgers = conn.execute(
+        sa.select(L.c.ledger_id, L.c.version, L.c.entry_count).where(
+            L.c.topic == topic,
+            L.c.ledger_id.in_(sorted(set(ledger_ids))),
+            L.c.state == LedgerState.SEALED,
+            L.c.offload_state == OffloadState.NONE,
+            L.c.deletion_state == DeletionState.NONE,
+            L.c.hot_state == HotState.PRESENT,
+        )
+    ).all()
+    settled = []
+    for ledger_id, version, entry_count in ledgers:
+        ranges = conn.execute(
+            sa.select(SL.c.first_entry_id, SL.c.last_entry_id)
+            .join(G, G.c.segment_id == SL.c.segment_id)
+            .where(
+                SL.c.topic == topic,
+                SL.c.ledger_id == ledger_id,
+                G.c.state == SegmentState.OFFLOADED,
+            )
+            .order_by(SL.c.first_entry_id)
+        ).all()
+        if not _covers(ranges, entry_count):
+            continue
+        result = conn.execute(
+            L.update()
+            .where(L.c.topic == topic, L.c.ledger_id == ledger_id, L.c.version == version)
+            .values(
+                version=L.c.version + 1,
+                offload_state=OffloadState.OFFLOADED,
+                offload_mode=OffloadMode.STREAM,
+                offloaded_ms=db_now(),
+            )
+        )
+        if result.rowcount == 1:
+            settled.append(ledger_id)
+    return settled
+
+
+def _covers(ranges: Sequence[tuple[int, int]], entry_count: int) -> bool:
+    """Whether sorted ``ranges`` (first, last) cover 0..entry_count-1 with no gap."""
+    expected = 0
+    for first, last in ranges:
+        if first > expected:
+            return False
+        expected = max(expected, last + 1)
+        if expected >= entry_count:
+            return True
+    return expected >= entry_count
