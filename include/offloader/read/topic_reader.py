@@ -15,8 +15,9 @@ from offloader.exceptions import (
     TopicDeletedError,
     TrimmedError,
 )
-from offloader.metadata import Ledger, LedgerState, Topic
+from offloader.metadata import Ledger, LedgerState, OffloadMode, Topic
 from offloader.policy import ReadPriority
+from offloader.read.segmented import LedgerPiece, SegmentedLedgerReader
 from offloader.read.tiered import TieredLedgerReader
 from offloader.runtime import Runtime
 
@@ -165,6 +166,8 @@ class TopicReader:
         return read
 
     def _tiered_reader(self, ledger: Ledger) -> Callable[[int, int], Iterator[tuple[int, bytes]]]:
+        if ledger.offload_mode is OffloadMode.STREAM:
+            return self._streamed_reader(ledger)
         assert ledger.data_key is not None and ledger.index_key is not None
         data_key, index_key = ledger.data_key, ledger.index_key
 
@@ -178,6 +181,38 @@ class TopicReader:
                 topic=ledger.topic,
                 ledger_id=ledger.ledger_id,
                 last_entry_id=ledger.entry_count - 1,
+                prefetch=self.runtime.settings.read_prefetch,
+            )
+            return reader.read(first, last)
+
+        return read
+
+    def _streamed_reader(self, ledger: Ledger) -> Callable[[int, int], Iterator[tuple[int, bytes]]]:
+        """A ledger offloaded by streaming: its entries in one or more segments (PIP-76),
+        each read from the store its segment recorded (invariant 7)."""
+
+        def read(first: int, last: int) -> Iterator[tuple[int, bytes]]:
+            records = self.runtime.metadata.segments.pieces(ledger.topic, ledger.ledger_id)
+            if not records:
+                raise ObjectNotFoundError(
+                    f"ledger {ledger.topic}/{ledger.ledger_id} is streamed but no offloaded "
+                    "segment holds it"
+                )
+            pieces = [
+                LedgerPiece(
+                    self.runtime.stores.get(r.segment.store_id, f"segment {r.segment.segment_id}"),
+                    r.segment.data_key,
+                    r.segment.index_key,
+                    r.first_entry_id,
+                    min(r.last_entry_id, ledger.entry_count - 1),
+                )
+                for r in records
+                if r.first_entry_id < ledger.entry_count
+            ]
+            reader = SegmentedLedgerReader(
+                pieces,
+                ledger_id=ledger.ledger_id,
+                topic=ledger.topic,
                 prefetch=self.runtime.settings.read_prefetch,
             )
             return reader.read(first, last)
