@@ -8,11 +8,15 @@ database, per page and in one statement, which of that page's keys are reference
 
 - a ledger's data or index key (committed offloads, and ledgers on their way out);
 - an attempt's keys while it is started (in flight, whatever its lease) or committed;
+- a streaming segment's data or index key while the segment is assigned, closing or
+  offloaded (metadata/segments.py);
 - a pending deletion (already on its way out: queued once is enough).
 
 Keys of failed and superseded attempts are not references: those attempts queued their
 keys for deletion, so an object of theirs still present after the queue ran is a late
-write and exactly what the sweep exists to catch. A reference counts whatever store it
+write and exactly what the sweep exists to catch. The same holds for segments: a failed
+one queued its keys when it failed (SegmentStore.fail), a replaced one was failed first,
+and a deleted one queued them when retention released it. A reference counts whatever store it
 names: keys carry a fresh uuid, and two recorded locations may be one physical store.
 
 What is left and older than ``sweep_grace_seconds`` (the object's LastModified against the
@@ -21,10 +25,15 @@ The grace period covers writes whose record this sweep could not see yet and any
 between the store's clock and the database's. Metadata snapshots (``_metadata/``, see
 metadata/backup.py) are protected by their manifest. Multipart uploads started longer
 than ``multipart_max_age_seconds`` ago are aborted unless a live attempt (started, lease
-not over) owns their key.
+not over) owns their key, or, under a segment key, the upload is the one recorded on an
+assigned or closing segment (its id, not just its key: a stream's segment stays open across
+passes, for as long as its age limit allows, and its upload with it). Any other upload
+under a segment key (one a pass created but died before recording, or a failed segment's)
+is aborted once past the age.
 
 Only keys of the shapes the offloader writes are ever candidates: ledger objects
-(``<uuid>-ledger-<id>[-index]``, offload/keys.py) and snapshots directly under
+(``<uuid>-ledger-<id>[-index]``), segment objects (``<uuid>[-index]``; both shapes in
+offload/keys.py) and snapshots directly under
 ``_metadata/snapshots/``. Anything else in a listed prefix is counted as ``foreign`` and
 left alone: another tool's objects in a shared bucket, or the keys of a recorded store
 nested inside this one (``tiered/<uuid>-ledger-5`` when both ``s3://b`` and
@@ -46,16 +55,21 @@ from offloader import failpoints
 from offloader.exceptions import ObjectNotFoundError, StoreUnavailableError
 from offloader.metadata import AttemptState, MetadataStore, schema
 from offloader.metadata.clock import db_now
+from offloader.metadata.records import SegmentState
 from offloader.metadata.stores import list_stores
 from offloader.objectstore import MultipartUpload, ObjectInfo, ObjectStore
 from offloader.objectstore.location import StoreLocation
 from offloader.objectstore.registry import StoreRegistry
-from offloader.offload.keys import is_ledger_object_key
+from offloader.offload.keys import is_offloaded_object_key, is_segment_object_key
 from offloader.settings import Settings
 
 log = logging.getLogger(__name__)
 
 L, A, D = schema.ledgers, schema.offload_attempts, schema.deletion_queue
+G = schema.segments
+# segments whose keys are references: failed, replaced and deleted ones queued theirs
+REFERENCING_SEGMENTS = (SegmentState.ASSIGNED, SegmentState.CLOSING, SegmentState.OFFLOADED)
+OPEN_SEGMENTS = (SegmentState.ASSIGNED, SegmentState.CLOSING)  # their upload is live
 PAGE = 1000  # keys per metadata lookup (one statement) and per enqueue transaction
 ORPHAN_REASON = "orphan (sweep)"
 METADATA_PREFIX = "_metadata/"  # metadata/backup.py writes snapshots under here
@@ -236,9 +250,14 @@ def _sweep_uploads(
             if (age := _age_ms(u.initiated, now_ms)) is not None and age >= max_age_ms
         ]
         live = live_attempt_keys(metadata, [u.key for u, _ in old])
+        recorded = open_segment_uploads(
+            metadata, [u.key for u, _ in old if is_segment_object_key(u.key)]
+        )
         for upload, age_ms in old:
-            if upload.key in live or not is_ledger_object_key(upload.key):
+            if upload.key in live or not is_offloaded_object_key(upload.key):
                 continue
+            if (upload.key, upload.upload_id) in recorded:
+                continue  # an open segment's upload: the next streaming pass goes on with it
             out.stale_uploads += 1
             if dry_run:
                 out.uploads.append(StaleUpload(upload.key, upload.upload_id, age_ms / 1000))
@@ -248,7 +267,7 @@ def _sweep_uploads(
 
 
 def _is_offloader_key(key: str) -> bool:
-    return is_ledger_object_key(key) or SNAPSHOT_KEY.fullmatch(key) is not None
+    return is_offloaded_object_key(key) or SNAPSHOT_KEY.fullmatch(key) is not None
 
 
 def _abort(store: ObjectStore, upload: MultipartUpload) -> None:
@@ -262,11 +281,14 @@ def referenced_keys(metadata: MetadataStore, keys: Iterable[str]) -> set[str]:
     if not keys:
         return set()
     kept = (AttemptState.STARTED, AttemptState.COMMITTED)
+    segments = [s.value for s in REFERENCING_SEGMENTS]
     query = sa.union_all(
         sa.select(L.c.data_key.label("k")).where(L.c.data_key.in_(keys)),
         sa.select(L.c.index_key).where(L.c.index_key.in_(keys)),
         sa.select(A.c.data_key).where(A.c.data_key.in_(keys), A.c.state.in_(kept)),
         sa.select(A.c.index_key).where(A.c.index_key.in_(keys), A.c.state.in_(kept)),
+        sa.select(G.c.data_key).where(G.c.data_key.in_(keys), G.c.state.in_(segments)),
+        sa.select(G.c.index_key).where(G.c.index_key.in_(keys), G.c.state.in_(segments)),
         sa.select(D.c.object_key).where(D.c.object_key.in_(keys), D.c.state == "pending"),
     )
     with metadata.engine.connect() as conn:
@@ -291,6 +313,21 @@ def live_attempt_keys(metadata: MetadataStore, keys: Iterable[str]) -> set[str]:
     )
     with metadata.engine.connect() as conn:
         return set(conn.execute(query).scalars())
+
+
+def open_segment_uploads(metadata: MetadataStore, keys: Iterable[str]) -> set[tuple[str, str]]:
+    """(data key, upload id) of the assigned or closing segments among ``keys``: the
+    multipart uploads a streaming pass still adds parts to or completes."""
+    keys = list(keys)
+    if not keys:
+        return set()
+    query = sa.select(G.c.data_key, G.c.upload_id).where(
+        G.c.data_key.in_(keys),
+        G.c.state.in_([s.value for s in OPEN_SEGMENTS]),
+        G.c.upload_id.is_not(None),
+    )
+    with metadata.engine.connect() as conn:
+        return {(key, upload_id) for key, upload_id in conn.execute(query)}
 
 
 def _protected_snapshots(store: ObjectStore) -> set[str] | None:

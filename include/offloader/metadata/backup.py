@@ -11,8 +11,11 @@ The manifest, not a LIST, is how a restore finds snapshots: only the sweep lists
 
 ``import_snapshot`` restores one into an empty database at the same revision, checking the
 checksum before it writes anything, all in one transaction. ``rebuild_from_objects`` is the
-last resort without a snapshot: topics and offloaded ledgers from the index objects' own
-metadata (FORMAT.md) and the objects' user metadata.
+last resort without a snapshot: topics, offloaded ledgers and streaming segments from the
+index objects' own metadata (FORMAT.md) and the objects' user metadata.
+
+Tables are exported generically, so the streaming tables (``streams``, ``segments``,
+``segment_parts``, ``segment_ledgers``) and ``ledgers.offload_mode`` round-trip like the rest.
 """
 
 from __future__ import annotations
@@ -37,11 +40,18 @@ from sqlalchemy.engine import Connection, Engine
 
 from offloader import failpoints
 from offloader.exceptions import FormatError, ObjectNotFoundError, OffloaderError
-from offloader.format import decode_index
+from offloader.format import SEGMENT_FORMAT_VERSION, decode_index, decode_segment_index
 from offloader.metadata import schema
 from offloader.metadata.clock import db_now_ms
 from offloader.metadata.migrate import head_revision
-from offloader.metadata.records import AttemptState, HotState, LedgerState, OffloadState
+from offloader.metadata.records import (
+    AttemptState,
+    HotState,
+    LedgerState,
+    OffloadMode,
+    OffloadState,
+    SegmentState,
+)
 from offloader.metadata.stores import record_store
 from offloader.objectstore import ObjectStore
 from offloader.offload.keys import FORMAT_VERSION as OBJECT_FORMAT_VERSION
@@ -58,9 +68,9 @@ FORMAT = "offloader-metadata-snapshot"
 FORMAT_VERSION = 1
 ROWS_PER_INSERT = 1000
 PART_SIZE = 16 * 1024 * 1024  # multipart above this (S3's minimum part is 5 MiB)
-_INDEX_KEY = re.compile(
-    r"^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})-ledger-(\d+)-index$"
-)
+_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+_INDEX_KEY = re.compile(rf"^({_UUID})-ledger-(\d+)-index$")
+_SEGMENT_INDEX_KEY = re.compile(rf"^({_UUID})-index$")  # stream/offloader.py's shape
 
 
 class SnapshotError(OffloaderError):
@@ -89,8 +99,10 @@ class ExportResult:
 @dataclass(frozen=True)
 class RebuildResult:
     topics: list[str]
-    ledgers: int
-    skipped: list[str]  # index objects not used, each with the reason
+    ledgers: int  # offloaded ledgers recorded, of both modes
+    skipped: list[str]  # index objects (or streamed ledgers) not used, each with the reason
+    segments: int = 0  # offloaded streaming segments recorded
+    streamed_ledgers: int = 0  # of ``ledgers``, those recorded in stream mode
 
 
 # --- the manifest --------------------------------------------------------------------------

@@ -386,9 +386,17 @@ class _Pass:
         failpoints.reach("stream-after-complete")
         self._write_index(store, segment, blocks)
         failpoints.reach("stream-after-index")
-        committed = self.segments.commit(self.claim, segment, _pieces(blocks))
+        pieces = _pieces(blocks)
+        ids = [p.ledger_id for p in pieces]
+        before = self.o.metadata.get_ledgers(self.topic.name, ids)
+        committed = self.segments.commit(self.claim, segment, pieces)
         failpoints.reach("stream-after-commit")
+        after = self.o.metadata.get_ledgers(self.topic.name, ids)
+        self.result.settled_ledgers += [
+            i for i in ids if after[i].is_offloaded and not before[i].is_offloaded
+        ]
         self.result.committed.append(committed.segment_id)
+        self.result.open_segment = None  # until the next segment is assigned
         self._note(committed)
 
     def _complete(self, store: ObjectStore, segment: Segment, parts: list[PartInfo]) -> None:

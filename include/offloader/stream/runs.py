@@ -1,0 +1,69 @@
+"""Streaming offload as a scheduler runs it: the topics that stream, one pass each, then the
+hot copies past their deletion lag.
+
+A topic another pass holds (its lease not over) is reported ``busy``, not failed: the
+pass that holds it is doing the work. A topic whose pass fails is reported ``failed`` and
+the others still get their pass; the caller decides what a failure means (the Airflow
+task fails, so the run shows it and retries).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from offloader.exceptions import StreamBusyError, TopicDeletedError
+from offloader.metadata import MetadataStore
+from offloader.offload.hot_deletion import delete_hot_copies
+from offloader.runtime import Runtime
+from offloader.stream.offloader import StreamingOffloader
+from offloader.stream.params import StreamRunParams
+
+log = logging.getLogger(__name__)
+
+DONE, BUSY, FAILED = "done", "busy", "failed"
+
+
+def streaming_topics(metadata: MetadataStore, topic: str | None = None) -> list[str]:
+    """The live topics whose policy has streaming on, by name; or ``topic`` alone.
+
+    A named topic may have streaming off (a pass then completes its open segment); an
+    unknown one is a NotFoundError, a deleted one a TopicDeletedError.
+    """
+    if topic:
+        if metadata.get_topic(topic).is_deleted:  # NotFoundError names an unknown topic
+            raise TopicDeletedError(f"topic {topic!r} was deleted: nothing to stream")
+        return [topic]
+    return [t.name for t in metadata.list_topics() if t.policy.streaming and not t.is_deleted]
+
+
+def run_streaming(runtime: Runtime, params: StreamRunParams, owner: str) -> list[dict[str, Any]]:
+    """One pass per topic of ``params`` (as ``owner``), each followed by the topic's hot
+    copies due for deletion; one JSON-safe dict per topic, no credentials in it.
+
+    Each dict holds ``topic``, ``status`` (done, busy or failed), ``detail`` (why busy or
+    failed, else None), ``hot_deleted`` (ledger ids) and, when done, the pass's result
+    (:meth:`StreamPassResult.as_dict`). The topics are resolved before any pass, so a bad
+    topic changes nothing.
+    """
+    topics = streaming_topics(runtime.metadata, params.topic)
+    offloader = StreamingOffloader(runtime, owner=owner)
+    return [_stream_topic(runtime, offloader, topic, params.close_now) for topic in topics]
+
+
+def _stream_topic(
+    runtime: Runtime, offloader: StreamingOffloader, topic: str, close_now: bool
+) -> dict[str, Any]:
+    try:
+        try:
+            passed = offloader.run_pass(topic, close_now=close_now)
+            outcome: dict[str, Any] = {"status": DONE, "detail": None, **passed.as_dict()}
+        except StreamBusyError as busy:
+            outcome = {"topic": topic, "status": BUSY, "detail": str(busy)}
+        hot = delete_hot_copies(runtime.metadata, runtime.hot, topic)
+        outcome["hot_deleted"] = [h.ledger_id for h in hot]
+    except Exception as exc:  # one topic's failure does not hold the others back
+        log.warning("streaming pass of %s failed", topic, exc_info=True)
+        detail = f"{type(exc).__name__}: {exc}"
+        outcome = {"topic": topic, "status": FAILED, "detail": detail, "hot_deleted": []}
+    return outcome
