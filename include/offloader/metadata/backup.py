@@ -410,23 +410,69 @@ class _Found:
     offloaded_ms: int
 
 
+@dataclass(frozen=True)
+class _Piece:
+    """One ledger's entries in a segment, as the segment's index states them."""
+
+    ledger_id: int
+    first_entry_id: int
+    last_entry_id: int
+    length: int  # payload bytes
+    created_ms: int  # -1: the ledger was open when the segment was closed
+    sealed_ms: int
+
+
+@dataclass(frozen=True)
+class _FoundSegment:
+    topic: str
+    segment_id: str
+    data_key: str
+    index_key: str
+    data_len: int
+    pieces: tuple[_Piece, ...]  # ledger ids rising
+    offloaded_ms: int
+
+    @property
+    def begin(self) -> tuple[int, int]:
+        return self.pieces[0].ledger_id, self.pieces[0].first_entry_id
+
+    @property
+    def end(self) -> tuple[int, int]:
+        return self.pieces[-1].ledger_id, self.pieces[-1].last_entry_id
+
+
 def rebuild_from_objects(engine: Engine, store: ObjectStore, location: Any) -> RebuildResult:
-    """Topics and their offloaded ledgers from the objects of ``store`` alone.
+    """Topics, their offloaded ledgers and streaming segments from the objects of ``store``.
 
     Each index object (``<uuid>-ledger-<id>-index``) is read; its metadata record gives the
     topic, ledger id, entry count, length and times, and must agree with the object's user
     metadata; its data object must exist with the length the index states. Of several
     complete copies of one ledger the newest is used; the others stay unreferenced, for
     the sweep. Topics get the default policy (policies live only in the metadata).
+
+    Each segment index (``<uuid>-index``, v2) is read the same way and becomes an offloaded
+    segment with its ledger ranges (:func:`_stream_rows`); a segment overlapping one
+    already taken (in position order) is skipped. A ledger whose pieces in the segments
+    tile entries 0..N with no gap becomes a sealed ledger offloaded in stream mode with
+    N + 1 entries, unless it also has ledger objects (then those are its offload). Parts
+    are not rebuilt: only open segments need them, and the objects hold only completed ones.
     """
     from offloader.gc.sweep import list_objects
 
     with engine.connect() as conn:
         _require_empty(conn, "rebuild the metadata")
     found: dict[tuple[str, int], _Found] = {}
+    segments: list[_FoundSegment] = []
     skipped: list[str] = []
     for page in list_objects(store):
         for info in page:
+            modified = int(info.last_modified.timestamp() * 1000) if info.last_modified else 0
+            if (segment := _SEGMENT_INDEX_KEY.match(info.key)) is not None:
+                try:
+                    segments.append(_read_segment(store, info.key, segment.group(1), modified))
+                except (FormatError, ObjectNotFoundError, SnapshotError, ValueError) as exc:
+                    skipped.append(f"{info.key}: {exc}")
+                continue
             match = _INDEX_KEY.match(info.key)
             if match is None:
                 continue
@@ -435,26 +481,36 @@ def rebuild_from_objects(engine: Engine, store: ObjectStore, location: Any) -> R
             except (FormatError, ObjectNotFoundError, SnapshotError, ValueError) as exc:
                 skipped.append(f"{info.key}: {exc}")
                 continue
-            modified = int(info.last_modified.timestamp() * 1000) if info.last_modified else 0
             item = _Found(**{**asdict(item), "offloaded_ms": modified})
             known = found.get((item.topic, item.ledger_id))
             if known is None or known.offloaded_ms < item.offloaded_ms:
                 found[(item.topic, item.ledger_id)] = item
+    segments = _without_overlaps(segments, skipped)
     with engine.begin() as conn:
         _require_empty(conn, "rebuild the metadata")
         store_id = record_store(conn, location)
         now = db_now_ms(conn)
-        topics = sorted({t for t, _ in found})
+        streamed = _stream_rows(segments, found, store_id, now, skipped)
+        topics = sorted({t for t, _ in found} | {s.topic for s in segments})
         policy = OffloadPolicy().model_dump_json()
         for topic in topics:
-            ledgers = [f for (t, _), f in found.items() if t == topic]
+            ledgers = [(f.ledger_id, f.created_ms) for (t, _), f in found.items() if t == topic]
+            ledgers += [
+                (r["ledger_id"], r["created_ms"]) for r in streamed.ledgers if r["topic"] == topic
+            ]
+            ledgers += [
+                (p.ledger_id, s.offloaded_ms)
+                for s in segments
+                if s.topic == topic
+                for p in s.pieces
+            ]
             conn.execute(
                 schema.topics.insert().values(
                     name=topic,
                     version=1,
                     policy=policy,
-                    created_ms=min(f.created_ms for f in ledgers),
-                    next_ledger_id=max(f.ledger_id for f in ledgers) + 1,
+                    created_ms=min(created for _, created in ledgers),
+                    next_ledger_id=max(ledger_id for ledger_id, _ in ledgers) + 1,
                     writer_epoch=0,
                 )
             )
@@ -465,7 +521,190 @@ def rebuild_from_objects(engine: Engine, store: ObjectStore, location: Any) -> R
             conn.execute(
                 schema.offload_attempts.insert(), [_attempt_row(f, store_id) for f in chunk]
             )
-    return RebuildResult(topics, len(found), skipped)
+        for table, rows in (
+            (schema.ledgers, streamed.ledgers),
+            (schema.segments, streamed.segments),
+            (schema.segment_ledgers, streamed.pieces),
+        ):
+            for start in range(0, len(rows), ROWS_PER_INSERT):
+                conn.execute(table.insert(), rows[start : start + ROWS_PER_INSERT])
+    return RebuildResult(
+        topics,
+        len(found) + len(streamed.ledgers),
+        skipped,
+        segments=len(segments),
+        streamed_ledgers=len(streamed.ledgers),
+    )
+
+
+def _read_segment(
+    store: ObjectStore, index_key: str, segment_id: str, modified: int
+) -> _FoundSegment:
+    """A segment from its v2 index, checked against its user metadata and data object."""
+    user = store.stat(index_key).metadata
+    index = decode_segment_index(store.get(index_key))
+    version = user.get("format-version", str(SEGMENT_FORMAT_VERSION))
+    if version != str(SEGMENT_FORMAT_VERSION):
+        raise SnapshotError(f"unknown segment object format-version {version!r}")
+    from_user = (
+        unquote(user.get("managed-ledger", index.topic)),
+        user.get("segment-id", segment_id),
+    )
+    if from_user != (index.topic, segment_id):
+        raise SnapshotError(
+            f"the index is of topic {index.topic!r}, segment {segment_id} by its key; its user "
+            f"metadata says topic {from_user[0]!r}, segment {from_user[1]}"
+        )
+    data_key = index_key.removesuffix("-index")
+    data_len = store.stat(data_key).size
+    if data_len != index.data_object_len:
+        raise SnapshotError(
+            f"data object {data_key} is {data_len} bytes, the index says {index.data_object_len}"
+        )
+    pieces = []
+    for ledger in index.ledgers:
+        meta = ledger.metadata
+        assert meta is not None  # decode_segment_index always sets it
+        pieces.append(
+            _Piece(
+                meta.ledger_id,
+                meta.first_entry_id,
+                meta.last_entry_id,
+                meta.length,
+                meta.created_ms,
+                meta.sealed_ms,
+            )
+        )
+    return _FoundSegment(
+        index.topic, segment_id, data_key, index_key, data_len, tuple(pieces), modified
+    )
+
+
+def _without_overlaps(segments: list[_FoundSegment], skipped: list[str]) -> list[_FoundSegment]:
+    """Per topic in stream order, the segments that begin after the previous one ends
+    (a stream never offloads an entry twice); the others are reported as skipped."""
+    kept: list[_FoundSegment] = []
+    for segment in sorted(segments, key=lambda s: (s.topic, s.begin, s.offloaded_ms)):
+        previous = kept[-1] if kept and kept[-1].topic == segment.topic else None
+        if previous is not None and segment.begin <= previous.end:
+            skipped.append(
+                f"{segment.index_key}: segment of {segment.topic!r} from "
+                f"{segment.begin[0]}:{segment.begin[1]} overlaps segment {previous.segment_id} "
+                f"(to {previous.end[0]}:{previous.end[1]})"
+            )
+            continue
+        kept.append(segment)
+    return kept
+
+
+@dataclass
+class _StreamRows:
+    segments: list[dict[str, Any]]
+    pieces: list[dict[str, Any]]  # segment_ledgers
+    ledgers: list[dict[str, Any]]  # the ledgers offloaded in stream mode
+
+
+def _stream_rows(
+    segments: list[_FoundSegment],
+    found: dict[tuple[str, int], _Found],
+    store_id: int,
+    now: int,
+    skipped: list[str],
+) -> _StreamRows:
+    """Rows of the segments (in stream order: ``seq`` 1, 2, ... per topic), their ledger
+    ranges, and the ledgers they hold whole (entries 0..N, no gap) that have no ledger
+    objects of their own. A ledger held only in part is reported: the stream began after a
+    trim inside it, or a segment is missing; its ranges are kept but it gets no row."""
+    rows = _StreamRows([], [], [])
+    seq: dict[str, int] = {}
+    by_ledger: dict[tuple[str, int], list[tuple[_Piece, _FoundSegment]]] = {}
+    for s in segments:
+        seq[s.topic] = seq.get(s.topic, 0) + 1
+        rows.segments.append(
+            dict(
+                segment_id=s.segment_id,
+                topic=s.topic,
+                seq=seq[s.topic],
+                version=1,
+                state=SegmentState.OFFLOADED,
+                epoch=0,  # no pass holds the stream yet: the next claim starts at epoch 1
+                assigned_ms=s.offloaded_ms,
+                offloaded_ms=s.offloaded_ms,
+                finished_ms=None,
+                detail="rebuilt from the objects",
+                begin_ledger_id=s.begin[0],
+                begin_entry_id=s.begin[1],
+                end_ledger_id=s.end[0],
+                end_entry_id=s.end[1],
+                planned_end_ledger_id=None,
+                planned_end_entry_id=None,
+                data_key=s.data_key,
+                index_key=s.index_key,
+                store_id=store_id,
+                upload_id=None,
+                data_len=s.data_len,
+                replaces=None,
+            )
+        )
+        for p in s.pieces:
+            rows.pieces.append(
+                dict(
+                    segment_id=s.segment_id,
+                    ledger_id=p.ledger_id,
+                    topic=s.topic,
+                    first_entry_id=p.first_entry_id,
+                    last_entry_id=p.last_entry_id,
+                )
+            )
+            by_ledger.setdefault((s.topic, p.ledger_id), []).append((p, s))
+    for (topic, ledger_id), held in sorted(by_ledger.items()):
+        if (topic, ledger_id) in found:
+            continue  # its ledger objects are its offload; the segments' ranges stay recorded
+        expected = 0
+        for piece, _ in held:
+            if piece.first_entry_id != expected:
+                break
+            expected = piece.last_entry_id + 1
+        else:
+            rows.ledgers.append(_streamed_ledger_row(topic, ledger_id, held, now))
+            continue
+        ranges = ", ".join(f"{p.first_entry_id}..{p.last_entry_id}" for p, _ in held)
+        skipped.append(
+            f"ledger {ledger_id} of {topic!r}: its segments hold entries {ranges}, not 0..N "
+            "without a gap: not recorded as offloaded"
+        )
+    return rows
+
+
+def _streamed_ledger_row(
+    topic: str, ledger_id: int, held: list[tuple[_Piece, _FoundSegment]], now: int
+) -> dict[str, Any]:
+    offloaded = max(s.offloaded_ms for _, s in held)
+    created = next((p.created_ms for p, _ in held if p.created_ms >= 0), offloaded)
+    sealed = next((p.sealed_ms for p, _ in reversed(held) if p.sealed_ms >= 0), offloaded)
+    return dict(
+        topic=topic,
+        ledger_id=ledger_id,
+        version=1,
+        state=LedgerState.SEALED,
+        entry_count=held[-1][0].last_entry_id + 1,
+        size_bytes=sum(p.length for p, _ in held),
+        created_ms=created,
+        sealed_ms=sealed,
+        offload_state=OffloadState.OFFLOADED,
+        offload_mode=OffloadMode.STREAM,
+        offload_epoch=0,
+        attempt_id=None,
+        attempt_lease_ms=None,
+        offload_uuid=None,  # stream mode: its entries are in segment_ledgers
+        data_key=None,
+        index_key=None,
+        data_len=None,
+        offloaded_ms=offloaded,
+        hot_state=HotState.DELETED,  # unknown to the objects; reads go to the store
+        hot_deleted_ms=now,
+        store_id=None,
+    )
 
 
 def _read_ledger(store: ObjectStore, index_key: str, attempt_id: str, ledger_id: int) -> _Found:

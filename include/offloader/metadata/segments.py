@@ -9,7 +9,7 @@ the last recorded part), and they move Assigned -> Closing -> Offloaded by compa
 on their version (invariant 2). A ledger becomes offloaded in ``stream`` mode once it is
 sealed and every entry of it sits in offloaded segments; only then may its hot copy go
 (invariant 3). A segment's objects are queued for deletion once every ledger it holds is
-below the topic's start (invariant 4).
+deleted (invariant 4, PIP-76).
 """
 
 from __future__ import annotations
@@ -409,31 +409,40 @@ class SegmentStore:
                     ),
                 )
             ).scalars()
-            return _settle(conn, topic, list(candidates))
+            settled = _settle(conn, topic, list(candidates))
+            self.release_deleted(conn, [topic])  # a segment committed after its ledgers went
+            return settled
 
-    def release_trimmed(self, conn: Connection, topic: str) -> int:
-        """Queue the objects of offloaded segments whose every ledger is below the topic's
-        start (deleting or deleted) and mark them deleted; how many. Runs inside the
-        transaction that marks ledgers deleting (invariant 4)."""
-        live_ledger = (
+    def release_deleted(self, conn: Connection, topics: Iterable[str]) -> int:
+        """Queue the objects of offloaded segments whose every ledger is deleted and mark
+        the segments deleted; how many. Runs inside the transaction that marks ledgers
+        deleted (invariant 4: retention deletes ledgers first, then their segments)."""
+        undeleted_ledger = (
             sa.select(SL.c.ledger_id)
             .join(L, sa.and_(L.c.topic == SL.c.topic, L.c.ledger_id == SL.c.ledger_id))
-            .where(SL.c.segment_id == G.c.segment_id, L.c.deletion_state == DeletionState.NONE)
+            .where(
+                SL.c.segment_id == G.c.segment_id,
+                L.c.deletion_state != DeletionState.DELETED,
+            )
             .exists()
         )
         released = conn.execute(
             G.update()
-            .where(G.c.topic == topic, G.c.state == SegmentState.OFFLOADED, ~live_ledger)
+            .where(
+                G.c.topic.in_(sorted(set(topics))),
+                G.c.state == SegmentState.OFFLOADED,
+                ~undeleted_ledger,
+            )
             .values(
                 version=G.c.version + 1,
                 state=SegmentState.DELETED,
                 finished_ms=db_now(),
-                detail="every ledger it holds was trimmed",
+                detail="every ledger it holds was deleted",
             )
-            .returning(G.c.data_key, G.c.index_key, G.c.store_id, G.c.segment_id)
+            .returning(G.c.data_key, G.c.index_key, G.c.store_id)
         ).all()
-        for data_key, index_key, store_id, _ in released:
-            self.metadata._enqueue(conn, [data_key, index_key], "segment trimmed", None, store_id)
+        for data_key, index_key, store_id in released:
+            self.metadata._enqueue(conn, [data_key, index_key], "segment deleted", None, store_id)
         return len(released)
 
 

@@ -1110,8 +1110,6 @@ class MetadataStore:
                     detail="its ledger was trimmed",
                 )
             )
-            # streamed ledgers own no objects: a segment goes once all its ledgers do
-            queued += 2 * self.segments.release_trimmed(conn, topic)
             offloading = L.c.offload_state == OffloadState.OFFLOADING
             conn.execute(
                 L.update()
@@ -1190,8 +1188,15 @@ class MetadataStore:
                     deletion_state=DeletionState.DELETED,
                     deleted_ms=db_now(),
                 )
+                .returning(L.c.topic)
             )
-            return int(result.rowcount)
+            deleted = result.scalars().all()
+            topics = set(deleted)
+            # streamed ledgers own no objects: a segment goes once every ledger in it is
+            # deleted (PIP-76)
+            if topics:
+                self.segments.release_deleted(conn, topics)
+            return len(deleted)
 
     def _enqueue_select(self, conn: Connection, rows: sa.Select) -> int:  # type: ignore[type-arg]
         """Queue the keys a SELECT yields as (key, reason, attempt id, store, topic, ledger)."""

@@ -1,0 +1,59 @@
+"""Retention over streamed ledgers (PIP-76): a segment's objects are queued only when every
+ledger in it is deleted; a segment that still holds a live ledger stays readable. Both
+backends, with the GC as the CLI runs it."""
+
+from __future__ import annotations
+
+from fixtures.backends import make_topic, produce_ledgers, unaccounted_objects
+from offloader.gc.deletion_queue import process_deletions
+from offloader.metadata import Position, SegmentState
+from offloader.read.topic_reader import Source, TopicReader
+from offloader.retention.deletion import finish_deleted_ledgers
+from offloader.retention.trim import trim_topic
+from offloader.runtime import Runtime
+from offloader.stream.offloader import StreamingOffloader
+
+
+def gc(rt: Runtime) -> None:
+    finish_deleted_ledgers(rt)
+    process_deletions(rt.metadata, rt.stores, rt.settings)
+    finish_deleted_ledgers(rt)
+    process_deletions(rt.metadata, rt.stores, rt.settings)
+
+
+def segments_by_ledger(rt: Runtime) -> dict[str, set[int]]:
+    held: dict[str, set[int]] = {}
+    for ledger in rt.metadata.list_ledgers("orders"):
+        for piece in rt.metadata.segments.pieces("orders", ledger.ledger_id):
+            held.setdefault(piece.segment.segment_id, set()).add(ledger.ledger_id)
+    return held
+
+
+def test_segments_go_only_with_their_last_ledger(runtime: Runtime) -> None:
+    rt = runtime
+    part = max(rt.objects.capabilities.min_part_size, 4096)
+    make_topic(rt, streaming=True, min_part_bytes=part, segment_max_bytes=2 * part)
+    # five ledgers of about 0.7 parts: segments of ~2 parts straddle ledger boundaries
+    ledgers = produce_ledgers(rt, "orders", [(14, part // 10)] * 5, seed=4)
+    StreamingOffloader(rt).run_pass("orders", close_now=True)
+    held = segments_by_ledger(rt)
+    assert any(len(ids) > 1 for ids in held.values()), held
+
+    cut = ledgers[2]
+    trim_topic(rt, "orders", Position(ledger_id=cut, entry_id=0))
+    gc(rt)
+
+    states = {s.segment_id: s.state for s in rt.metadata.segments.list("orders")}
+    for segment_id, ids in held.items():
+        wanted = SegmentState.DELETED if max(ids) < cut else SegmentState.OFFLOADED
+        assert states[segment_id] is wanted, (segment_id, ids)
+    present = {info.key for info in rt.objects.list()}
+    for segment in rt.metadata.segments.list("orders"):
+        kept = segment.state is SegmentState.OFFLOADED
+        assert (segment.data_key in present) is kept
+        assert (segment.index_key in present) is kept
+    assert unaccounted_objects(rt) == set()
+    # what is left reads back from the segments alone, hot copies of live ledgers unused
+    hot = TopicReader(rt).checksum("orders", Source.HOT)
+    assert TopicReader(rt).checksum("orders", Source.TIERED) == hot
+    assert hot.entries == 14 * (len(ledgers) - 2)
