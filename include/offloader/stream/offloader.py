@@ -21,6 +21,7 @@ is the same bytes whoever writes it.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from offloader.exceptions import (
     ObjectExistsError,
     ObjectNotFoundError,
     ObjectStoreError,
+    OffloaderError,
     StreamFencedError,
 )
 from offloader.format.layout import MIN_BLOCK_SIZE
@@ -90,6 +92,7 @@ class StreamPassResult:
     open_segment: str | None = None
     offloaded_to: str | None = None  # the last position in a recorded part, L:E
     waiting_bytes: int = 0  # the tail left in the hot tier (smaller than a part)
+    over_budget: bool = False  # the pass stopped at its time budget; the next goes on
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -103,10 +106,11 @@ class StreamPassResult:
             "open_segment": self.open_segment,
             "offloaded_to": self.offloaded_to,
             "waiting_bytes": self.waiting_bytes,
+            "over_budget": self.over_budget,
         }
 
 
-class SegmentUploadFailed(Exception):
+class SegmentUploadFailed(OffloaderError):
     """The segment's upload cannot be completed (gone, or a part is not the recorded one)."""
 
 
@@ -114,8 +118,18 @@ class StreamingOffloader:
     """Runs streaming passes for a runtime; one pass per call of :meth:`run_pass`."""
 
     def __init__(
-        self, runtime: Runtime, *, owner: str = "offloader", lease_seconds: float = 300.0
+        self,
+        runtime: Runtime,
+        *,
+        owner: str = "offloader",
+        lease_seconds: float = 300.0,
+        budget_seconds: float = 240.0,
     ) -> None:
+        """``budget_seconds`` bounds a pass's run time (back-pressure): once spent, the
+        pass uploads no more and a backlog is worked off over the next passes."""
+        if budget_seconds <= 0:
+            raise ValueError(f"budget_seconds must be positive, got {budget_seconds}")
+        self.budget_seconds = budget_seconds
         self.runtime = runtime
         self.metadata = runtime.metadata
         self.segments = runtime.metadata.segments
@@ -167,6 +181,10 @@ class _Pass:
         self.policy = topic.policy
         self.close_now = close_now
         self.result = result
+        self.deadline = time.monotonic() + offloader.budget_seconds
+
+    def over_budget(self) -> bool:
+        return time.monotonic() >= self.deadline
 
     def run(self) -> None:
         while True:
@@ -174,6 +192,14 @@ class _Pass:
             if segment is not None and segment.state is SegmentState.CLOSING:
                 self._finish(segment)
                 continue
+            if self.over_budget() and (self.result.parts_uploaded or self.result.committed):
+                self.result.over_budget = True  # progress made; the next pass goes on
+                return
+            if len(self.result.failed) > 1:
+                raise SegmentUploadFailed(
+                    f"segments {', '.join(self.result.failed)} of {self.topic.name!r} failed in "
+                    "one pass: the store refuses to complete uploads; see the task log"
+                )
             if segment is None or segment.state is SegmentState.FAILED:
                 segment = self._assign(segment)
                 if segment is None:
@@ -259,7 +285,7 @@ class _Pass:
         for batch in self._batches(segment):
             for part in encoder.append(batch):
                 segment = self._upload_part(store, upload, segment, part)
-            if self._full(segment, encoder):
+            if self._full(segment, encoder) or self.over_budget():
                 break
         closing = closing or self._full(segment, encoder)
         self.result.open_segment = segment.segment_id

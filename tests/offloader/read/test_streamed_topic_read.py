@@ -86,3 +86,25 @@ def test_switching_modes_while_writing_loses_nothing(runtime: Runtime) -> None:
     assert states <= {SegmentState.OFFLOADED, SegmentState.FAILED, SegmentState.REPLACED}
     process_deletions(rt.metadata, rt.stores, rt.settings)
     assert unaccounted_objects(rt) == set()
+
+
+def test_a_backlog_beyond_the_budget_is_worked_off_over_passes(runtime: Runtime) -> None:
+    """Back-pressure: a pass stops at its time budget after some progress; later passes
+    finish the backlog with nothing lost or repeated."""
+    rt = runtime
+    policy = streaming_policy(rt)
+    entry = policy["min_part_bytes"] // 4  # type: ignore[operator]
+    make_topic(rt, deletion_lag_seconds=3600, streaming=True, **policy)
+    produce_ledgers(rt, "orders", [(40, entry)] * 3, seed=5)
+    hot = TopicReader(rt).checksum("orders", Source.HOT)
+    offloader = StreamingOffloader(rt, budget_seconds=0.001)
+    passes = []
+    while len(passes) < 100:
+        result = offloader.run_pass("orders", close_now=True)
+        passes.append(result)
+        if not result.over_budget:
+            break
+    assert len(passes) > 1 and passes[0].over_budget
+    assert all(p.parts_uploaded or p.committed for p in passes[:-1])
+    assert all(x.is_offloaded for x in rt.metadata.list_ledgers("orders"))
+    assert TopicReader(rt).checksum("orders", Source.TIERED) == hot
