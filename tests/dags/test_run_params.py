@@ -99,6 +99,7 @@ def test_the_operator_takes_the_models_defaults() -> None:
         "garbage_collection",
         "bulk_export",
         "scrub",
+        "streaming_offload",
     ],
 )
 def test_every_form_accepts_what_its_help_promises(dags: dict[str, Any], dag_id: str) -> None:

@@ -31,6 +31,7 @@ BAD_VALUES = {
     "bulk_export": ("slice_bytes", "", "This field is required", True),
     "retention": ("position", "abc", "Invalid input for param position", False),
     "scrub": ("report", "abc", "Invalid input for param report", False),
+    "streaming_offload": ("topic", " events", "Invalid input for param topic", False),
 }
 
 
@@ -50,7 +51,8 @@ def open_form(
     until(browser, ec.element_to_be_clickable(button), f"{dag_id}'s Trigger button").click()
     open_dialog = (By.CSS_SELECTOR, "[role=dialog][data-state=open]")
     dialog = until(browser, ec.visibility_of_element_located(open_dialog), "the trigger dialog")
-    until(browser, lambda _: dialog.find_elements(By.NAME, "element_dry_run"), "the Params' fields")
+    fields = (By.CSS_SELECTOR, "[name^='element_']")  # not every DAG has a dry_run field
+    until(browser, lambda _: dialog.find_elements(*fields), "the Params' fields")
     return dialog, submit_button(dialog)
 
 
