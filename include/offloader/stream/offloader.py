@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
@@ -33,9 +33,8 @@ from offloader.exceptions import (
     ObjectNotFoundError,
     ObjectStoreError,
     OffloaderError,
-    StreamFencedError,
 )
-from offloader.format.layout import MIN_BLOCK_SIZE
+from offloader.format.layout import ENTRY_FRAME, MIN_BLOCK_SIZE
 from offloader.format.segment_blocks import SegmentEncoder
 from offloader.format.segment_index import encode_segment_index
 from offloader.format.segment_layout import SEGMENT_FORMAT_VERSION, EncodedPart, SegmentBlockRef
@@ -204,7 +203,12 @@ class _Pass:
                 segment = self._assign(segment)
                 if segment is None:
                     return
-            if not self._fill(segment):
+            try:
+                filled = self._fill(segment)
+            except SegmentUploadFailed as err:  # its upload is gone: a part cannot go
+                self._fail(self.segments.get(segment.segment_id), err)
+                continue
+            if not filled:
                 return
 
     # --- assignment ---------------------------------------------------------------------
@@ -281,8 +285,13 @@ class _Pass:
             offset=segment.data_len,
             after=None if segment.end is None else segment.end.key(),
         )
-        closing = self.close_now or not self.policy.streaming or self._aged(segment)
-        for batch in self._batches(segment):
+        # a recorded part shorter than min_part_bytes is the last part of a pass that was
+        # closing the segment and died before marking it: nothing may follow it (S3 refuses
+        # to complete an upload in which a part but the last is under 5 MiB)
+        sealed = bool(parts) and parts[-1].length < self.policy.min_part_bytes
+        closing = sealed or self.close_now or not self.policy.streaming or self._aged(segment)
+        batches = self._batches(segment, lambda: self._room(segment, encoder))
+        for batch in () if sealed else batches:
             for part in encoder.append(batch):
                 segment = self._upload_part(store, upload, segment, part)
             if self._full(segment, encoder) or self.over_budget():
@@ -318,24 +327,41 @@ class _Pass:
         return age_ms >= self.policy.segment_max_age_seconds * 1000
 
     def _full(self, segment: Segment, encoder: SegmentEncoder) -> bool:
+        """A history segment ends exactly at its planned end (its size was planned); any
+        other at the first entry that brings it to segment_max_bytes."""
         planned = segment.planned_end
-        at = encoder.position
-        if planned is not None and at is not None and planned.key() <= at:
-            return True
+        if planned is not None:
+            at = encoder.position
+            return at is not None and planned.key() <= at
         return segment.data_len + encoder.pending_bytes >= self.policy.segment_max_bytes
 
-    def _batches(self, segment: Segment) -> Iterator[list[tuple[int, int, bytes]]]:
-        """Entries after the segment's recorded end, in batches of about a MiB, stopping
-        at its planned end."""
+    def _room(self, segment: Segment, encoder: SegmentEncoder) -> int:
+        """Framed bytes the segment takes before it is full (a MiB for a planned one)."""
+        if segment.planned_end is not None:
+            return FEED_BATCH_BYTES
+        return self.policy.segment_max_bytes - segment.data_len - encoder.pending_bytes
+
+    def _batches(
+        self, segment: Segment, room: Callable[[], int]
+    ) -> Iterator[list[tuple[int, int, bytes]]]:
+        """Entries after the segment's recorded end, in batches of about a MiB but no more
+        than ``room()`` (asked before each batch, so the size limit is met at the entry
+        that reaches it), stopping at its planned end."""
         begin = segment.begin if segment.end is None else _after(segment.end)
         batch: list[tuple[int, int, bytes]] = []
         size = 0
+        limit = min(FEED_BATCH_BYTES, room())
+        if limit <= 0:
+            return
         for ledger_id, entry_id, payload in self._entries(begin, segment.planned_end):
             batch.append((ledger_id, entry_id, payload))
-            size += len(payload)
-            if size >= FEED_BATCH_BYTES:
+            size += len(payload) + ENTRY_FRAME
+            if size >= limit:
                 yield batch
                 batch, size = [], 0
+                limit = min(FEED_BATCH_BYTES, room())
+                if limit <= 0:
+                    return
         if batch:
             yield batch
 
@@ -373,7 +399,12 @@ class _Pass:
     def _upload_part(
         self, store: ObjectStore, upload: MultipartUpload, segment: Segment, part: EncodedPart
     ) -> Segment:
-        info = store.upload_part(upload, part.part_id, part.data)
+        try:
+            info = store.upload_part(upload, part.part_id, part.data)
+        except ObjectStoreError as err:
+            if isinstance(err, ObjectNotFoundError) or "NoSuchUpload" in str(err):
+                raise SegmentUploadFailed(f"its upload is gone: {err}") from err
+            raise
         failpoints.reach("stream-after-part-upload")
         last = Position(ledger_id=part.last_position[0], entry_id=part.last_position[1])
         segment = self.segments.record_part(
@@ -405,9 +436,7 @@ class _Pass:
                 store, segment, [PartInfo(p.part_number, p.etag, p.length) for p in parts]
             )
         except SegmentUploadFailed as err:
-            failed = self.segments.fail(self.claim, segment, str(err))
-            self.result.failed.append(failed.segment_id)
-            log.warning("segment %s failed, to be replaced: %s", segment.segment_id, err)
+            self._fail(segment, err)
             return
         failpoints.reach("stream-after-complete")
         self._write_index(store, segment, blocks)
@@ -424,6 +453,11 @@ class _Pass:
         self.result.committed.append(committed.segment_id)
         self.result.open_segment = None  # until the next segment is assigned
         self._note(committed)
+
+    def _fail(self, segment: Segment, err: SegmentUploadFailed) -> None:
+        failed = self.segments.fail(self.claim, segment, str(err))
+        self.result.failed.append(failed.segment_id)
+        log.warning("segment %s failed, to be replaced: %s", segment.segment_id, err)
 
     def _complete(self, store: ObjectStore, segment: Segment, parts: list[PartInfo]) -> None:
         if self._data_complete(store, segment):
@@ -469,10 +503,13 @@ class _Pass:
         try:
             store.put(segment.index_key, index, metadata=metadata, if_none_match=True)
         except ObjectExistsError:
-            if store.get(segment.index_key) != index:
-                raise StreamFencedError(
-                    f"index {segment.index_key} exists with other bytes: another pass wrote it"
-                ) from None
+            if store.get(segment.index_key) == index:
+                return
+            # written by a pass that died after it, when a ledger of the segment was still
+            # open: the same blocks, without the seal time it has now. Whoever holds the
+            # stream rewrites it; a pass that lost the stream stops here.
+            self.segments.renew(self.claim)
+            store.put(segment.index_key, index, metadata=metadata)
 
 
 def _after(position: Position) -> Position:
