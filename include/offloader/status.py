@@ -7,6 +7,12 @@ retention deletes a ledger (``DeletionState.DELETED``). A ledger counts as hot f
 ``created_ms`` (with its final size: an open ledger's growth is not spread over time) until
 ``hot_deleted_ms``, and as offloaded (``data_len``, the data object) from ``offloaded_ms``
 until ``deleted_ms``. The history's last point therefore equals the current totals.
+
+A ledger offloaded by streaming (PIP-76) counts as an offloaded ledger, but has no objects
+of its own: the offloaded bytes of a topic also hold its segments' data objects
+(``segments.data_len``) from the segment's ``offloaded_ms`` until retention releases it
+(state ``deleted``, ``finished_ms``). Open segments' uploaded parts are in flight and count
+nowhere; nor do failed segments' leftovers.
 """
 
 from __future__ import annotations
@@ -23,10 +29,12 @@ from offloader.metadata.records import (
     HotState,
     OffloadState,
     Record,
+    SegmentState,
 )
 from offloader.metadata.schema import deletion_queue as D
 from offloader.metadata.schema import ledgers as L
 from offloader.metadata.schema import offload_attempts as A
+from offloader.metadata.schema import segments as G
 from offloader.metadata.schema import topics as T
 
 #: The most points a history holds; longer ones keep evenly spread change points.
@@ -76,7 +84,8 @@ def tiers_report(metadata: MetadataStore, failing_tries: int) -> TiersReport:
 
 def topic_tiers(metadata: MetadataStore) -> list[TopicTiers]:
     """Per topic (by name, deleted topics too) the bytes and ledgers in each tier and the
-    pending deletions of its ledgers and of its offload attempts' leftovers."""
+    pending deletions of its ledgers and of its offload attempts' leftovers. Offloaded bytes
+    are the ledgers' own data objects plus the topic's offloaded segments'."""
     live = L.c.deletion_state != DeletionState.DELETED.value
     hot = sa.and_(live, L.c.hot_state != HotState.DELETED.value)
     offloaded = sa.and_(live, L.c.offload_state == OffloadState.OFFLOADED.value)
@@ -94,13 +103,20 @@ def topic_tiers(metadata: MetadataStore) -> list[TopicTiers]:
         .where(D.c.state == "pending", owner.is_not(None))
         .group_by(owner)
     )
+    segments = (
+        sa.select(G.c.topic, sa.func.coalesce(sa.func.sum(G.c.data_len), 0))
+        .where(G.c.state == SegmentState.OFFLOADED.value)
+        .group_by(G.c.topic)
+    )
     with metadata.engine.connect() as conn:
         names = conn.execute(sa.select(T.c.name, T.c.state).order_by(T.c.name)).all()
         by_topic = {row[0]: row[1:] for row in conn.execute(tiers)}
         queued = {row[0]: row[1:] for row in conn.execute(deletions)}
+        streamed = {topic: int(size) for topic, size in conn.execute(segments)}
     result = []
     for name, state in names:
         hot_n, hot_b, off_n, off_b = by_topic.get(name, (0, 0, 0, 0))
+        off_b += streamed.get(name, 0)
         pending, oldest = queued.get(name, (0, None))
         result.append(
             TopicTiers(
@@ -130,8 +146,14 @@ def tier_history(metadata: MetadataStore, points: int = HISTORY_POINTS) -> list[
         L.c.deletion_state,
         L.c.deleted_ms,
     )
+    kept = [SegmentState.OFFLOADED.value, SegmentState.DELETED.value]
     with metadata.engine.connect() as conn:
         rows = conn.execute(sa.select(*columns)).all()
+        segments = conn.execute(
+            sa.select(G.c.data_len, G.c.offloaded_ms, G.c.state, G.c.finished_ms).where(
+                G.c.state.in_(kept), G.c.offloaded_ms.is_not(None)
+            )
+        ).all()
     changes: list[tuple[int, int, int]] = []  # (at_ms, hot delta, offloaded delta)
     for size, created, hot, hot_gone, offload, data_len, offloaded, deletion, deleted in rows:
         changes.append((created, size, 0))
@@ -141,6 +163,10 @@ def tier_history(metadata: MetadataStore, points: int = HISTORY_POINTS) -> list[
             changes.append((offloaded, 0, data_len or 0))
             if deletion == DeletionState.DELETED.value:
                 changes.append((max(deleted or offloaded, offloaded), 0, -(data_len or 0)))
+    for data_len, offloaded, state, finished in segments:  # streamed ledgers' bytes
+        changes.append((offloaded, 0, data_len))
+        if state == SegmentState.DELETED.value:
+            changes.append((max(finished or offloaded, offloaded), 0, -data_len))
     return _thin(list(_steps(changes)), points)
 
 

@@ -5,10 +5,17 @@ the ledger's last entry): executors never open the metadata database.
 
 Slices are cut by entry id at the ledger's mean entry size, not at chunk boundaries: those
 are in each ledger's index, one GET per ledger on the driver before any work is spread.
-A boundary inside a chunk costs that one chunk (about a read buffer) read by two tasks."""
+A boundary inside a chunk costs that one chunk (about a read buffer) read by two tasks.
+
+Ledgers offloaded by streaming (``offload_mode`` stream) have no objects of their own: their
+entries are spread over segments, which a slice (one data and one v1 index object, read
+whole-ledger by the executor's reader) cannot name. They are not exported yet: the plan
+lists them under ``streamed_not_exported`` (and logs a warning), so a run says what it left
+out instead of failing on them."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from urllib.parse import quote
@@ -16,10 +23,17 @@ from urllib.parse import quote
 from offloader.bulk.params import ExportParams
 from offloader.exceptions import TopicDeletedError
 from offloader.metadata import Ledger, MetadataStore, Topic
+from offloader.metadata.records import OffloadMode
 from offloader.objectstore.location import StoreLocation
 from offloader.offload.planner import CreationWindow
 
+log = logging.getLogger(__name__)
+
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+STREAMED_NOTE = (
+    "offloaded by streaming (their entries are in segments): bulk export reads ledger "
+    "objects only and leaves them out; `offloader read` reads them"
+)
 
 
 @dataclass(frozen=True)
@@ -56,6 +70,8 @@ class ExportPlan:
     ledgers: int  # offloaded ledgers selected
     bytes: int  # their payload bytes (estimate of what is read)
     not_offloaded: list[tuple[str, int]] = field(default_factory=list)  # selected, hot only
+    # selected and offloaded, but by streaming: left out (module docstring)
+    streamed: list[tuple[str, int]] = field(default_factory=list)
 
     @property
     def entries(self) -> int:
@@ -68,6 +84,8 @@ class ExportPlan:
             "entries": self.entries,
             "bytes": self.bytes,
             "not_offloaded": [f"{t}/{ledger}" for t, ledger in self.not_offloaded],
+            "streamed_not_exported": [f"{t}/{ledger}" for t, ledger in self.streamed],
+            **({"streamed_note": STREAMED_NOTE} if self.streamed else {}),
         }
 
 
@@ -80,6 +98,7 @@ def plan_export(metadata: MetadataStore, params: ExportParams) -> ExportPlan:
     slices: list[ExportSlice] = []
     ledgers = total = 0
     skipped: list[tuple[str, int]] = []
+    streamed: list[tuple[str, int]] = []
     for topic in topics:
         if topic.is_deleted:
             if named:
@@ -94,11 +113,20 @@ def plan_export(metadata: MetadataStore, params: ExportParams) -> ExportPlan:
             first = topic.start.entry_id if ledger.ledger_id == topic.start.ledger_id else 0
             if ledger.entry_count - 1 < first:
                 continue  # empty, or trimmed to its end
+            if ledger.offload_mode is OffloadMode.STREAM:
+                streamed.append((topic.name, ledger.ledger_id))
+                continue
             ledgers += 1
             total += ledger.size_bytes
             location = metadata.get_store(_store_id(ledger))
             slices.extend(_slices(topic, ledger, first, location, params.slice_bytes))
-    return ExportPlan(slices, ledgers, total, skipped)
+    if streamed:
+        shown = ", ".join(f"{t}/{ledger}" for t, ledger in streamed[:10])
+        more = f" and {len(streamed) - 10} more" if len(streamed) > 10 else ""
+        log.warning(
+            "export leaves out %d ledger(s) %s: %s%s", len(streamed), STREAMED_NOTE, shown, more
+        )
+    return ExportPlan(slices, ledgers, total, skipped, streamed)
 
 
 def _window(params: ExportParams) -> CreationWindow | None:

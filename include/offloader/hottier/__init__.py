@@ -33,6 +33,10 @@ class WritableLedger(abc.ABC):
         """Append one entry and return its id (ids count from 0)."""
 
     @abc.abstractmethod
+    def sync(self) -> None:
+        """Make every entry appended so far durable and visible to readers."""
+
+    @abc.abstractmethod
     def seal(self) -> LedgerInfo:
         """Make every entry durable (fsync) and the ledger immutable."""
 

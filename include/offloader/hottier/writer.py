@@ -70,6 +70,14 @@ class ManagedLedgerWriter:
             self.roll_over()
         return ledger_id, entry_id
 
+    def sync(self) -> None:
+        """Confirm every entry appended so far: durable (fsync) and visible to readers of
+        the hot tier, such as a streaming pass, which offloads an open ledger up to its
+        last confirmed entry. Entries appended after the last sync may be lost in a crash
+        (the ledger is then sealed at what reached the disk), so none of them is read."""
+        if self._writable is not None:
+            self._writable.sync()
+
     def roll_over(self) -> Ledger | None:
         """Seal the current ledger (if it holds entries); the next append opens a new one.
 

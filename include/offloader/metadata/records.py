@@ -244,6 +244,8 @@ class StreamClaim(Record):
     epoch: int
     owner: str
     lease_ms: int
+    # time since the previous pass claimed the stream (database clock); None for the first
+    pass_interval_ms: int | None = None
 
 
 class Segment(Record):

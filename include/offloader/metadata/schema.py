@@ -165,6 +165,7 @@ streams = Table(
     Column("owner", String(255), nullable=False),
     Column("lease_ms", BigInteger, nullable=False),  # how long each commit renews for
     Column("lease_until_ms", BigInteger),  # NULL: released
+    Column("claimed_ms", BigInteger),  # when the last pass claimed it: passes' interval
     Column("created_ms", BigInteger, nullable=False),
     ForeignKeyConstraint(["topic"], ["topics.name"], name="fk_streams_topic"),
 )

@@ -89,6 +89,7 @@ class SegmentStore:
                                 owner=owner,
                                 lease_ms=lease_ms,
                                 lease_until_ms=db_now() + lease_ms,
+                                claimed_ms=db_now(),
                                 created_ms=db_now(),
                             )
                         )
@@ -107,6 +108,7 @@ class SegmentStore:
                     owner=owner,
                     lease_ms=lease_ms,
                     lease_until_ms=db_now() + lease_ms,
+                    claimed_ms=db_now(),
                 )
             )
             if result.rowcount != 1:
@@ -115,8 +117,14 @@ class SegmentStore:
                     f"holds the stream until {row['lease_until_ms']} ms (database clock); "
                     "this pass does nothing"
                 )
+            previous = row["claimed_ms"]
+            now = conn.execute(sa.select(S.c.claimed_ms).where(S.c.topic == topic)).scalar_one()
             return StreamClaim(
-                topic=topic, epoch=int(row["epoch"]) + 1, owner=owner, lease_ms=lease_ms
+                topic=topic,
+                epoch=int(row["epoch"]) + 1,
+                owner=owner,
+                lease_ms=lease_ms,
+                pass_interval_ms=None if previous is None else max(0, int(now) - int(previous)),
             )
 
     def renew(self, claim: StreamClaim) -> None:
@@ -146,6 +154,15 @@ class SegmentStore:
         with self.metadata.engine.connect() as conn:
             rows = conn.execute(query.order_by(G.c.seq)).mappings()
             return [Segment.model_validate(dict(r)) for r in rows]
+
+    def topics_with_open_segments(self) -> list[str]:
+        """Topics whose newest segment is open: a pass must complete it even when the
+        topic's policy no longer streams."""
+        with self.metadata.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(G.c.topic).where(G.c.state.in_(OPEN_STATES)).distinct()
+            ).scalars()
+            return sorted(rows)
 
     def current(self, topic: str) -> Segment | None:
         """The topic's newest segment if it is not offloaded (open, or failed and waiting
@@ -431,6 +448,7 @@ class SegmentStore:
             .where(
                 G.c.topic.in_(sorted(set(topics))),
                 G.c.state == SegmentState.OFFLOADED,
+                sa.select(SL.c.ledger_id).where(SL.c.segment_id == G.c.segment_id).exists(),
                 ~undeleted_ledger,
             )
             .values(

@@ -42,6 +42,7 @@ from offloader.metadata.records import (
     HotState,
     Ledger,
     LedgerState,
+    OffloadMode,
     OffloadState,
     Position,
     StreamCut,
@@ -1236,6 +1237,9 @@ class MetadataStore:
                 "attempts_by_state": grouped(A.c.state),
                 "deletions_by_state": grouped(D.c.state),
                 "oldest_pending_deletion_ms": oldest,
+                # streaming segments (PIP-76); streamed ledgers are in ledgers_by_state as
+                # offloaded, like the ones offloaded ledger by ledger
+                "segments_by_state": grouped(schema.segments.c.state),
             }
 
     # --- row helpers ---------------------------------------------------------------------
@@ -1288,6 +1292,7 @@ def _committed(attempt: Attempt, data_len: int) -> dict[str, object]:
     """The ledger columns that make ``attempt`` its offload (invariant 7: with its store)."""
     return dict(
         offload_state=OffloadState.OFFLOADED,
+        offload_mode=OffloadMode.LEDGER,
         attempt_id=None,
         attempt_lease_ms=None,
         offload_uuid=attempt.attempt_id,

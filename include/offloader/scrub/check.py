@@ -11,6 +11,14 @@ first ids, padding, the object's length; and that the index agrees with the meta
 v1 index has no CRCs: its blocks are checked as far as v1 allows and the entries found are
 counted against the metadata store. Damage is reported, never raised: one finding per
 damaged block, with the object key and the offset the codec names.
+
+A streaming segment (a target with ``segment_id``) is read the same way: its index must be
+a v2 segment index (its magic, framing and CRC, ``decode_segment_index``) and agree with
+the metadata store (topic, the ledger ranges recorded when the segment was committed, the
+data object length); every block is read whole and checked with its chunks' CRCs and
+framing and its own CRC, its header's ledger id against the index
+(``decode_segment_block``). Every finding's reason names the segment, its ledger is the
+block's (else the segment's first).
 """
 
 from __future__ import annotations
@@ -20,10 +28,14 @@ from enum import StrEnum
 
 from offloader.exceptions import FormatError, ObjectNotFoundError, ObjectStoreError
 from offloader.format import (
+    SEGMENT_BLOCK_MAGIC,
     BlockRef,
     LedgerIndex,
+    SegmentIndex,
     decode_block,
     decode_index,
+    decode_segment_block,
+    decode_segment_index,
     parse_chunk,
     verify_chunk,
 )
@@ -80,9 +92,11 @@ class LedgerScrubResult:
 
 
 def scrub_ledger(store: ObjectStore, target: ScrubTarget) -> LedgerScrubResult:
-    """Read and check every block of ``target``'s objects in ``store``; never raises for
-    damage (store errors become ``unreadable`` findings)."""
-    scrub = _LedgerScrub(store, target)
+    """Read and check every block of ``target``'s objects in ``store`` (a ledger's, or a
+    segment's); never raises for damage (store errors become ``unreadable`` findings)."""
+    scrub = (
+        _LedgerScrub(store, target) if target.segment_id is None else _SegmentScrub(store, target)
+    )
     scrub.run()
     return LedgerScrubResult(
         target, scrub.objects, scrub.blocks, scrub.bytes, scrub.entries, tuple(scrub.findings)
@@ -219,6 +233,142 @@ class _LedgerScrub:
                 f"data object holds {found} entries, the metadata store says "
                 f"{self.target.entry_count}",
             )
+
+
+@dataclass
+class _SegmentScrub(_LedgerScrub):
+    """The same reads and counts for a streaming segment's objects (v2)."""
+
+    def find(
+        self,
+        key: str,
+        offset: int | None,
+        kind: FindingKind,
+        reason: str,
+        ledger_id: int | None = None,
+    ) -> None:
+        t = self.target
+        ledger = t.ledger_id if ledger_id is None else ledger_id
+        reason = f"segment {t.segment_id}: {reason}"
+        self.findings.append(Finding(t.topic, ledger, key, offset, kind, reason))
+
+    def run(self) -> None:
+        t = self.target
+        raw = self._get_index()
+        size = self._data_size()
+        if raw is None:
+            return
+        try:
+            index = decode_segment_index(raw)
+        except FormatError as err:
+            self.find(t.index_key, err.offset or 0, FindingKind.DAMAGED_INDEX, str(err))
+            return
+        self._compare_segment_index(index)
+        if size is None:
+            return
+        if size != index.data_object_len:
+            short = size < index.data_object_len
+            self.find(
+                t.data_key,
+                min(size, index.data_object_len),
+                FindingKind.TRUNCATED if short else FindingKind.OVERLONG,
+                f"data object is {size} bytes, its index says {index.data_object_len}"
+                + (": truncated" if short else ""),
+            )
+        self._check_segment_blocks(index, size)
+
+    def _compare_segment_index(self, index: SegmentIndex) -> None:
+        t = self.target
+        disagree: list[str] = []
+        if index.topic != t.topic:
+            disagree.append(f"index is of topic {index.topic!r}")
+        ranges = tuple(
+            (ledger_id, ledger.first_entry_id, ledger.last_entry_id)
+            for ledger_id, ledger in zip(index.ledger_ids, index.ledgers, strict=True)
+        )
+        if ranges != t.pieces:
+            disagree.append(
+                f"index holds {_ranges(ranges)}, the metadata store recorded {_ranges(t.pieces)}"
+            )
+        if t.data_len is not None and index.data_object_len != t.data_len:
+            disagree.append(
+                f"index says the data object is {index.data_object_len} bytes, the metadata "
+                f"store recorded {t.data_len}"
+            )
+        for what in disagree:
+            self.find(t.index_key, 0, FindingKind.METADATA_MISMATCH, what)
+
+    def _check_segment_blocks(self, index: SegmentIndex, size: int) -> None:
+        key = self.target.data_key
+        clean = True
+        for ledger_id, ledger in zip(index.ledger_ids, index.ledgers, strict=True):
+            for i, block in enumerate(ledger.blocks):
+                if block.offset + block.length > size:
+                    return  # the object ends first: reported as truncated above
+                try:
+                    data = self.store.read_range(key, block.offset, block.length)
+                except ObjectNotFoundError:
+                    self.find(key, block.offset, FindingKind.MISSING_DATA, MISSING_DATA, ledger_id)
+                    return
+                except ObjectStoreError as err:
+                    reason = f"block unreadable: {err}"
+                    self.find(key, block.offset, FindingKind.UNREADABLE, reason, ledger_id)
+                    return
+                self.blocks += 1
+                self.bytes += len(data)
+                try:
+                    if len(data) != block.length:
+                        raise FormatError(
+                            f"truncated block: {len(data)} bytes of {block.length}",
+                            offset=block.offset + len(data),
+                        )
+                    self.entries += _check_segment_block(ledger_id, ledger, i, block, data)
+                except FormatError as err:
+                    clean = False
+                    offset = block.offset if err.offset is None else err.offset
+                    reason = f"ledger {ledger_id}: {err}"
+                    self.find(key, offset, FindingKind.DAMAGED_BLOCK, reason, ledger_id)
+        found = self.entries
+        if clean and size == index.data_object_len and found != self.target.entry_count:
+            self.find(
+                key,
+                None,
+                FindingKind.METADATA_MISMATCH,
+                f"data object holds {found} entries, the metadata store's ranges "
+                f"{self.target.entry_count}",
+            )
+
+
+def _ranges(ranges: tuple[tuple[int, int, int], ...]) -> str:
+    if not ranges:
+        return "no entries"
+    return ", ".join(f"{ledger}:{first}..{ledger}:{last}" for ledger, first, last in ranges)
+
+
+def _check_segment_block(
+    ledger_id: int, ledger: LedgerIndex, i: int, block: BlockRef, data: bytes
+) -> int:
+    """:func:`_check_block` for a v2 block of ``ledger_id``: its chunks, then the whole
+    block with its CRC and the ledger id in its header."""
+    for chunk in ledger.chunks_for_block(block):
+        at = chunk.offset - block.offset
+        verify_chunk(data, chunk, at=at)
+        parse_chunk(data, chunk, block=block, at=at, magic=SEGMENT_BLOCK_MAGIC)
+    if i + 1 < len(ledger.blocks):
+        count: int | None = ledger.blocks[i + 1].first_entry_id - block.first_entry_id
+    elif ledger.last_entry_id is not None:
+        count = ledger.last_entry_id + 1 - block.first_entry_id
+    else:
+        count = None
+    entries = decode_segment_block(
+        data,
+        ledger_id=ledger_id,
+        entry_count=count,
+        expected_crc=block.crc32c,
+        first_entry_id=block.first_entry_id,
+        offset=block.offset,
+    )
+    return len(entries)
 
 
 def _check_block(index: LedgerIndex, i: int, block: BlockRef, data: bytes) -> int:

@@ -10,6 +10,10 @@ A damaged ledger whose hot copy is still present is offloaded again through the 
 path (``LedgerOffloader.replace_ledger``: intent, upload, CAS commit, the damaged objects
 queued for deletion in the commit's transaction) and its new objects are scrubbed before
 it counts as repaired. One without a hot copy is logged as an error and fails the run.
+
+A damaged streaming segment is not repaired (yet): it is logged as an error naming the
+segment and the ledger ranges it holds, reported as ``repair-failed`` and fails the run
+(``not-repaired`` without repair; ``changed`` when the segment was trimmed meanwhile).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from offloader.errors import describe_error
 from offloader.exceptions import HotLedgerMissingError, StoreUnavailableError
 from offloader.metadata import Ledger
+from offloader.metadata.records import SegmentState
 from offloader.objectstore import ObjectStore
 from offloader.objectstore.registry import StoreRegistry
 from offloader.offload.ledger_offloader import LedgerOffloader, Outcome
@@ -69,7 +74,11 @@ def scrub_targets(stores: StoreRegistry, targets: Iterable[ScrubTarget]) -> list
 
 
 def _registry_opener(stores: StoreRegistry) -> Callable[[ScrubTarget], ObjectStore]:
-    return lambda target: stores.get(target.store_id, f"ledger {target.name}")
+    def open_store(target: ScrubTarget) -> ObjectStore:
+        what = target.name if target.segment_id is not None else f"ledger {target.name}"
+        return stores.get(target.store_id, what)
+
+    return open_store
 
 
 def scrub_ledger_in(
@@ -124,6 +133,8 @@ def finish_scrub(
 def settle(runtime: Runtime, result: LedgerScrubResult, *, repair: bool) -> LedgerVerdict:
     """Decide what a damaged ledger's findings mean now, and repair it if allowed."""
     t = result.target
+    if t.segment_id is not None:
+        return _settle_segment(runtime, result, repair=repair)
 
     def verdict(
         action: Action,
@@ -174,6 +185,49 @@ def settle(runtime: Runtime, result: LedgerScrubResult, *, repair: bool) -> Ledg
         f"offloaded again from the hot copy as attempt {outcome.attempt_id} "
         f"({outcome.bytes} bytes); the damaged objects are queued for deletion",
         replaced_by=outcome.attempt_id,
+    )
+
+
+def _settle_segment(runtime: Runtime, result: LedgerScrubResult, *, repair: bool) -> LedgerVerdict:
+    """A damaged streaming segment: reported, never repaired; the run fails unless the
+    segment was trimmed (or otherwise left the offloaded state) meanwhile."""
+    t = result.target
+    assert t.segment_id is not None
+    held = ", ".join(f"{ledger}:{first}..{ledger}:{last}" for ledger, first, last in t.pieces)
+
+    def verdict(action: Action, detail: str) -> LedgerVerdict:
+        return LedgerVerdict(
+            t.topic, t.ledger_id, t.segment_id or "", action, detail, result.findings
+        )
+
+    segment = runtime.metadata.segments.get(t.segment_id)
+    if segment.state is not SegmentState.OFFLOADED:
+        return verdict(
+            Action.CHANGED,
+            f"segment {t.segment_id} is {segment.state} now (trimmed meanwhile); nothing to do",
+        )
+    if any(f.kind is FindingKind.UNREADABLE for f in result.findings):
+        return verdict(
+            Action.UNREADABLE,
+            f"segment {t.segment_id}: the store could not be read; nothing was changed",
+        )
+    if not repair:
+        return verdict(
+            Action.NOT_REPAIRED,
+            f"segment {t.segment_id} (entries {held}) is damaged; repair not requested",
+        )
+    log.error(
+        "scrub: streaming segment %s of %s is DAMAGED (entries %s): %s; segments are not "
+        "repaired by the scrub, the run fails",
+        t.segment_id,
+        t.topic,
+        held,
+        "; ".join(map(str, result.findings)),
+    )
+    return verdict(
+        Action.REPAIR_FAILED,
+        f"segment {t.segment_id} (entries {held}) is damaged: the scrub does not repair "
+        "streaming segments; reads of these entries fail",
     )
 
 

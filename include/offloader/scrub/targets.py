@@ -1,4 +1,9 @@
-"""What a scrub reads: every live offloaded ledger of the chosen topics, as plain records.
+"""What a scrub reads: every live offloaded ledger of the chosen topics, and every offloaded
+streaming segment of them, as plain records.
+
+A ledger offloaded in stream mode has no objects of its own (no data or index key): its
+entries are in segments, each scrubbed once as a target of its own (``segment_id`` set),
+carrying the ledger ranges the metadata store says it holds.
 
 A target carries everything :func:`offloader.scrub.check.scrub_ledger` compares the objects
 with (the metadata store's view of the ledger) and the location of its store, so the check
@@ -10,13 +15,22 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from offloader.metadata import Ledger, MetadataStore
+import sqlalchemy as sa
+
+from offloader.metadata import Ledger, MetadataStore, schema
+from offloader.metadata.records import Segment, SegmentState
 from offloader.objectstore.location import StoreLocation
 
 
 @dataclass(frozen=True)
 class ScrubTarget:
-    """One offloaded ledger as the metadata store recorded it (picklable, no secrets)."""
+    """One offloaded ledger, or one offloaded segment, as the metadata store recorded it
+    (picklable, no secrets).
+
+    For a segment (``segment_id`` set): ``offload_uuid`` is the segment id, ``ledger_id``
+    the first ledger it holds, ``pieces`` the (ledger id, first entry, last entry) ranges
+    recorded for it, ``entry_count`` their sum and ``size_bytes`` 0 (payload bytes are not
+    recorded per piece)."""
 
     topic: str
     ledger_id: int
@@ -28,10 +42,37 @@ class ScrubTarget:
     size_bytes: int  # payload bytes (the index metadata's ``length``)
     store_id: int | None
     location: StoreLocation | None  # None only for rows written before revision 0002
+    segment_id: str | None = None  # a streaming segment, not a ledger's own objects
+    pieces: tuple[tuple[int, int, int], ...] = ()  # a segment's (ledger, first, last)
 
     @property
     def name(self) -> str:
+        if self.segment_id is not None:
+            return f"{self.topic}/segment {self.segment_id}"
         return f"{self.topic}/{self.ledger_id}"
+
+    @classmethod
+    def of_segment(
+        cls,
+        segment: Segment,
+        pieces: Sequence[tuple[int, int, int]],
+        location: StoreLocation | None,
+    ) -> ScrubTarget:
+        pieces = tuple(sorted(pieces))
+        return cls(
+            topic=segment.topic,
+            ledger_id=pieces[0][0] if pieces else segment.begin_ledger_id,
+            offload_uuid=segment.segment_id,
+            data_key=segment.data_key,
+            index_key=segment.index_key,
+            data_len=segment.data_len,
+            entry_count=sum(last - first + 1 for _, first, last in pieces),
+            size_bytes=0,
+            store_id=segment.store_id,
+            location=location,
+            segment_id=segment.segment_id,
+            pieces=pieces,
+        )
 
     @classmethod
     def of(cls, ledger: Ledger, location: StoreLocation | None) -> ScrubTarget:
@@ -53,20 +94,42 @@ class ScrubTarget:
 
 def plan_scrub(metadata: MetadataStore, topics: Sequence[str] | None = None) -> list[ScrubTarget]:
     """The live offloaded ledgers of ``topics`` (default: every topic not deleted), by topic
-    and ledger id. A named topic that does not exist is NotFoundError, and a deleted one
-    ValueError, before anything is read."""
+    and ledger id, each topic's offloaded segments after its ledgers (in stream order). A
+    named topic that does not exist is NotFoundError, and a deleted one ValueError, before
+    anything is read."""
     names = check_topics(metadata, topics)
     locations: dict[int, StoreLocation] = {}
+
+    def location_of(store_id: int | None) -> StoreLocation | None:
+        if store_id is None:
+            return None
+        if store_id not in locations:
+            locations[store_id] = metadata.get_store(store_id)
+        return locations[store_id]
+
     targets = []
     for name in names:
         for ledger in _offloaded(metadata.list_ledgers(name, live=True)):
-            location = None
-            if ledger.store_id is not None:
-                if ledger.store_id not in locations:
-                    locations[ledger.store_id] = metadata.get_store(ledger.store_id)
-                location = locations[ledger.store_id]
-            targets.append(ScrubTarget.of(ledger, location))
+            targets.append(ScrubTarget.of(ledger, location_of(ledger.store_id)))
+        pieces = _segment_pieces(metadata, name)
+        for segment in metadata.segments.list(name, [SegmentState.OFFLOADED]):
+            targets.append(
+                ScrubTarget.of_segment(
+                    segment, pieces.get(segment.segment_id, []), location_of(segment.store_id)
+                )
+            )
     return targets
+
+
+def _segment_pieces(metadata: MetadataStore, topic: str) -> dict[str, list[tuple[int, int, int]]]:
+    """Per segment of ``topic``, the ledger ranges recorded when it was committed."""
+    SL = schema.segment_ledgers
+    query = sa.select(SL.c.segment_id, SL.c.ledger_id, SL.c.first_entry_id, SL.c.last_entry_id)
+    pieces: dict[str, list[tuple[int, int, int]]] = {}
+    with metadata.engine.connect() as conn:
+        for segment_id, ledger_id, first, last in conn.execute(query.where(SL.c.topic == topic)):
+            pieces.setdefault(segment_id, []).append((ledger_id, first, last))
+    return pieces
 
 
 def check_topics(metadata: MetadataStore, topics: Sequence[str] | None = None) -> list[str]:
@@ -82,4 +145,9 @@ def check_topics(metadata: MetadataStore, topics: Sequence[str] | None = None) -
 
 
 def _offloaded(ledgers: Iterable[Ledger]) -> list[Ledger]:
-    return [x for x in ledgers if x.is_offloaded and x.offload_uuid is not None]
+    """Ledgers with objects of their own: stream-mode ones are scrubbed by their segments."""
+    return [
+        x
+        for x in ledgers
+        if x.is_offloaded and x.offload_uuid is not None and x.data_key and x.index_key
+    ]

@@ -25,7 +25,8 @@ DONE, BUSY, FAILED = "done", "busy", "failed"
 
 
 def streaming_topics(metadata: MetadataStore, topic: str | None = None) -> list[str]:
-    """The live topics whose policy has streaming on, by name; or ``topic`` alone.
+    """The live topics whose policy has streaming on or that still have an open segment
+    (streaming was just turned off: the pass completes it), by name; or ``topic`` alone.
 
     A named topic may have streaming off (a pass then completes its open segment); an
     unknown one is a NotFoundError, a deleted one a TopicDeletedError.
@@ -34,7 +35,12 @@ def streaming_topics(metadata: MetadataStore, topic: str | None = None) -> list[
         if metadata.get_topic(topic).is_deleted:  # NotFoundError names an unknown topic
             raise TopicDeletedError(f"topic {topic!r} was deleted: nothing to stream")
         return [topic]
-    return [t.name for t in metadata.list_topics() if t.policy.streaming and not t.is_deleted]
+    open_segments = set(metadata.segments.topics_with_open_segments())
+    return [
+        t.name
+        for t in metadata.list_topics()
+        if (t.policy.streaming or t.name in open_segments) and not t.is_deleted
+    ]
 
 
 def run_streaming(runtime: Runtime, params: StreamRunParams, owner: str) -> list[dict[str, Any]]:

@@ -366,6 +366,7 @@ def test_rebuilt_rows_are_exact(populated: Runtime, fresh: Fresh) -> None:
             "deletion_state": "none",
             "deleting_ms": None,
             "deleted_ms": None,
+            "offload_mode": "ledger",
         }
         assert attempts[x.offload_uuid] == {
             "attempt_id": x.offload_uuid,

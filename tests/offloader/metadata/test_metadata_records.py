@@ -432,6 +432,7 @@ def test_counts_summarise_every_table(store: MetadataStore) -> None:
         "attempts_by_state": {},
         "deletions_by_state": {},
         "oldest_pending_deletion_ms": None,
+        "segments_by_state": {},
     }
     ledger = sealed_ledger(store, "t")
     sealed_ledger(store, "u")
@@ -445,4 +446,5 @@ def test_counts_summarise_every_table(store: MetadataStore) -> None:
         "attempts_by_state": {"failed": 1},
         "deletions_by_state": {"pending": 2},
         "oldest_pending_deletion_ms": min(d.enqueued_ms for d in pending),
+        "segments_by_state": {},
     }

@@ -4,6 +4,10 @@ switching the mode back and forth while writing loses and repeats nothing. Both 
 
 from __future__ import annotations
 
+import time
+
+import pytest
+
 from fixtures.backends import make_topic, produce_ledgers, unaccounted_objects
 from fixtures.pulsar_v2 import pulsar_v2_read_segment
 from offloader.gc.deletion_queue import process_deletions
@@ -13,6 +17,7 @@ from offloader.offload.ledger_offloader import LedgerOffloader
 from offloader.read.topic_reader import Source, TopicReader
 from offloader.runtime import Runtime
 from offloader.stream.offloader import StreamingOffloader
+from offloader.stream.runs import streaming_topics
 
 MiB = 1024 * 1024
 
@@ -131,3 +136,36 @@ def test_pass_objects_read_with_an_independent_decoder(runtime: Runtime) -> None
         for entry_id, payload in rt.hot.read("orders", ledger_id)
     ]
     assert decoded == expected
+
+
+@pytest.mark.parametrize("backend_settings", ["fs-sqlite"], indirect=True)
+def test_a_segment_closes_at_the_last_pass_before_its_age(runtime: Runtime) -> None:
+    """With passes 1.2 s apart and a rollover age of 2 s, the second pass closes the
+    segment (1.2 s old): the third would come after the age, so the bound on an entry's
+    wait is the age plus one pass interval."""
+    rt = runtime
+    make_topic(
+        rt,
+        streaming=True,
+        min_part_bytes=64 * 1024,
+        segment_max_bytes=10 * 1024 * 1024,
+        segment_max_age_seconds=2,
+    )
+    produce_ledgers(rt, "orders", [(5, 1000)], seed=8)
+    first = StreamingOffloader(rt).run_pass("orders")
+    assert first.committed == [] and first.open_segment is not None  # a tail waits
+    time.sleep(1.2)
+    second = StreamingOffloader(rt).run_pass("orders")
+    assert second.committed == [first.open_segment]
+
+
+@pytest.mark.parametrize("backend_settings", ["fs-sqlite"], indirect=True)
+def test_topics_with_an_open_segment_still_get_their_pass(runtime: Runtime) -> None:
+    rt = runtime
+    make_topic(rt, streaming=True, min_part_bytes=64 * 1024, segment_max_bytes=10 * 1024 * 1024)
+    produce_ledgers(rt, "orders", [(5, 1000)], seed=9)
+    StreamingOffloader(rt).run_pass("orders")
+    set_policy(rt, streaming=False)
+    assert streaming_topics(rt.metadata) == ["orders"]  # its open segment must complete
+    StreamingOffloader(rt).run_pass("orders")
+    assert streaming_topics(rt.metadata) == []

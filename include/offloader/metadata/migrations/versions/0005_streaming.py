@@ -29,6 +29,7 @@ def upgrade() -> None:
         sa.Column("owner", sa.String(255), nullable=False),
         sa.Column("lease_ms", sa.BigInteger, nullable=False),
         sa.Column("lease_until_ms", sa.BigInteger),
+        sa.Column("claimed_ms", sa.BigInteger),
         sa.Column("created_ms", sa.BigInteger, nullable=False),
         sa.ForeignKeyConstraint(["topic"], ["topics.name"], name="fk_streams_topic"),
     )
