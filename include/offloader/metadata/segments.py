@@ -176,13 +176,7 @@ class SegmentStore:
     def last_offloaded_end(self, topic: str) -> Position | None:
         """Where the newest offloaded segment ends: the stream continues after it."""
         with self.metadata.engine.connect() as conn:
-            row = conn.execute(
-                sa.select(G.c.end_ledger_id, G.c.end_entry_id)
-                .where(G.c.topic == topic, G.c.state.in_(_COMMITTED))
-                .order_by(G.c.seq.desc())
-                .limit(1)
-            ).first()
-        return None if row is None else Position(ledger_id=row[0], entry_id=row[1])
+            return _last_committed_end(conn, topic)
 
     def parts(self, segment: Segment) -> list[SegmentPart]:
         with self.metadata.engine.connect() as conn:
