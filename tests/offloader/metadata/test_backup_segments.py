@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -171,6 +172,7 @@ def test_rebuild_skips_damaged_overlapping_and_partial_segments(
     # a damaged index of the segment shape is not trusted
     rt.objects.delete_many([first.index_key])
     copy_data, copy_index = segment_object_keys(str(uuid.uuid4()))
+    time.sleep(1.1)  # S3 keeps LastModified to the second: the copy must be the later one
     rt.objects.put(copy_data, rt.objects.get(second.data_key))
     rt.objects.put(copy_index, rt.objects.get(second.index_key))
     junk_data, junk_index = segment_object_keys(str(uuid.uuid4()))
