@@ -26,7 +26,7 @@ def decode_segment_chunk(
     entries = decode_chunk(data, chunk, block=block, at=at, magic=SEGMENT_BLOCK_MAGIC)
     starts = chunk.starts_block if block is None else chunk.offset == block.offset
     if starts:
-        _check_ledger(data, (at or 0) + _HEADER_LEDGER_AT, ledger_id, chunk.offset)
+        check_block_ledger(data, at or 0, ledger_id, chunk.offset)
     return entries
 
 
@@ -49,12 +49,16 @@ def decode_segment_block(
         offset=offset,
         magic=SEGMENT_BLOCK_MAGIC,
     )
-    _check_ledger(data, _HEADER_LEDGER_AT, ledger_id, offset)
+    check_block_ledger(data, 0, ledger_id, offset)
     return entries
 
 
-def _check_ledger(data: bytes | memoryview, at: int, ledger_id: int, origin: int) -> None:
-    (found,) = _LEDGER.unpack_from(data, at)
+def check_block_ledger(
+    data: bytes | memoryview, block_at: int, ledger_id: int, origin: int
+) -> None:
+    """The ledger id in the v2 block header starting at ``data[block_at:]`` (the block's
+    ``origin`` in the data object) is ``ledger_id``, as the index says; FormatError else."""
+    (found,) = _LEDGER.unpack_from(data, block_at + _HEADER_LEDGER_AT)
     if found != ledger_id:
         raise FormatError(
             f"block header ledger_id {found} in block at offset {origin} of the data object, "

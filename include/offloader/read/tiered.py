@@ -41,8 +41,7 @@ from offloader.format import (
     verify_chunk,
 )
 from offloader.format.parsing import offsets_arrays
-from offloader.format.segment_layout import _HEADER_LEDGER_AT
-from offloader.format.segment_parsing import _check_ledger
+from offloader.format.segment_parsing import check_block_ledger
 from offloader.objectstore import ObjectStore
 from offloader.read.batch import EntryBatch
 
@@ -389,7 +388,7 @@ class TieredLedgerReader:
         a segment's index pointing into another ledger's block is damage, not data."""
         if self.segment:
             assert self.ledger_id is not None
-            _check_ledger(data, at + _HEADER_LEDGER_AT, self.ledger_id, origin)
+            check_block_ledger(data, at, self.ledger_id, origin)
 
 
 def _range_of(chunks: list[ChunkRef]) -> _Range:

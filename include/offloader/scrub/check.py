@@ -23,8 +23,10 @@ block's (else the segment's first).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import partial
 from typing import Any
 
 from offloader.exceptions import FormatError, ObjectNotFoundError, ObjectStoreError
@@ -104,6 +106,10 @@ def scrub_ledger(store: ObjectStore, target: ScrubTarget) -> LedgerScrubResult:
     )
 
 
+# (the ledger a segment's block holds, or None; the block; its checker, returning entries)
+_BlockCheck = tuple[int | None, BlockRef, Callable[[bytes], int]]
+
+
 @dataclass
 class _LedgerScrub:
     store: ObjectStore
@@ -114,9 +120,18 @@ class _LedgerScrub:
     entries: int = 0
     findings: list[Finding] = field(default_factory=list)
 
-    def find(self, key: str, offset: int | None, kind: FindingKind, reason: str) -> None:
+    def find(
+        self,
+        key: str,
+        offset: int | None,
+        kind: FindingKind,
+        reason: str,
+        ledger_id: int | None = None,
+    ) -> None:
+        """``ledger_id``: the ledger a finding in a segment is about (the target's else)."""
         t = self.target
-        self.findings.append(Finding(t.topic, t.ledger_id, key, offset, kind, reason))
+        ledger = t.ledger_id if ledger_id is None else ledger_id
+        self.findings.append(Finding(t.topic, ledger, key, offset, kind, reason))
 
     def run(self) -> None:
         """Index first (decoded, compared with the metadata), then the data object's
@@ -204,18 +219,30 @@ class _LedgerScrub:
 
     def _check_blocks(self, index: LedgerIndex, size: int) -> None:
         """Every block the object holds whole, one GET (and one block in memory) each."""
+        checks = (
+            (None, block, partial(_check_block, index, i, block))
+            for i, block in enumerate(index.blocks)
+        )
+        self._read_blocks(checks, size, index.data_object_len, "the metadata store says")
+
+    def _read_blocks(
+        self, checks: Iterable[_BlockCheck], size: int, data_object_len: int, recorded: str
+    ) -> None:
+        """Read each block and check it with its checker (entries counted); then, if every
+        block was clean and the object is whole, its entry count against the metadata."""
         key = self.target.data_key
         clean = True
-        for i, block in enumerate(index.blocks):
+        for ledger_id, block, check in checks:
             if block.offset + block.length > size:
                 return  # the object ends first: reported as truncated above
             try:
                 data = self.store.read_range(key, block.offset, block.length)
             except ObjectNotFoundError:
-                self.find(key, block.offset, FindingKind.MISSING_DATA, MISSING_DATA)
+                self.find(key, block.offset, FindingKind.MISSING_DATA, MISSING_DATA, ledger_id)
                 return
             except ObjectStoreError as err:
-                self.find(key, block.offset, FindingKind.UNREADABLE, f"block unreadable: {err}")
+                reason = f"block unreadable: {err}"
+                self.find(key, block.offset, FindingKind.UNREADABLE, reason, ledger_id)
                 return
             self.blocks += 1
             self.bytes += len(data)
@@ -225,19 +252,19 @@ class _LedgerScrub:
                         f"truncated block: {len(data)} bytes of {block.length}",
                         offset=block.offset + len(data),
                     )
-                self.entries += _check_block(index, i, block, data)
+                self.entries += check(data)
             except FormatError as err:
                 clean = False
                 offset = block.offset if err.offset is None else err.offset
-                self.find(key, offset, FindingKind.DAMAGED_BLOCK, str(err))
+                reason = str(err) if ledger_id is None else f"ledger {ledger_id}: {err}"
+                self.find(key, offset, FindingKind.DAMAGED_BLOCK, reason, ledger_id)
         found = self.entries
-        if clean and size == index.data_object_len and found != self.target.entry_count:
+        if clean and size == data_object_len and found != self.target.entry_count:
             self.find(
                 key,
                 None,
                 FindingKind.METADATA_MISMATCH,
-                f"data object holds {found} entries, the metadata store says "
-                f"{self.target.entry_count}",
+                f"data object holds {found} entries, {recorded} {self.target.entry_count}",
             )
 
 
@@ -253,10 +280,8 @@ class _SegmentScrub(_LedgerScrub):
         reason: str,
         ledger_id: int | None = None,
     ) -> None:
-        t = self.target
-        ledger = t.ledger_id if ledger_id is None else ledger_id
-        reason = f"segment {t.segment_id}: {reason}"
-        self.findings.append(Finding(t.topic, ledger, key, offset, kind, reason))
+        reason = f"segment {self.target.segment_id}: {reason}"
+        super().find(key, offset, kind, reason, ledger_id)
 
     def _decode(self, raw: bytes) -> SegmentIndex:
         return decode_segment_index(raw)
@@ -283,44 +308,12 @@ class _SegmentScrub(_LedgerScrub):
             self.find(t.index_key, 0, FindingKind.METADATA_MISMATCH, what)
 
     def _check_blocks(self, index: SegmentIndex, size: int) -> None:  # type: ignore[override]
-        key = self.target.data_key
-        clean = True
-        for ledger_id, ledger in zip(index.ledger_ids, index.ledgers, strict=True):
-            for i, block in enumerate(ledger.blocks):
-                if block.offset + block.length > size:
-                    return  # the object ends first: reported as truncated above
-                try:
-                    data = self.store.read_range(key, block.offset, block.length)
-                except ObjectNotFoundError:
-                    self.find(key, block.offset, FindingKind.MISSING_DATA, MISSING_DATA, ledger_id)
-                    return
-                except ObjectStoreError as err:
-                    reason = f"block unreadable: {err}"
-                    self.find(key, block.offset, FindingKind.UNREADABLE, reason, ledger_id)
-                    return
-                self.blocks += 1
-                self.bytes += len(data)
-                try:
-                    if len(data) != block.length:
-                        raise FormatError(
-                            f"truncated block: {len(data)} bytes of {block.length}",
-                            offset=block.offset + len(data),
-                        )
-                    self.entries += _check_segment_block(ledger_id, ledger, i, block, data)
-                except FormatError as err:
-                    clean = False
-                    offset = block.offset if err.offset is None else err.offset
-                    reason = f"ledger {ledger_id}: {err}"
-                    self.find(key, offset, FindingKind.DAMAGED_BLOCK, reason, ledger_id)
-        found = self.entries
-        if clean and size == index.data_object_len and found != self.target.entry_count:
-            self.find(
-                key,
-                None,
-                FindingKind.METADATA_MISMATCH,
-                f"data object holds {found} entries, the metadata store's ranges "
-                f"{self.target.entry_count}",
-            )
+        checks = (
+            (ledger_id, block, partial(_check_segment_block, ledger_id, ledger, i, block))
+            for ledger_id, ledger in zip(index.ledger_ids, index.ledgers, strict=True)
+            for i, block in enumerate(ledger.blocks)
+        )
+        self._read_blocks(checks, size, index.data_object_len, "the metadata store's ranges")
 
 
 def _ranges(ranges: tuple[tuple[int, int, int], ...]) -> str:

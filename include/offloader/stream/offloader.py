@@ -254,9 +254,9 @@ class _Pass:
             if first >= ledger.entry_count:
                 continue
             size = (
-                ledger.size_bytes + 12 * ledger.entry_count
+                ledger.size_bytes + ENTRY_FRAME * ledger.entry_count
                 if first == 0
-                else sum(12 + n for n in self._sizes(ledger.ledger_id, first))
+                else sum(ENTRY_FRAME + n for n in self._sizes(ledger.ledger_id, first))
             )
             spans.append(SealedSpan(ledger.ledger_id, first, ledger.entry_count, size))
         return plan_segment_end(spans, self.policy.segment_max_bytes, self._sizes)

@@ -34,6 +34,7 @@ from fixtures.streams import (
     segment_keys,
     stream_topic,
 )
+from offloader import failpoints
 from offloader.exceptions import StreamBusyError
 from offloader.format import decode_segment_index
 from offloader.gc.deletion_queue import process_deletions
@@ -42,16 +43,9 @@ from offloader.metadata import OffloadMode, OffloadState, SegmentState, schema
 from offloader.runtime import Runtime
 
 T = "s"
-STREAM_POINTS = (
-    "stream-after-assign",
-    "stream-after-create-upload",
-    "stream-after-part-upload",
-    "stream-after-part-record",
-    "stream-after-begin-close",
-    "stream-after-complete",
-    "stream-after-index",
-    "stream-after-commit",
-)
+# every point of the streaming pass: a new one is crash-tested as soon as it is declared
+STREAM_POINTS = tuple(p for p in failpoints.POINTS if p.startswith("stream-"))
+assert len(STREAM_POINTS) == 8, STREAM_POINTS
 CASES = [(b, p) for b in BACKENDS for p in STREAM_POINTS]
 
 
