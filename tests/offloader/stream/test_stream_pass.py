@@ -6,7 +6,9 @@ nothing new does nothing."""
 
 from __future__ import annotations
 
+import random
 import time
+from collections import Counter
 
 import pytest
 import sqlalchemy as sa
@@ -26,6 +28,7 @@ from fixtures.streams import (
     set_policy,
     stream_topic,
 )
+from offloader import failpoints
 from offloader.format.layout import ENTRY_FRAME, HEADER_LEN
 from offloader.hottier.writer import ManagedLedgerWriter
 from offloader.metadata import (
@@ -38,6 +41,7 @@ from offloader.metadata import (
 )
 from offloader.objectstore import MultipartUpload
 from offloader.offload.ledger_offloader import LedgerOffloader
+from offloader.read.topic_reader import Source, TopicReader
 from offloader.runtime import Runtime
 from offloader.stream.history import SealedSpan, plan_segment_end
 
@@ -350,6 +354,66 @@ def test_streaming_off_leaves_the_rest_to_ledger_offload_and_on_resumes_without_
                 for e in range(piece.first_entry_id, piece.last_entry_id + 1)
             ]
             assert covered == list(range(ledger.entry_count))
+
+
+# --- a writer that does not wait for the passes ------------------------------------------
+def test_entries_written_between_and_during_passes_appear_once_in_order(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Entries are appended (and confirmed) between passes and in the middle of them, at
+    every step a pass takes, across many ledger rollovers: each entry is in exactly one
+    segment, in write order, and the topic reads back from the tier as from the hot copy."""
+    rt = runtime
+    p = stream_topic(rt, ledger_max_entries=p_ledger_entries(rt))
+    rng = random.Random(11)
+    written: list[bytes] = []
+    during: Counter[str] = Counter()
+    total = 6 * p.segment_max // (p.entry_max // 2)  # about six segments
+
+    with ManagedLedgerWriter(rt.metadata, rt.hot, T) as writer:
+
+        def write(count: int) -> None:
+            for _ in range(count):
+                payload = rng.randbytes(rng.randint(1, p.entry_max))
+                writer.append(payload)
+                written.append(payload)
+            writer.sync()
+
+        real = failpoints.reach
+
+        def reach(name: str) -> None:
+            real(name)
+            if name.startswith("stream-") and len(written) < total:
+                during[name] += 1
+                write(1)
+
+        monkeypatch.setattr(failpoints, "reach", reach)
+        while len(written) < total:
+            write(rng.randint(1, 2 * p.ledger_entries))
+            run_pass(rt)
+        monkeypatch.setattr(failpoints, "reach", real)
+    converge(rt)
+
+    # a pass saw appends at each of its steps that ran
+    assert {"stream-after-assign", "stream-after-part-record", "stream-after-commit"} <= set(
+        during
+    ), during
+    check_sealed_ledgers_streamed(rt)
+    streamed = check_segments(rt)
+    assert [streamed[k] for k in sorted(streamed)] == written
+    ledgers = rt.metadata.list_ledgers(T, live=True)
+    segments = rt.metadata.segments.list(T, [SegmentState.OFFLOADED])
+    assert len(ledgers) > len(segments) > 3  # rolled over many times, both of them
+    assert any(len(rt.metadata.segments.pieces(T, x.ledger_id)) > 1 for x in ledgers)
+    reader = TopicReader(rt)
+    tiered = reader.checksum(T, Source.TIERED)
+    assert tiered == reader.checksum(T, Source.HOT)
+    assert tiered.entries == len(written)
+
+
+def p_ledger_entries(rt: Runtime) -> int:
+    """Ledgers of a third of the profile's: many rollovers, segments over several ledgers."""
+    return max(2, profile(rt).ledger_entries // 3)
 
 
 # --- requests --------------------------------------------------------------------------------
