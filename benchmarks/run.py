@@ -687,9 +687,9 @@ def _streaming_prose(st: dict) -> str:
             "Requests per GiB of payload, counted by a wrapper of the object store (the "
             "streaming phase, every pass; then `LedgerOffloader.offload_topic` of the very "
             f"same payloads, the first {c.get('compare_mib', '-')} MiB of them, written "
-            "again into topics with 64 KiB and 64 MiB ledgers, the default 64 MiB blocks). PUT-class = PutObject, CreateMultipartUpload, "
-            "UploadPart, CompleteMultipartUpload; all requests add the HEAD before each "
-            "completion.",
+            "again into topics with 64 KiB and 64 MiB ledgers, the default 64 MiB "
+            "blocks). PUT-class = PutObject, CreateMultipartUpload, UploadPart, "
+            "CompleteMultipartUpload; all requests add the HEAD before each completion.",
             "",
             *table,
             "",
