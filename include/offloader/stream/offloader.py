@@ -325,11 +325,13 @@ class _Pass:
     def _aged(self, segment: Segment) -> bool:
         """The segment is due at this pass if the next one, a pass interval later (as the
         stream last saw it), would be past its rollover age: so an entry waits at most
-        about the age plus one interval, not two."""
+        about the age plus one interval, not two. A quarter interval of slack covers what
+        the exact rule misses: passes a little early (the age is taken at a pass's start,
+        the segment was assigned in the middle of one) and the closing pass's own time."""
         age_ms = self.o.metadata.db_now_ms() - segment.assigned_ms
         limit_ms = self.policy.segment_max_age_seconds * 1000
         interval_ms = min(self.claim.pass_interval_ms or 0, limit_ms)
-        return age_ms + interval_ms >= limit_ms
+        return age_ms + interval_ms + interval_ms // 4 >= limit_ms
 
     def _full(self, segment: Segment, encoder: SegmentEncoder) -> bool:
         """A history segment ends exactly at its planned end (its size was planned); any

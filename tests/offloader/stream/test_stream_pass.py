@@ -243,6 +243,45 @@ def test_a_tail_smaller_than_a_part_waits_until_it_grows_or_ages(runtime: Runtim
     part_sizes_ok(rt)
 
 
+@pytest.mark.parametrize(
+    ("age_s", "interval_s", "closes"),
+    [
+        (7.0, 2.5, True),  # 7 + 2.5 + 0.625 >= 10: the next pass would be late
+        (6.0, 2.5, False),  # 6 + 2.5 + 0.625 < 10: the next pass is still in time
+        (9.0, None, False),  # the first pass of a stream knows no interval: the age alone
+        (10.0, None, True),
+    ],
+)
+def test_a_segment_closes_at_the_last_pass_before_its_age(
+    runtime: Runtime, age_s: float, interval_s: float | None, closes: bool
+) -> None:
+    """Rollover by age (10 s here) is decided on the database's clock: the segment's age plus
+    the interval since the stream's previous pass (and a quarter of it) against the limit."""
+    rt = runtime
+    p = stream_topic(rt, segment_max_age_seconds=10)
+    small = max(1, p.min_part // (p.entry_max // 2) // 3)  # a tail under one part
+    produce_ledgers(rt, T, [(small, p.entry_max)])
+    run_pass(rt)
+    segment = rt.metadata.segments.current(T)
+    assert segment is not None and segment.state is SegmentState.ASSIGNED
+    now = rt.metadata.db_now_ms()
+    previous_claim = None if interval_s is None else now - int(interval_s * 1000)
+    with rt.metadata.transaction() as conn:
+        conn.execute(
+            schema.segments.update()
+            .where(schema.segments.c.segment_id == segment.segment_id)
+            .values(assigned_ms=now - int(age_s * 1000))
+        )
+        conn.execute(
+            schema.streams.update()
+            .where(schema.streams.c.topic == T)
+            .values(claimed_ms=previous_claim)
+        )
+    result = run_pass(rt)
+    assert result.committed == ([segment.segment_id] if closes else [])
+    assert result.parts_uploaded == (1 if closes else 0)
+
+
 def test_segments_roll_over_at_about_the_maximum_size(runtime: Runtime) -> None:
     rt = runtime
     p = stream_topic(rt)
