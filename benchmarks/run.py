@@ -599,7 +599,7 @@ def _streaming_rows(st: dict) -> list[tuple[str, str, str, str, str]]:
     ledgers = ", ".join(
         f"{v['put_class_per_gib']} ({k} ledgers)" for k, v in q["ledger_based"].items()
     )
-    ratios = ", ".join(f"{v:.3f} ({k})" for k, v in q["ratio_to_ledger_based"].items())
+    ratios = ", ".join(f"{v:.3g} ({k})" for k, v in q["ratio_to_ledger_based"].items())
     return [
         (
             f"streaming lag write -> committed, {c['rate_mib_s']:g} MiB/s for "

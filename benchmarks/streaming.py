@@ -513,7 +513,7 @@ def bench(rt: Runtime, cfg: Config) -> dict:
         # arithmetic, not measured: UploadParts alone at min_part_bytes per part
         "modelled_min_upload_parts_per_gib": round(GiB / (cfg.min_part_mib * MiB), 1),
         "ratio_to_ledger_based": {
-            k: round(ours / v["put_class_per_gib"], 3) for k, v in ledgers.items()
+            k: float(f"{ours / v['put_class_per_gib']:.3g}") for k, v in ledgers.items()
         },
     }
     return {
