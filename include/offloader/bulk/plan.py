@@ -8,15 +8,15 @@ are in each ledger's index, one GET per ledger on the driver before any work is 
 A boundary inside a chunk costs that one chunk (about a read buffer) read by two tasks.
 
 Ledgers offloaded by streaming (``offload_mode`` stream) have no objects of their own: their
-entries are spread over segments, which a slice (one data and one v1 index object, read
-whole-ledger by the executor's reader) cannot name. They are not exported yet: the plan
-lists them under ``streamed_not_exported`` (and logs a warning), so a run says what it left
-out instead of failing on them."""
+entries are spread over segments, each holding a contiguous piece of the ledger (the
+metadata store's ``segment_ledgers``). Such a ledger is cut piece by piece, so a slice
+never spans two segments: it names one segment's data and index objects and the piece's
+first entry, which the executor's reader needs to find the ledger in the segment's v2
+index."""
 
 from __future__ import annotations
 
-import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from urllib.parse import quote
 
@@ -27,13 +27,7 @@ from offloader.metadata.records import OffloadMode
 from offloader.objectstore.location import StoreLocation
 from offloader.offload.planner import CreationWindow
 
-log = logging.getLogger(__name__)
-
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-STREAMED_NOTE = (
-    "offloaded by streaming (their entries are in segments): bulk export reads ledger "
-    "objects only and leaves them out; `offloader read` reads them"
-)
 
 
 @dataclass(frozen=True)
@@ -49,6 +43,13 @@ class ExportSlice:
     ledger_last_entry_id: int  # from the metadata: a Pulsar index does not record it
     store: StoreLocation  # where the offload went (invariant 7)
     created_ms: int
+    # a streamed ledger's slice: the first entry of the ledger's piece in the segment
+    # named by data_key/index_key (ledger_last_entry_id is then the piece's last)
+    piece_first_entry_id: int | None = None
+
+    @property
+    def in_segment(self) -> bool:
+        return self.piece_first_entry_id is not None
 
     @property
     def entries(self) -> int:
@@ -70,8 +71,7 @@ class ExportPlan:
     ledgers: int  # offloaded ledgers selected
     bytes: int  # their payload bytes (estimate of what is read)
     not_offloaded: list[tuple[str, int]] = field(default_factory=list)  # selected, hot only
-    # selected and offloaded, but by streaming: left out (module docstring)
-    streamed: list[tuple[str, int]] = field(default_factory=list)
+    streamed: list[tuple[str, int]] = field(default_factory=list)  # of ``ledgers``: in segments
 
     @property
     def entries(self) -> int:
@@ -84,8 +84,7 @@ class ExportPlan:
             "entries": self.entries,
             "bytes": self.bytes,
             "not_offloaded": [f"{t}/{ledger}" for t, ledger in self.not_offloaded],
-            "streamed_not_exported": [f"{t}/{ledger}" for t, ledger in self.streamed],
-            **({"streamed_note": STREAMED_NOTE} if self.streamed else {}),
+            "streamed": len(self.streamed),
         }
 
 
@@ -113,19 +112,14 @@ def plan_export(metadata: MetadataStore, params: ExportParams) -> ExportPlan:
             first = topic.start.entry_id if ledger.ledger_id == topic.start.ledger_id else 0
             if ledger.entry_count - 1 < first:
                 continue  # empty, or trimmed to its end
-            if ledger.offload_mode is OffloadMode.STREAM:
-                streamed.append((topic.name, ledger.ledger_id))
-                continue
             ledgers += 1
             total += ledger.size_bytes
+            if ledger.offload_mode is OffloadMode.STREAM:
+                streamed.append((topic.name, ledger.ledger_id))
+                slices.extend(_segment_slices(metadata, topic, ledger, first, params.slice_bytes))
+                continue
             location = metadata.get_store(_store_id(ledger))
             slices.extend(_slices(topic, ledger, first, location, params.slice_bytes))
-    if streamed:
-        shown = ", ".join(f"{t}/{ledger}" for t, ledger in streamed[:10])
-        more = f" and {len(streamed) - 10} more" if len(streamed) > 10 else ""
-        log.warning(
-            "export leaves out %d ledger(s) %s: %s%s", len(streamed), STREAMED_NOTE, shown, more
-        )
     return ExportPlan(slices, ledgers, total, skipped, streamed)
 
 
@@ -164,19 +158,73 @@ def _slices(
     """Entry ranges of about ``slice_bytes`` each, sized by the ledger's mean entry size."""
     assert ledger.data_key is not None and ledger.index_key is not None
     last = ledger.entry_count - 1
-    mean = max(1, ledger.size_bytes // max(1, ledger.entry_count))
-    step = max(1, slice_bytes // mean)
-    return [
-        ExportSlice(
+    template = ExportSlice(
+        topic=topic.name,
+        ledger_id=ledger.ledger_id,
+        first_entry_id=first,
+        last_entry_id=last,
+        data_key=ledger.data_key,
+        index_key=ledger.index_key,
+        ledger_last_entry_id=last,
+        store=location,
+        created_ms=ledger.created_ms,
+    )
+    return _cut(template, first, last, _step(ledger, slice_bytes))
+
+
+def _segment_slices(
+    metadata: MetadataStore, topic: Topic, ledger: Ledger, first: int, slice_bytes: int
+) -> list[ExportSlice]:
+    """A streamed ledger's entries from ``first``, cut piece by piece (one segment each)."""
+    pieces = metadata.segments.pieces(topic.name, ledger.ledger_id)
+    ranges = [(p.first_entry_id, p.last_entry_id) for p in pieces]
+    expected = [(0, ledger.entry_count - 1)]
+    if _merged(ranges) != expected:
+        raise ValueError(
+            f"ledger {topic.name}/{ledger.ledger_id} is offloaded by streaming, but its "
+            f"offloaded segments hold entries {ranges}, not {expected}: run `offloader scrub`"
+        )
+    step = _step(ledger, slice_bytes)
+    out: list[ExportSlice] = []
+    for piece in pieces:
+        if piece.last_entry_id < first:
+            continue
+        segment = piece.segment
+        template = ExportSlice(
             topic=topic.name,
             ledger_id=ledger.ledger_id,
-            first_entry_id=start,
-            last_entry_id=min(start + step - 1, last),
-            data_key=ledger.data_key,
-            index_key=ledger.index_key,
-            ledger_last_entry_id=last,
-            store=location,
+            first_entry_id=piece.first_entry_id,
+            last_entry_id=piece.last_entry_id,
+            data_key=segment.data_key,
+            index_key=segment.index_key,
+            ledger_last_entry_id=piece.last_entry_id,
+            store=metadata.get_store(segment.store_id),
             created_ms=ledger.created_ms,
+            piece_first_entry_id=piece.first_entry_id,
         )
+        out += _cut(template, max(first, piece.first_entry_id), piece.last_entry_id, step)
+    return out
+
+
+def _merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Adjacent ranges joined (in order; an overlap or a gap leaves them apart)."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in ranges:
+        if out and out[-1][1] + 1 == lo:
+            out[-1] = (out[-1][0], hi)
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def _step(ledger: Ledger, slice_bytes: int) -> int:
+    """Entries per slice: about ``slice_bytes`` at the ledger's mean entry size."""
+    mean = max(1, ledger.size_bytes // max(1, ledger.entry_count))
+    return max(1, slice_bytes // mean)
+
+
+def _cut(template: ExportSlice, first: int, last: int, step: int) -> list[ExportSlice]:
+    return [
+        replace(template, first_entry_id=start, last_entry_id=min(start + step - 1, last))
         for start in range(first, last + 1, step)
     ]

@@ -12,7 +12,8 @@ from offloader.read.tiered import TieredLedgerReader
 
 
 def read_slice(store: ObjectStore, part: ExportSlice, prefetch: int) -> Iterator[EntryBatch]:
-    """The entries of ``part`` from its recorded store, CRC-checked by the reader."""
+    """The entries of ``part`` from its recorded store, CRC-checked by the reader: a ledger
+    object, or the ledger's piece of a segment."""
     reader = TieredLedgerReader(
         store,
         part.data_key,
@@ -21,5 +22,10 @@ def read_slice(store: ObjectStore, part: ExportSlice, prefetch: int) -> Iterator
         ledger_id=part.ledger_id,
         last_entry_id=part.ledger_last_entry_id,
         prefetch=prefetch,
+        **(
+            {"segment": True, "first_entry_id": part.piece_first_entry_id}
+            if part.in_segment
+            else {}
+        ),
     )
     return reader.read_batches(part.first_entry_id, part.last_entry_id)

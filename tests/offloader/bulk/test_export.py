@@ -14,9 +14,17 @@ import pytest
 
 from fixtures.backends import make_topic, produce_ledgers, tiered_digests
 from fixtures.databases import sqlite_url, upgraded
-from fixtures.exports import TOPICS, export_files, export_table, offloaded_topics, parquet_digests
+from fixtures.exports import (
+    TOPICS,
+    export_files,
+    export_table,
+    offloaded_topics,
+    output_url,
+    parquet_digests,
+    run_export,
+)
 from fixtures.seaweedfs import SeaweedS3
-from offloader.bulk.export import export_slices, publish_export, published_manifest
+from offloader.bulk.export import export_slices, published_manifest
 from offloader.bulk.output import ATTEMPTS_DIR, ExportTarget, open_output
 from offloader.bulk.params import ExportParams
 from offloader.bulk.parquet import SCHEMA, slice_table
@@ -24,27 +32,6 @@ from offloader.bulk.plan import plan_export
 from offloader.exceptions import NotFoundError
 from offloader.read.batch import EntryBatch
 from offloader.runtime import Runtime
-
-
-def output_url(rt: Runtime, tmp_path: Path) -> str:
-    """A local directory on the embedded backend, the store's exports/ on S3."""
-    if rt.settings.resolved_object_store_url.startswith("file:"):
-        return (tmp_path / "exports").as_uri()
-    return rt.settings.resolved_object_store_url.rstrip("/") + "/exports"
-
-
-def run_export(rt: Runtime, params: ExportParams, executors: int = 2):  # type: ignore[no-untyped-def]
-    """What the Spark job does, with ``executors`` groups of slices standing in for tasks."""
-    plan = plan_export(rt.metadata, params)
-    assert params.output is not None and params.export_id is not None
-    target = ExportTarget.new_attempt(params.output, params.export_id)
-    closure = rt.settings.for_object_stores()
-    files = [
-        f
-        for i in range(executors)
-        for f in export_slices(plan.slices[i::executors], target, closure)
-    ]
-    return plan, publish_export(target, rt.settings, params, files)
 
 
 def test_export_equals_the_source_and_a_rerun_replaces_it_whole(

@@ -1,85 +1,132 @@
-"""Bulk export's plan beside streaming offload, on both pairings: ledgers offloaded by
-streaming (no objects of their own) do not break the plan; they are left out by name with
-the reason, and the ledgers offloaded ledger by ledger export as before."""
+"""Bulk export of ledgers offloaded by streaming, on both pairings: such a ledger has no
+objects of their own, its entries are pieces of segments; the plan cuts it piece by piece
+(a slice never spans two segments), the executors read each piece through the segment's
+v2 index, and the export holds exactly the hot copy's entries, beside ledgers offloaded
+ledger by ledger."""
 
 from __future__ import annotations
 
-import logging
+import hashlib
+import re
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
-from fixtures.backends import make_topic, produce_ledgers
-from fixtures.exports import export_files, export_table
-from offloader.bulk.export import export_slices, publish_export
-from offloader.bulk.output import ExportTarget
+from fixtures.backends import make_topic, produce_ledgers, tiered_digests
+from fixtures.exports import (
+    export_files,
+    export_table,
+    output_url,
+    parquet_digests,
+    run_export,
+    streamed_topic,
+)
 from offloader.bulk.params import ExportParams
-from offloader.bulk.plan import STREAMED_NOTE, plan_export
-from offloader.metadata.records import OffloadMode
+from offloader.bulk.plan import plan_export
+from offloader.metadata import Position, SegmentState, schema
 from offloader.offload.ledger_offloader import LedgerOffloader
+from offloader.retention.trim import trim_topic
 from offloader.runtime import Runtime
-from offloader.stream.offloader import StreamingOffloader
 
 STREAMED = "events"
 
 
 def topics(rt: Runtime) -> list[int]:
-    """A streamed topic (all its sealed ledgers in segments) and a v1-offloaded one; the
-    streamed ledgers' ids."""
-    part = max(4096, rt.objects.capabilities.min_part_size)
-    make_topic(rt, STREAMED, streaming=True, min_part_bytes=part, segment_max_bytes=2 * part)
-    produce_ledgers(rt, STREAMED, [(12, part // 8)] * 3)
-    StreamingOffloader(rt).run_pass(STREAMED, close_now=True)
+    """A streamed topic and a v1-offloaded one; the streamed ledgers' ids."""
+    streamed = streamed_topic(rt, STREAMED)
     make_topic(rt, "orders")
     produce_ledgers(rt, "orders", [(30, 1000), (10, 100)])
     LedgerOffloader(rt).offload_topic("orders", up_to=2)
-    streamed = [x for x in rt.metadata.list_ledgers(STREAMED) if x.is_offloaded]
-    assert len(streamed) == 3
-    assert all(x.offload_mode is OffloadMode.STREAM and x.data_key is None for x in streamed)
-    return [x.ledger_id for x in streamed]
+    return streamed
 
 
-def test_streamed_ledgers_are_left_out_by_name(
-    runtime: Runtime, caplog: pytest.LogCaptureFixture
-) -> None:
-    streamed = topics(runtime)
-    with caplog.at_level(logging.WARNING, logger="offloader.bulk.plan"):
-        plan = plan_export(runtime.metadata, ExportParams.parse({"slice_bytes": 5000}))
-    assert {(s.topic, s.ledger_id) for s in plan.slices} == {("orders", 1), ("orders", 2)}
-    assert plan.ledgers == 2
-    assert plan.streamed == [(STREAMED, i) for i in streamed]
-    summary = plan.summary()
-    assert summary["streamed_not_exported"] == [f"{STREAMED}/{i}" for i in streamed]
-    assert summary["streamed_note"] == STREAMED_NOTE
-    assert summary["not_offloaded"] == []
-    assert "leaves out 3 ledger(s)" in caplog.text and f"{STREAMED}/{streamed[0]}" in caplog.text
-
-    only = plan_export(runtime.metadata, ExportParams.parse({"topics": [STREAMED]}))
-    assert (only.slices, only.ledgers, only.bytes) == ([], 0, 0)
-    assert len(only.streamed) == 3
-    ranged = ExportParams.parse({"topics": [STREAMED], "last_ledger": streamed[0]})
-    assert plan_export(runtime.metadata, ranged).streamed == [(STREAMED, streamed[0])]
+def hot_digests(rt: Runtime) -> dict[tuple[str, int], str]:
+    """What tiered_digests computes, from the hot tier: independent of every tiered reader."""
+    out = {}
+    for topic in rt.metadata.list_topics():
+        for ledger in rt.metadata.list_ledgers(topic.name):
+            if not ledger.is_offloaded:
+                continue
+            digest = hashlib.sha256()
+            for entry_id, payload in rt.hot.read(topic.name, ledger.ledger_id):
+                digest.update(b"%d:%d:" % (entry_id, len(payload)) + payload)
+            out[(topic.name, ledger.ledger_id)] = digest.hexdigest()
+    return out
 
 
-def test_a_plan_without_streamed_ledgers_says_nothing_of_them(runtime: Runtime) -> None:
-    make_topic(runtime, "orders")
-    produce_ledgers(runtime, "orders", [(10, 100)])
-    LedgerOffloader(runtime).offload_topic("orders", up_to=1)
-    summary = plan_export(runtime.metadata, ExportParams()).summary()
-    assert summary["streamed_not_exported"] == [] and "streamed_note" not in summary
+def test_a_streamed_ledger_is_cut_piece_by_piece(runtime: Runtime) -> None:
+    rt = runtime
+    streamed = topics(rt)
+    plan = plan_export(rt.metadata, ExportParams.parse({"slice_bytes": 5000}))
+    assert plan.ledgers == 5 and plan.streamed == [(STREAMED, i) for i in streamed]
+    assert plan.summary()["streamed"] == 3
+    for ledger_id in streamed:
+        pieces = rt.metadata.segments.pieces(STREAMED, ledger_id)
+        slices = [s for s in plan.slices if (s.topic, s.ledger_id) == (STREAMED, ledger_id)]
+        # together the slices are the ledger's entries, each once, in order
+        ids = [e for s in slices for e in range(s.first_entry_id, s.last_entry_id + 1)]
+        assert ids == list(range(rt.metadata.get_ledger(STREAMED, ledger_id).entry_count))
+        for s in slices:  # each within one piece, naming that piece's segment
+            (piece,) = [
+                p for p in pieces if p.first_entry_id <= s.first_entry_id <= p.last_entry_id
+            ]
+            assert s.in_segment and s.last_entry_id <= piece.last_entry_id
+            assert (s.data_key, s.index_key) == (piece.segment.data_key, piece.segment.index_key)
+            assert s.piece_first_entry_id == piece.first_entry_id
+            assert s.ledger_last_entry_id == piece.last_entry_id
+            assert s.store == rt.metadata.get_store(piece.segment.store_id)
+    assert not any(s.in_segment for s in plan.slices if s.topic == "orders")
+
+
+def test_the_export_of_a_mixed_store_equals_the_hot_copy(runtime: Runtime, tmp_path: Path) -> None:
+    rt = runtime
+    streamed = topics(rt)
+    url = output_url(rt, tmp_path)
+    params = ExportParams.parse({"slice_bytes": 5000, "output": url, "export_id": "e1"})
+    plan, _ = run_export(rt, params)
+    assert sum(s.in_segment for s in plan.slices) > len(streamed)
+    _, files = export_files(url, "e1", rt.settings)
+    table = export_table(files)
+    assert parquet_digests(table) == hot_digests(rt) == tiered_digests(rt)
+    assert {t for t, _ in parquet_digests(table)} == {STREAMED, "orders"}
+
+
+def test_a_streamed_ledger_exports_from_the_topics_start(runtime: Runtime) -> None:
+    """The topic trimmed inside a streamed ledger's second piece: its first piece is not
+    read, the second from the start on."""
+    rt = runtime
+    streamed = topics(rt)
+    ledger_id = next(i for i in streamed if len(rt.metadata.segments.pieces(STREAMED, i)) > 1)
+    second = rt.metadata.segments.pieces(STREAMED, ledger_id)[1]
+    start = min(second.first_entry_id + 1, second.last_entry_id)
+    trim_topic(rt, STREAMED, Position(ledger_id=ledger_id, entry_id=start))
+    plan = plan_export(rt.metadata, ExportParams(topics=[STREAMED]))
+    firsts: dict[int, int] = {}
+    for s in plan.slices:
+        firsts[s.ledger_id] = min(firsts.get(s.ledger_id, s.first_entry_id), s.first_entry_id)
+    assert firsts == {ledger_id: start, **{i: 0 for i in streamed if i > ledger_id}}
+    assert all(s.piece_first_entry_id != 0 for s in plan.slices if s.ledger_id == ledger_id)
 
 
 @pytest.mark.parametrize("backend_settings", ["fs-sqlite"], indirect=True)
-def test_the_rest_exports_as_before(runtime: Runtime, tmp_path: Path) -> None:
-    topics(runtime)
-    url = (tmp_path / "exports").as_uri()
-    params = ExportParams.parse({"slice_bytes": 5000, "output": url, "export_id": "e1"})
-    plan = plan_export(runtime.metadata, params)
-    target = ExportTarget.new_attempt(url, "e1")
-    files = export_slices(plan.slices, target, runtime.settings.for_object_stores())
-    manifest = publish_export(target, runtime.settings, params, files)
-    read, published = export_files(url, "e1", runtime.settings)
-    assert read == manifest
-    table = export_table(published)
-    assert set(table["topic"].to_pylist()) == {"orders"}
-    assert table.num_rows == 40
+def test_a_streamed_ledger_with_a_gap_in_its_segments_fails_the_plan(runtime: Runtime) -> None:
+    """Metadata that no longer covers a streamed ledger (a segment of it not offloaded) is
+    damage: the plan names the ledger and what its segments hold instead of exporting less."""
+    rt = runtime
+    streamed = topics(rt)
+    ledger_id = next(i for i in streamed if len(rt.metadata.segments.pieces(STREAMED, i)) > 1)
+    *kept, tail = rt.metadata.segments.pieces(STREAMED, ledger_id)
+    with rt.metadata.transaction() as conn:  # the segment with the ledger's last piece
+        conn.execute(
+            sa.update(schema.segments)
+            .where(schema.segments.c.segment_id == tail.segment.segment_id)
+            .values(state=SegmentState.FAILED)
+        )
+    held = [(p.first_entry_id, p.last_entry_id) for p in kept]
+    damaged = (
+        rf"ledger {STREAMED}/{ledger_id} is offloaded by streaming, but its offloaded segments "
+        rf"hold entries {re.escape(str(held))}, not \[\(0, {tail.last_entry_id}\)\]"
+    )
+    with pytest.raises(ValueError, match=damaged):
+        plan_export(rt.metadata, ExportParams(topics=[STREAMED]))
