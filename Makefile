@@ -7,7 +7,7 @@ PYSPARK_VERSION := $(shell sed -n 's/^pyspark==//p' requirements.txt)
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install test lint demo airflow bench constraints clean mutate mutate-smoke mutate-survivors mutate-docs \
+.PHONY: install test test-long lint demo airflow bench constraints clean mutate mutate-smoke mutate-survivors mutate-docs \
 	browser doc-screenshots
 
 install: $(VENV)/.installed
@@ -24,8 +24,14 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt pyproj
 	  assert (Path(pyspark.__file__).parent / 'jars').is_dir(), 'full pyspark missing'"
 	touch $@
 
+# The short form (CI's): every case but the `long` ones, longer forms of cases it runs in
+# another form (docs/TESTING.md). `make test-long` runs them all.
+TEST_SELECT ?= not long
 test: install lint browser
-	$(BIN)/python -m pytest -n 2 --dist loadgroup --durations=25 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n 2 --dist loadgroup --durations=25 -m "$(TEST_SELECT)" $(PYTEST_ARGS)
+
+test-long:
+	$(MAKE) test TEST_SELECT="long or not long"
 
 lint: install
 	$(BIN)/ruff check .

@@ -7,6 +7,8 @@ import random
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # the benchmarks package lives beside tests/
@@ -20,6 +22,12 @@ from offloader.runtime import Runtime  # noqa: E402
 BUFFER = 16 << 10
 
 
+@pytest.mark.parametrize(
+    "backend_settings",
+    # the scan counts ranges, the same on both stores: S3's 18 s only in the long form
+    ["fs-sqlite", pytest.param("s3-postgres", marks=pytest.mark.long)],
+    indirect=True,
+)
 def test_block_scan_reads_the_entry_and_counts_every_range(runtime: Runtime) -> None:
     rt = runtime
     make_topic(rt, read_buffer_size=16 << 10)

@@ -8,6 +8,8 @@ import copy
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # the benchmarks package lives beside tests/
@@ -26,6 +28,7 @@ SMOKE = streaming.Config(
 )
 
 
+@pytest.mark.long  # the short form: the streaming pass's own tests (tests/offloader/stream)
 def test_streaming_benchmark_smoke() -> None:
     require_postgres()
     # the system's temporary directory: SeaweedFS's unix socket path must stay short

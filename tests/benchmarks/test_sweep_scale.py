@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # the benchmarks package lives beside tests/
@@ -13,6 +15,7 @@ from benchmarks import run, sweep_scale  # noqa: E402
 from fixtures.databases import require_postgres  # noqa: E402
 
 
+@pytest.mark.long  # the short form: the sweep's own tests (tests/offloader/gc)
 def test_sweep_benchmark_smoke() -> None:
     require_postgres()
     # the system's temporary directory: SeaweedFS's unix socket path must stay short (a

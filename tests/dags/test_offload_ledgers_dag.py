@@ -200,6 +200,12 @@ def test_a_database_not_upgraded_fails_the_task_saying_so(
         assert conn.execute("SELECT name FROM sqlite_master").fetchall() == []
 
 
+@pytest.mark.parametrize(
+    "backend_settings",
+    # the short form kills it on the production pairing; the embedded one in the long form
+    [pytest.param("fs-sqlite", marks=pytest.mark.long), "s3-postgres"],
+    indirect=True,
+)
 def test_killed_offload_task_retried_converges(backend_settings, airflow_db) -> None:  # type: ignore[no-untyped-def]
     """`airflow dags test` in a real process, SIGKILLed mid-upload by a failpoint; the run
     is retried; the ledger is committed once and nothing is left behind."""

@@ -170,6 +170,7 @@ def test_bad_params_submit_nothing_and_a_dry_run_reads_nothing(
     assert store_state(runtime) == before  # no report, nothing repaired
 
 
+@pytest.mark.long  # the short form: bulk_export on a standalone master, scrub on local[2]
 @pytest.mark.usefixtures("airflow_db", "airflow_connections")
 def test_scrub_on_a_standalone_master(
     runtime: Runtime, scrub_dag: DagFile, spark_standalone: SparkSetup, tmp_path: Path
