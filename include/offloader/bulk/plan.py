@@ -24,6 +24,7 @@ from offloader.bulk.params import ExportParams
 from offloader.exceptions import TopicDeletedError
 from offloader.metadata import Ledger, MetadataStore, Topic
 from offloader.metadata.records import OffloadMode
+from offloader.metadata.segments import covers
 from offloader.objectstore.location import StoreLocation
 from offloader.offload.planner import CreationWindow
 
@@ -178,11 +179,11 @@ def _segment_slices(
     """A streamed ledger's entries from ``first``, cut piece by piece (one segment each)."""
     pieces = metadata.segments.pieces(topic.name, ledger.ledger_id)
     ranges = [(p.first_entry_id, p.last_entry_id) for p in pieces]
-    expected = [(0, ledger.entry_count - 1)]
-    if _merged(ranges) != expected:
+    if not covers(ranges, ledger.entry_count):
         raise ValueError(
             f"ledger {topic.name}/{ledger.ledger_id} is offloaded by streaming, but its "
-            f"offloaded segments hold entries {ranges}, not {expected}: run `offloader scrub`"
+            f"offloaded segments hold entries {ranges}, not [(0, {ledger.entry_count - 1})]: "
+            "run `offloader scrub`"
         )
     step = _step(ledger, slice_bytes)
     out: list[ExportSlice] = []
@@ -203,17 +204,6 @@ def _segment_slices(
             piece_first_entry_id=piece.first_entry_id,
         )
         out += _cut(template, max(first, piece.first_entry_id), piece.last_entry_id, step)
-    return out
-
-
-def _merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Adjacent ranges joined (in order; an overlap or a gap leaves them apart)."""
-    out: list[tuple[int, int]] = []
-    for lo, hi in ranges:
-        if out and out[-1][1] + 1 == lo:
-            out[-1] = (out[-1][0], hi)
-        else:
-            out.append((lo, hi))
     return out
 
 

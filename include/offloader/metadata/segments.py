@@ -553,7 +553,7 @@ def _settle(conn: Connection, topic: str, ledger_ids: Sequence[int]) -> list[int
             )
             .order_by(SL.c.first_entry_id)
         ).all()
-        if not _covers(ranges, entry_count):
+        if not covers(ranges, entry_count):
             continue
         result = conn.execute(
             L.update()
@@ -570,7 +570,7 @@ def _settle(conn: Connection, topic: str, ledger_ids: Sequence[int]) -> list[int
     return settled
 
 
-def _covers(ranges: Sequence[tuple[int, int]], entry_count: int) -> bool:
+def covers(ranges: Sequence[tuple[int, int]], entry_count: int) -> bool:
     """Whether sorted ``ranges`` (first, last) cover 0..entry_count-1 with no gap."""
     expected = 0
     for first, last in ranges:

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from fixtures.damage import at_fraction, flipped, masks, positions
 from fixtures.pulsar_v2 import pulsar_v2_read_segment
 from fixtures.segments import Segment, SegmentEntries
+from fixtures.streams import block_entries
 from offloader.exceptions import FormatError
 from offloader.format import (
     ENTRY_FRAME,
@@ -68,25 +69,15 @@ def segments(draw: st.DrawFn) -> Segment:
 
 def read_all(index: SegmentIndex, data: bytes, *, by_block: bool = False) -> SegmentEntries:
     """Every entry, ledger by ledger, through the chunk table or block by block."""
+    if by_block:
+        return block_entries(index, data)
     out: SegmentEntries = []
     for ledger_id in index.ledger_ids:
         view = index.ledger(ledger_id)
         assert view.chunks is not None
-        if by_block:
-            for b in view.blocks:
-                entries = decode_segment_block(
-                    data[b.offset : b.offset + b.length],
-                    ledger_id=ledger_id,
-                    entry_count=view.block_entry_count(b),
-                    expected_crc=b.crc32c,
-                    first_entry_id=b.first_entry_id,
-                    offset=b.offset,
-                )
-                out += [(ledger_id, e, p) for e, p in entries]
-        else:
-            for c in view.chunks:
-                entries = decode_segment_chunk(data[c.offset : c.end], c, ledger_id=ledger_id)
-                out += [(ledger_id, e, p) for e, p in entries]
+        for c in view.chunks:
+            entries = decode_segment_chunk(data[c.offset : c.end], c, ledger_id=ledger_id)
+            out += [(ledger_id, e, p) for e, p in entries]
     return out
 
 

@@ -5,7 +5,6 @@ latest."""
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import hashlib
 import json
@@ -20,10 +19,9 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from pydantic import SecretStr
 
-from fixtures.backends import make_topic, produce_ledgers, run_cli, tiered_digests
-from fixtures.databases import sqlite_url, temporary_database, upgraded
+from fixtures.backends import Fresh, make_topic, produce_ledgers, run_cli, tiered_digests
+from fixtures.databases import sqlite_url
 from offloader.exceptions import ObjectNotFoundError, ObjectStoreError
 from offloader.format import decode_index, encode_index
 from offloader.gc.deletion_queue import process_deletions
@@ -49,8 +47,6 @@ from offloader.read.topic_reader import TopicReader
 from offloader.runtime import Runtime
 from offloader.settings import Settings
 
-Fresh = Callable[[], Runtime]
-
 
 @pytest.fixture
 def populated(runtime: Runtime) -> Runtime:
@@ -68,24 +64,6 @@ def populated(runtime: Runtime) -> Runtime:
     delete_hot_copies(rt.metadata, rt.hot, "orders")
     rt.metadata.enqueue_deletions(["some-leftover"], "test", store_id=rt.stores.default_id())
     return rt
-
-
-@pytest.fixture
-def fresh(backend_settings: Settings, tmp_path: Path) -> Iterator[Fresh]:
-    """Runtimes on a new, empty, upgraded database; same store and hot tier."""
-    stack = contextlib.ExitStack()
-
-    def make() -> Runtime:
-        if backend_settings.resolved_metadata_url.startswith("postgresql"):
-            url = stack.enter_context(temporary_database())
-        else:
-            url = sqlite_url(tmp_path / f"fresh-{uuid.uuid4().hex[:8]}")
-            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True)
-        settings = upgraded(backend_settings.model_copy(update={"metadata_url": SecretStr(url)}))
-        return stack.enter_context(Runtime.open(settings))
-
-    with stack:
-        yield make
 
 
 def table_rows(rt: Runtime) -> dict[str, list[tuple]]:

@@ -5,50 +5,24 @@ they hold whole, skipping (with a reason) damaged, overlapping and partial ones.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
 
-import pytest
 import sqlalchemy as sa
-from pydantic import SecretStr
 
-from fixtures.backends import make_topic, produce_ledgers
-from fixtures.databases import sqlite_url, temporary_database, upgraded
+from fixtures.backends import Fresh, make_topic, produce_ledgers
 from offloader.metadata import schema
 from offloader.metadata.backup import export_from, import_snapshot, rebuild_from_objects
 from offloader.metadata.records import HotState, OffloadMode, Segment, SegmentState
 from offloader.offload.ledger_offloader import LedgerOffloader
 from offloader.read.topic_reader import Source, TopicReader
 from offloader.runtime import Runtime
-from offloader.settings import Settings
 from offloader.stream.offloader import StreamingOffloader, segment_object_keys
 
-Fresh = Callable[[], Runtime]
 STREAMED = "events"
 LEDGERS = "orders"  # offloaded ledger by ledger (v1 objects)
 STREAM_TABLES = ("streams", "segments", "segment_parts", "segment_ledgers")
-
-
-@pytest.fixture
-def fresh(backend_settings: Settings, tmp_path: Path) -> Iterator[Fresh]:
-    """Runtimes on a new, empty, upgraded database; same store and hot tier."""
-    stack = contextlib.ExitStack()
-
-    def make() -> Runtime:
-        if backend_settings.resolved_metadata_url.startswith("postgresql"):
-            url = stack.enter_context(temporary_database())
-        else:
-            url = sqlite_url(tmp_path / f"fresh-{uuid.uuid4().hex[:8]}")
-            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True)
-        settings = upgraded(backend_settings.model_copy(update={"metadata_url": SecretStr(url)}))
-        return stack.enter_context(Runtime.open(settings))
-
-    with stack:
-        yield make
 
 
 def populate(rt: Runtime, *, close_now: bool = True) -> None:

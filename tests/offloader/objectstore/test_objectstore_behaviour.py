@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
@@ -15,17 +13,6 @@ from offloader.exceptions import (
     UnsupportedOperationError,
 )
 from offloader.objectstore import ObjectStore
-from offloader.objectstore.filesystem import FilesystemObjectStore
-
-
-@pytest.fixture(params=["filesystem", "s3"])
-def object_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ObjectStore]:
-    if request.param == "filesystem":
-        store: ObjectStore = FilesystemObjectStore(tmp_path / "objects")
-        yield store
-        store.close()
-    else:
-        yield request.getfixturevalue("s3_store")
 
 
 def _part_size(store: ObjectStore) -> int:

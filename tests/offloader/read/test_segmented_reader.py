@@ -10,7 +10,7 @@ import itertools
 import random
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -36,16 +36,6 @@ LEDGER = 7  # the ledger spread over segments A, B and C
 SPLITS = (250, 600)  # ledger 7's first entries in segments B and C
 
 Entries = list[tuple[int, bytes]]
-
-
-@pytest.fixture(params=["filesystem", "s3"])
-def object_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ObjectStore]:
-    if request.param == "filesystem":
-        store: ObjectStore = FilesystemObjectStore(tmp_path / "objects")
-        yield store
-        store.close()
-    else:
-        yield request.getfixturevalue("s3_store")
 
 
 def ledger(ledger_id: int, count: int, seed: int, max_size: int = 600) -> SegmentEntries:
