@@ -64,6 +64,10 @@ class Settings(BaseSettings):
     # is left alone (it may belong to a write not yet visible); stale uploads are aborted
     sweep_grace_seconds: float = Field(default=86400.0, ge=0)
     multipart_max_age_seconds: float = Field(default=86400.0, ge=0)
+    # objects an offload stops naming (a scrub repair, a rewrite) are queued for deletion
+    # due this much later: a reader (or a bulk export's plan) that looked them up before
+    # the swap still finds them
+    replaced_object_grace_seconds: float = Field(default=86400.0, ge=0)
     metadata_snapshots_keep: int = Field(default=7, ge=1, le=1000)
     # one DeleteObjects request per batch: S3 takes at most 1,000 keys per request
     gc_batch_keys: int = Field(default=1000, ge=1, le=1000)

@@ -39,6 +39,7 @@ TUNING_KEYS = (
     "trim_batch_ledgers",
     "sweep_grace_seconds",
     "multipart_max_age_seconds",
+    "replaced_object_grace_seconds",
     "metadata_snapshots_keep",
     "gc_batch_keys",
     "gc_failing_tries",

@@ -476,13 +476,16 @@ class MetadataStore:
             )
             return self._ledger(conn, attempt.topic, attempt.ledger_id)
 
-    def commit_replacement(self, attempt: Attempt, data_len: int, reason: str) -> Ledger:
+    def commit_replacement(
+        self, attempt: Attempt, data_len: int, reason: str, *, grace_ms: int = 0
+    ) -> Ledger:
         """Swap an offloaded ledger onto a replacement ``attempt`` (see ``begin_attempt``'s
         ``replace``), if the ledger still names it (CAS on its attempt, epoch and version).
 
         In the same transaction the replaced objects are queued for deletion with
-        ``reason`` and the attempt that wrote them becomes ``superseded``, so the ledger
-        keeps exactly one committed attempt and no object is left unaccounted for.
+        ``reason``, due ``grace_ms`` later (a reader that looked them up before the swap
+        still finds them), and the attempt that wrote them becomes ``superseded``, so the
+        ledger keeps exactly one committed attempt and no object is left unaccounted for.
         """
         what = f"attempt {attempt.attempt_id} (epoch {attempt.epoch})"
         with self.transaction() as conn:
@@ -504,7 +507,9 @@ class MetadataStore:
             failpoints.reach("mid-replacement-commit")
             detail = f"replaced by {attempt.attempt_id}: {reason}"
             keys = [k for k in (old.data_key, old.index_key) if k is not None]
-            self._enqueue(conn, keys, f"replaced: {reason}", old.offload_uuid, old.store_id)
+            self._enqueue(
+                conn, keys, f"replaced: {reason}", old.offload_uuid, old.store_id, grace_ms
+            )
             conn.execute(
                 A.update()
                 .where(A.c.attempt_id == old.offload_uuid, A.c.state == AttemptState.COMMITTED)
@@ -914,7 +919,9 @@ class MetadataStore:
         reason: str,
         attempt_id: str | None,
         store_id: int | None,
+        delay_ms: int = 0,
     ) -> None:
+        """Queue ``keys`` for deletion, due ``delay_ms`` after the database's now."""
         rows = [
             dict(
                 object_key=k,
@@ -927,7 +934,9 @@ class MetadataStore:
             for k in keys
         ]
         if rows:
-            conn.execute(D.insert().values(enqueued_ms=db_now(), next_try_ms=db_now()), rows)
+            conn.execute(
+                D.insert().values(enqueued_ms=db_now(), next_try_ms=db_now() + delay_ms), rows
+            )
 
     # --- retention: stream cuts, the topic's start, ledger deletion -------------------
     def create_cut(self, topic: str) -> StreamCut:

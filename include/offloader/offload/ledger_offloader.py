@@ -164,7 +164,8 @@ class LedgerOffloader:
             if replacing is None:
                 self.metadata.commit_offload(attempt, length)
             else:
-                self.metadata.commit_replacement(attempt, length, replacing)
+                grace_ms = int(settings.replaced_object_grace_seconds * 1000)
+                self.metadata.commit_replacement(attempt, length, replacing, grace_ms=grace_ms)
             failpoints.reach("after-commit")
         except Exception as exc:
             if isinstance(exc, CommitFailedError) or not self._still_owns(attempt):

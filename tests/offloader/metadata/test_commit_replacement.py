@@ -73,3 +73,20 @@ def test_a_ledger_that_is_not_offloaded_cannot_be_replaced(runtime: Runtime) -> 
         rt.metadata.commit_replacement(attempt, 1, "r")
     assert rt.metadata.get_ledger("orders", fresh_id) == owned
     assert rt.metadata.get_attempt("first-try").state is AttemptState.STARTED
+
+
+def test_the_replaced_objects_are_due_after_the_grace(runtime: Runtime) -> None:
+    """A reader that looked the old keys up before the swap still finds them: they are
+    queued due ``grace_ms`` after the database's now, not at once."""
+    rt = runtime
+    first, _ = offloaded_topic(rt, shapes=SMALL)
+    _, attempt = begin(rt.metadata, first, "repl", replace=True)
+    before = rt.metadata.db_now_ms()
+    rt.metadata.commit_replacement(attempt, 123, "crc mismatch", grace_ms=3_600_000)
+    after = rt.metadata.db_now_ms()
+
+    queued = rt.metadata.pending_deletions()
+    assert {d.object_key for d in queued} == {first.data_key, first.index_key}
+    assert all(before + 3_600_000 <= d.next_try_ms <= after + 3_600_000 for d in queued)
+    assert rt.metadata.due_deletions(10) == []
+    assert len(rt.metadata.due_deletions(10, at_ms=after + 3_600_000)) == 2

@@ -12,11 +12,13 @@ from fixtures.metadata import begin
 from fixtures.scrub import offloaded_topic
 from fixtures.takeover import OnPut, take_over
 from offloader.exceptions import HotLedgerMissingError, ObjectStoreError
+from offloader.gc.deletion_queue import process_deletions
 from offloader.metadata import AttemptState, Ledger, Position
 from offloader.offload.ledger_offloader import LedgerOffloader, Outcome
 from offloader.retention.trim import trim_topic
 from offloader.runtime import Runtime
 from offloader.scrub import Action, run_scrub
+from offloader.settings import Settings
 
 SMALL = [(40, 2000), (30, 2000)]
 
@@ -134,3 +136,19 @@ def test_a_scrub_whose_repair_is_taken_over_reports_it_in_progress(runtime: Runt
     assert verdict.action is Action.IN_PROGRESS and report.failed
     assert verdict.detail == "attempt winner is replacing it"
     assert rt.metadata.get_ledger("orders", first.ledger_id).offload_uuid == first.offload_uuid
+
+
+def test_the_replaced_objects_wait_out_the_grace(backend_settings: Settings) -> None:
+    """Through the offloader: the setting reaches the commit, so the GC leaves the old
+    objects (a reader may still be in them) until the grace has passed."""
+    settings = backend_settings.model_copy(update={"replaced_object_grace_seconds": 3600.0})
+    with Runtime.open(settings) as rt:
+        old, _ = offloaded_topic(rt, shapes=SMALL)
+        replaced = LedgerOffloader(rt).replace_ledger(
+            "orders", old.ledger_id, old.offload_uuid or "", "crc mismatch"
+        )
+        assert replaced.outcome is Outcome.REPLACED
+        gc = process_deletions(rt.metadata, rt.stores, rt.settings)
+        assert (gc.deleted, gc.remaining) == (0, 2)
+        store = rt.stores.get(old.store_id or 0, "test")
+        assert store.exists(old.data_key or "") and store.exists(old.index_key or "")
