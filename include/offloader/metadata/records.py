@@ -55,6 +55,13 @@ class SegmentState(StrEnum):
     DELETED = "deleted"  # retention: every ledger it holds was deleted; keys queued
 
 
+class SegmentOrigin(StrEnum):
+    """Who writes a segment: the topic's stream, or a rewrite run (compaction, migration)."""
+
+    STREAM = "stream"  # fenced by the stream's epoch; the stream continues after it
+    REWRITE = "rewrite"  # fenced by its own lease; never the stream's open segment
+
+
 class TopicState(StrEnum):
     ACTIVE = "active"
     DELETED = "deleted"  # `offloader topic delete`: writer fenced, every ledger deleting
@@ -271,6 +278,8 @@ class Segment(Record):
     upload_id: str | None
     data_len: int
     replaces: str | None
+    origin: SegmentOrigin = SegmentOrigin.STREAM
+    lease_until_ms: int | None = None  # a rewrite's lease while it is written
 
     @property
     def begin(self) -> Position:

@@ -49,6 +49,7 @@ from offloader.metadata.records import (
     Topic,
     TopicState,
 )
+from offloader.metadata.rewrites import RewriteStore
 from offloader.metadata.segments import SegmentStore
 from offloader.metadata.stores import load_store, record_store
 from offloader.objectstore.location import StoreLocation
@@ -162,6 +163,11 @@ class MetadataStore:
     def segments(self) -> SegmentStore:
         """Streaming offload's streams, segments and parts (metadata/segments.py)."""
         return SegmentStore(self)
+
+    @cached_property
+    def rewrites(self) -> RewriteStore:
+        """Compaction's and format migration's rewrite segments (metadata/rewrites.py)."""
+        return RewriteStore(self)
 
     def db_now_ms(self) -> int:
         """The database's clock, the one leases and ages are measured on (invariant 6)."""
