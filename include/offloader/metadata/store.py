@@ -1255,6 +1255,8 @@ class MetadataStore:
                 # streaming segments (PIP-76); streamed ledgers are in ledgers_by_state as
                 # offloaded, like the ones offloaded ledger by ledger
                 "segments_by_state": grouped(schema.segments.c.state),
+                # who wrote them: the stream, or a rewrite (compaction, format migration)
+                "segments_by_origin": grouped(schema.segments.c.origin, schema.segments.c.state),
             }
 
     # --- row helpers ---------------------------------------------------------------------
