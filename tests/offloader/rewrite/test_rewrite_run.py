@@ -63,6 +63,8 @@ def test_compaction_of_small_v1_ledgers_keeps_every_entry_in_fewer_objects(
         mode = OffloadMode.STREAM if ledger.ledger_id in grouped else OffloadMode.LEDGER
         assert ledger.offload_mode is mode
     assert {s.origin for s in rt.metadata.segments.list(T)} == {SegmentOrigin.REWRITE}
+    counts = rt.metadata.counts()
+    assert counts["segments_by_origin"] == {"rewrite/offloaded": len(report.groups)}
     check_one_copy(rt)
     assert checksum(rt) == before and entry_digests(rt) == digests
     # by range: a slice across blocks of a ledger in the middle of a segment
