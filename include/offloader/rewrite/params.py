@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from offloader.offload.params import RunParams
+from offloader.offload.params import RunParams, topic_names
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
@@ -68,12 +68,7 @@ class RewriteParams(RunParams):
     @field_validator("topics")
     @classmethod
     def _topic_names(cls, value: list[str] | None) -> list[str] | None:
-        if not value:
-            return None
-        names = [t.strip() for t in value]
-        if any(not t or len(t) > 512 for t in names):
-            raise ValueError("topic names must be 1 to 512 characters, not blank")
-        return list(dict.fromkeys(names))
+        return topic_names(value)
 
     @model_validator(mode="after")
     def _rules(self) -> RewriteParams:

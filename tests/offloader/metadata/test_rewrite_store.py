@@ -9,13 +9,12 @@ whole rewrite, objects and all, is tests/offloader/rewrite/.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import pytest
-import sqlalchemy as sa
 
 from fixtures.backends import produce_ledgers
 from fixtures.metadata import begin as begin_attempt
+from fixtures.rewrites import assign_stream_segment, stream_segment, table_rows
 from fixtures.scrub import offloaded_topic
 from fixtures.streams import crash_at
 from offloader.exceptions import CommitFailedError, TopicDeletedError
@@ -27,7 +26,6 @@ from offloader.metadata import (
     Segment,
     SegmentOrigin,
     SegmentState,
-    schema,
 )
 from offloader.metadata.segments import PieceRange
 from offloader.policy import OffloadPolicy
@@ -69,20 +67,6 @@ def begin(
 
 def whole(ledgers: list[Ledger]) -> list[PieceRange]:
     return [PieceRange(x.ledger_id, 0, x.entry_count - 1) for x in ledgers]
-
-
-def snapshot(rt: Runtime) -> dict[str, list[Any]]:
-    tables = (
-        schema.segments,
-        schema.segment_ledgers,
-        schema.ledgers,
-        schema.offload_attempts,
-        schema.deletion_queue,
-    )
-    with rt.metadata.engine.connect() as conn:
-        return {
-            t.name: sorted(map(tuple, conn.execute(sa.select(t)).all()), key=repr) for t in tables
-        }
 
 
 def queued(rt: Runtime) -> dict[str, str]:
@@ -132,7 +116,7 @@ def test_begin_refuses_sources_not_as_planned_and_writes_nothing(
 ) -> None:
     rt = runtime
     first, second, third = ledgers
-    before = snapshot(rt)
+    before = table_rows(rt)
     with pytest.raises(ValueError, match="at least one source"):
         begin(rt, "r")
     with pytest.raises(ValueError, match=r"sources overlap"):
@@ -150,8 +134,8 @@ def test_begin_refuses_sources_not_as_planned_and_writes_nothing(
         begin(rt, "r", [stale])
     with pytest.raises(ValueError, match="sources of that topic only"):
         begin(rt, "r", [first.model_copy(update={"topic": "other"})])
-    assert snapshot(rt)["segments"] == before["segments"] == []
-    assert snapshot(rt)["deletion_queue"] == before["deletion_queue"]
+    assert table_rows(rt)["segments"] == before["segments"] == []
+    assert table_rows(rt)["deletion_queue"] == before["deletion_queue"]
 
 
 def test_begin_refuses_a_deleted_topic(runtime: Runtime, ledgers: list[Ledger]) -> None:
@@ -277,13 +261,13 @@ def test_a_source_that_moved_rolls_the_whole_swap_back(
         other = begin(rt, "other", [third])
         rt.metadata.rewrites.commit(other, whole([third]), [third], data_len=5)
         expected = rf"ledger {T}/{third.ledger_id} is offloaded in mode stream"
-    before = snapshot(rt)
+    before = table_rows(rt)
     with pytest.raises(CommitFailedError, match=expected):
         rt.metadata.rewrites.commit(segment, whole(ledgers), ledgers, data_len=10)
-    assert snapshot(rt) == before
+    assert table_rows(rt) == before
     failed = rt.metadata.rewrites.fail(segment, "changed")
     assert failed.state is SegmentState.FAILED
-    after = snapshot(rt)
+    after = table_rows(rt)
     assert after["ledgers"] == before["ledgers"]
     assert set(queued(rt)) - {d[1] for d in before["deletion_queue"]} == {"r-d", "r-i"}
 
@@ -293,10 +277,10 @@ def test_the_commit_crashing_inside_its_transaction_leaves_nothing(
 ) -> None:
     rt = runtime
     segment = begin(rt, "r", ledgers)
-    before = snapshot(rt)
+    before = table_rows(rt)
     with crash_at(monkeypatch, "mid-rewrite-commit"):
         rt.metadata.rewrites.commit(segment, whole(ledgers), ledgers, data_len=10)
-    assert snapshot(rt) == before
+    assert table_rows(rt) == before
     committed = rt.metadata.rewrites.commit(segment, whole(ledgers), ledgers, data_len=10)
     assert committed.state is SegmentState.OFFLOADED
 
@@ -344,28 +328,10 @@ def test_fail_queues_at_once_requeues_late_objects_and_refuses_a_committed_one(
 def stream_segments(rt: Runtime, ledgers: list[Ledger]) -> list[Segment]:
     """Offloaded stream segments holding ``ledgers`` (one each), made through the stream's
     own metadata steps; the ledgers are settled in stream mode."""
-    store = rt.metadata.segments
-    claim = store.claim(T, "stream", 60_000)
-    made = []
-    for ledger in ledgers:
-        name = f"s{ledger.ledger_id}"
-        segment = store.assign(
-            claim,
-            segment_id=name,
-            data_key=f"{name}-d",
-            index_key=f"{name}-i",
-            store_id=rt.stores.default_id(),
-            begin=pos(ledger.ledger_id, 0),
-        )
-        segment = store.record_upload(claim, segment, f"up-{name}")
-        last = pos(ledger.ledger_id, ledger.entry_count - 1)
-        segment = store.record_part(
-            claim, segment, part_number=1, etag="e", offset=0, length=100, last=last, blocks="[]"
-        )
-        segment = store.begin_close(claim, segment)
-        made.append(store.commit(claim, segment, whole([ledger])))
-    store.release(claim)
-    return made
+    return [
+        stream_segment(rt.metadata, T, f"s{x.ledger_id}", x.ledger_id, x.entry_count - 1)
+        for x in ledgers
+    ]
 
 
 @pytest.fixture
@@ -401,22 +367,8 @@ def test_segment_sources_are_retired_and_the_stream_still_continues_after_them(
     assert rt.metadata.segments.last_offloaded_end(T) == end
     claim = rt.metadata.segments.claim(T, "stream", 60_000)
     with pytest.raises(CommitFailedError, match="offloaded segments reach"):
-        rt.metadata.segments.assign(
-            claim,
-            segment_id="again",
-            data_key="again-d",
-            index_key="again-i",
-            store_id=rt.stores.default_id(),
-            begin=pos(streamed[1].ledger_id, 0),
-        )
-    nxt = rt.metadata.segments.assign(
-        claim,
-        segment_id="next",
-        data_key="next-d",
-        index_key="next-i",
-        store_id=rt.stores.default_id(),
-        begin=pos(streamed[2].ledger_id, 0),
-    )
+        assign_stream_segment(rt.metadata, claim, "again", pos(streamed[1].ledger_id, 0))
+    nxt = assign_stream_segment(rt.metadata, claim, "next", pos(streamed[2].ledger_id, 0))
     assert rt.metadata.segments.current(T) == nxt and nxt.seq == committed.seq + 1
 
 
@@ -432,9 +384,9 @@ def test_a_segment_source_that_moved_or_holds_a_trimmed_ledger_is_refused(
     topic = rt.metadata.get_topic(T)
     rt.metadata.move_start(topic, pos(streamed[1].ledger_id, 0))
     rt.metadata.mark_ledgers_deleting(T, streamed[1].ledger_id, 100)
-    before = snapshot(rt)
+    before = table_rows(rt)
     with pytest.raises(CommitFailedError, match=rf"holds trimmed ledger {streamed[0].ledger_id}"):
         rt.metadata.rewrites.commit(
             segment, whole(streamed[:2]), segments=[first, second], data_len=1
         )
-    assert snapshot(rt) == before
+    assert table_rows(rt) == before

@@ -9,10 +9,9 @@ from collections.abc import Iterator
 import pytest
 
 from fixtures.metadata import begin, sealed_ledger
+from fixtures.rewrites import assign_stream_segment, stream_segment
 from offloader.exceptions import NotFoundError, TopicDeletedError
 from offloader.metadata import Ledger, MetadataStore, Position, Segment, SegmentState
-from offloader.metadata.segments import PieceRange
-from offloader.objectstore.location import StoreLocation
 from offloader.offload.params import RunParamsError
 from offloader.policy import OffloadPolicy
 from offloader.rewrite.params import RewriteParams, parse_ledger_range
@@ -86,37 +85,18 @@ def test_migration_to_v2_takes_every_v1_ledger_one_big_one_alone(store: Metadata
     assert plan(store, mode="to-v2", target_bytes=1000) == [[1, 2, 3, 4], [6]]
 
 
-def stream_segment(store: MetadataStore, name: str, ledger: Ledger, size: int) -> Segment:
+def settled(store: MetadataStore, name: str, ledger: Ledger, size: int) -> Segment:
     """An offloaded stream segment holding all of ``ledger`` (which is settled)."""
-    segments = store.segments
-    claim = segments.claim(T, "stream", 60_000)
-    store_id = store.record_store(StoreLocation("file", "/objects"))
-    segment = segments.assign(
-        claim,
-        segment_id=name,
-        data_key=name,
-        index_key=f"{name}-index",
-        store_id=store_id,
-        begin=Position(ledger_id=ledger.ledger_id, entry_id=0),
-    )
-    segment = segments.record_upload(claim, segment, "up")
-    last = Position(ledger_id=ledger.ledger_id, entry_id=ledger.entry_count - 1)
-    segment = segments.record_part(
-        claim, segment, part_number=1, etag="e", offset=0, length=size, last=last, blocks="[]"
-    )
-    segment = segments.begin_close(claim, segment)
-    segment = segments.commit(claim, segment, [PieceRange(ledger.ledger_id, 0, last.entry_id)])
-    segments.release(claim)
-    return segment
+    return stream_segment(store, T, name, ledger.ledger_id, ledger.entry_count - 1, size)
 
 
 def test_segments_are_sources_of_their_own_kind_only_when_whole_and_live(
     store: MetadataStore,
 ) -> None:
     first, second = v1(store, 10), v1(store, 10)  # 1, 2
-    s3, s4, s5 = (stream_segment(store, f"s{i}", hot(store), 10) for i in range(3, 6))
-    big = stream_segment(store, "s6", hot(store), 500)
-    s7 = stream_segment(store, "s7", hot(store), 10)
+    s3, s4, s5 = (settled(store, f"s{i}", hot(store), 10) for i in range(3, 6))
+    big = settled(store, "s6", hot(store), 500)
+    s7 = settled(store, "s7", hot(store), 10)
     v1(store, 10)  # 8
     assert big.data_len == 500 and first.ledger_id == 1 and second.ledger_id == 2
     groups = plan_rewrite(store, RewriteParams(target_bytes=100, small_bytes=50))
@@ -142,14 +122,7 @@ def test_an_open_segment_and_a_ledger_streamed_in_part_are_never_sources(
     # ledger 3 is in the stream's open segment: not offloaded, it breaks the run
     claim = store.segments.claim(T, "stream", 60_000)
     streaming = hot(store)
-    store.segments.assign(
-        claim,
-        segment_id="open",
-        data_key="open",
-        index_key="open-index",
-        store_id=store.record_store(StoreLocation("file", "/objects")),
-        begin=Position(ledger_id=streaming.ledger_id, entry_id=0),
-    )
+    assign_stream_segment(store, claim, "open", Position(ledger_id=streaming.ledger_id, entry_id=0))
     v1(store, 10), v1(store, 10)  # 4, 5
     assert plan(store, target_bytes=100, small_bytes=50) == [[1, 2], [4, 5]]
     assert plan(store, mode="to-v2", target_bytes=100) == [[1, 2], [4, 5]]
@@ -162,22 +135,7 @@ def test_a_v1_ledger_with_entries_in_a_segment_too_is_not_a_source(
     ledger by ledger: rewriting its v1 objects would record its first entries twice."""
     v1(store, 10)
     partial = hot(store)
-    segments = store.segments
-    claim = segments.claim(T, "stream", 60_000)
-    segment = segments.assign(
-        claim,
-        segment_id="part",
-        data_key="part",
-        index_key="part-index",
-        store_id=store.record_store(StoreLocation("file", "/objects")),
-        begin=Position(ledger_id=partial.ledger_id, entry_id=0),
-    )
-    segment = segments.record_upload(claim, segment, "up")
-    last = Position(ledger_id=partial.ledger_id, entry_id=4)
-    segment = segments.record_part(
-        claim, segment, part_number=1, etag="e", offset=0, length=500, last=last, blocks="[]"
-    )
-    segments.commit(claim, segments.begin_close(claim, segment), [PieceRange(2, 0, 4)])
+    stream_segment(store, T, "part", partial.ledger_id, 4, size=500)
     _, attempt = begin(store, store.get_ledger(T, partial.ledger_id), "v1-of-2")
     store.commit_offload(attempt, 10)
     v1(store, 10)  # 3
