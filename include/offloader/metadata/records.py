@@ -38,7 +38,9 @@ class OffloadMode(StrEnum):
     """How an offloaded ledger's entries are laid out in the object store."""
 
     LEDGER = "ledger"  # its own v1 data and index objects (PIP-17)
-    STREAM = "stream"  # ranges of offloaded segments (PIP-76): see segment_ledgers
+    # ranges of offloaded segments (see segment_ledgers), whoever wrote them: the stream
+    # (PIP-76) or a rewrite (compaction, v1 -> v2 migration)
+    STREAM = "stream"
 
 
 class SegmentState(StrEnum):
