@@ -171,8 +171,9 @@ class RewriteStore:
         """Swap the sources onto ``segment`` (complete: data object and index written),
         all in one transaction; the old keys are queued due ``grace_ms`` later.
 
-        ``pieces`` are the ledger ranges the segment holds; a v1 source must be held whole
-        (ValueError otherwise: the swap would lose entries). CommitFailedError (the
+        ``pieces`` are the ledger ranges the segment holds: a v1 source whole, and for
+        segment sources exactly the ranges they were recorded to hold (ValueError
+        otherwise: the swap would lose or invent entries). CommitFailedError (the
         transaction rolled back) names the segment or the source that is no longer as
         read; the caller then fails the rewrite."""
         _check_pieces(segment, pieces, ledgers)
@@ -191,6 +192,7 @@ class RewriteStore:
                 data_len=data_len,
                 lease_until_ms=None,
             )
+            _check_merged(conn, segment, pieces, ledgers, segments)
             sources = [*ledgers, *segments]
             for i, source in enumerate(sources):
                 if isinstance(source, Ledger):
@@ -484,6 +486,41 @@ def _check_pieces(
     if ids != sorted(set(ids)):
         raise ValueError(
             f"segment {segment.segment_id}: pieces must name rising ledger ids, got {ids}"
+        )
+
+
+def _check_merged(
+    conn: Connection,
+    segment: Segment,
+    pieces: Sequence[PieceRange],
+    ledgers: Sequence[Ledger],
+    segments: Sequence[Segment],
+) -> None:
+    """The pieces of segment sources are, per ledger, the union of the ranges those
+    segments were recorded to hold (a ledger split over two adjacent sources is one
+    piece): what the readers found in them before the swap, no entry more or less."""
+    if not segments:
+        return
+    rows = conn.execute(
+        sa.select(SL.c.ledger_id, SL.c.first_entry_id, SL.c.last_entry_id)
+        .where(SL.c.segment_id.in_([s.segment_id for s in segments]))
+        .order_by(SL.c.ledger_id, SL.c.first_entry_id)
+    ).all()
+    held: dict[int, tuple[int, int]] = {}
+    for ledger_id, first, last in rows:
+        known = held.get(ledger_id)
+        if known is not None and first != known[1] + 1:
+            raise ValueError(
+                f"segment {segment.segment_id}: the source segments hold ledger {ledger_id} "
+                f"with a gap or an overlap at entry {first}: not one run of sources"
+            )
+        held[ledger_id] = (first if known is None else known[0], last)
+    v1 = {x.ledger_id for x in ledgers}
+    merged = {p.ledger_id: (p.first, p.last) for p in pieces if p.ledger_id not in v1}
+    if merged != held:
+        raise ValueError(
+            f"segment {segment.segment_id}: its pieces {merged} are not what its source "
+            f"segments held {held}: the swap would lose or invent entries"
         )
 
 

@@ -390,3 +390,44 @@ def test_a_segment_source_that_moved_or_holds_a_trimmed_ledger_is_refused(
             segment, whole(streamed[:2]), segments=[first, second], data_len=1
         )
     assert table_rows(rt) == before
+
+
+def test_merged_pieces_must_be_exactly_what_the_source_segments_held(
+    runtime: Runtime, streamed: list[Ledger]
+) -> None:
+    rt = runtime
+    sources = stream_segments(rt, streamed[:2])
+    segment = begin(rt, "r", segments=sources)
+    before = table_rows(rt)
+    short = [PieceRange(streamed[0].ledger_id, 0, 3), *whole(streamed[1:2])]
+    extra = [*whole(streamed[:2]), *whole(streamed[2:3])]
+    for wrong in (short, extra, whole(streamed[:1])):
+        with pytest.raises(ValueError, match="the swap would lose or invent entries"):
+            rt.metadata.rewrites.commit(segment, wrong, segments=sources, data_len=200)
+        assert table_rows(rt) == before
+    rt.metadata.rewrites.commit(segment, whole(streamed[:2]), segments=sources, data_len=200)
+
+
+def test_a_ledger_split_over_two_source_segments_is_one_piece(
+    runtime: Runtime, streamed: list[Ledger]
+) -> None:
+    rt = runtime
+    ledger = streamed[0]
+    half = ledger.entry_count // 2
+    head = stream_segment(rt.metadata, T, "head", ledger.ledger_id, half - 1)
+    tail = stream_segment(
+        rt.metadata, T, "tail", ledger.ledger_id, ledger.entry_count - 1, first=half
+    )
+    assert rt.metadata.get_ledger(T, ledger.ledger_id).is_offloaded  # settled by the two
+    segment = begin(rt, "r", segments=[head, tail])
+    with pytest.raises(ValueError, match="lose or invent entries"):
+        rt.metadata.rewrites.commit(
+            segment, [PieceRange(ledger.ledger_id, 0, half - 1)], segments=[head, tail], data_len=1
+        )
+    rt.metadata.rewrites.commit(segment, whole([ledger]), segments=[head, tail], data_len=1)
+    (piece,) = rt.metadata.segments.pieces(T, ledger.ledger_id)
+    assert (piece.segment.segment_id, piece.first_entry_id, piece.last_entry_id) == (
+        "r",
+        0,
+        ledger.entry_count - 1,
+    )
