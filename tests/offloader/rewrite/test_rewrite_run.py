@@ -5,6 +5,8 @@ runs of the same sources leave exactly one winner."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from fixtures.backends import run_in_threads
@@ -22,13 +24,20 @@ from fixtures.rewrites import (
     table_rows,
     v1_topic,
 )
-from fixtures.streams import crash_at
+from fixtures.streams import crash_at, produce, run_pass, stream_topic
+from offloader.exceptions import RewriteFailedError
 from offloader.metadata import OffloadMode, Position, SegmentOrigin, SegmentState
 from offloader.read.topic_reader import Source, TopicReader
 from offloader.rewrite.params import RewriteParams
 from offloader.rewrite.plan import plan_rewrite
-from offloader.rewrite.report import CHANGED, PLANNED, REWRITTEN
-from offloader.rewrite.run import Rewriter, recover_stale_rewrites
+from offloader.rewrite.report import CHANGED, PLANNED, REFUSED, REWRITTEN
+from offloader.rewrite.run import (
+    MERGE_MODULE,
+    TO_V1_MODULE,
+    Rewriter,
+    recover_stale_rewrites,
+    run_rewrite,
+)
 from offloader.runtime import Runtime
 
 
@@ -258,3 +267,38 @@ def test_an_empty_ledger_between_sources_does_not_break_a_run(runtime: Runtime) 
     assert rt.metadata.get_ledger(T, empty.ledger_id).entry_count == 0
     report = rewrite(rt, target_bytes=10 * shape(rt).target, small_bytes=shape(rt).target)
     assert [g.ledgers for g in report.groups] == [ids]
+
+
+def test_small_stream_segments_are_grouped_and_merged_only_where_the_build_can(
+    runtime: Runtime,
+) -> None:
+    """Compaction plans runs of small stream segments as segment groups; without the
+    server-side merge (offloader.rewrite.merge) such a group is refused by name and
+    nothing is written, while v1 groups are still rewritten; with it, rewritten."""
+    rt = runtime
+    p = stream_topic(rt, "s")
+    for seed in range(3):  # a ledger and one small segment a pass
+        produce(rt, "s", 1, seed=seed)
+        run_pass(rt, "s", close_now=True)
+    before = checksum(rt, "s")
+    small = rt.metadata.segments.list("s", [SegmentState.OFFLOADED])
+    assert len(small) >= 2
+    report = rewrite(rt, topics=["s"], target_bytes=100 * p.segment_max, small_bytes=p.segment_max)
+    (group,) = report.groups
+    assert (group.kind, group.sources) == ("segment", len(small))
+    if importlib.util.find_spec(MERGE_MODULE) is None:
+        assert group.outcome == REFUSED and "server-side segment merge" in (group.detail or "")
+        assert rt.metadata.segments.list("s") == small  # nothing begun
+        with pytest.raises(RewriteFailedError, match=r"1 rewrite group\(s\) refused"):
+            report.raise_for_failure()
+    else:
+        assert group.outcome == REWRITTEN
+    check_one_copy(rt, "s")
+    assert checksum(rt, "s") == before
+
+
+def test_the_migration_to_v1_is_refused_until_this_build_has_it() -> None:
+    if importlib.util.find_spec(TO_V1_MODULE) is not None:
+        return  # provided: its own tests cover it
+    with pytest.raises(ValueError, match=r"mode to-v1 \(v2 -> v1 migration\) is not available"):
+        run_rewrite(None, RewriteParams(mode="to-v1"), owner="t")  # type: ignore[arg-type]
