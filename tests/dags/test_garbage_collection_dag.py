@@ -177,7 +177,7 @@ def test_a_run_recovers_a_dead_rewrite_and_deletes_what_it_wrote(
     v1_topic(runtime, 3)
     present = objects(runtime)
     with crash_at(monkeypatch, "rewrite-after-first-part"):
-        rewrite(runtime, small_bytes=shape(runtime).target)
+        rewrite(runtime, small_bytes=shape(runtime).target, lease_seconds=2.0)
     (dead,) = runtime.metadata.rewrites.open_rewrites(T)
     while runtime.metadata.db_now_ms() <= (dead.lease_until_ms or 0):
         time.sleep(0.05)

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from offloader.metadata.store import MetadataStore
 
 G, SL, L, A = schema.segments, schema.segment_ledgers, schema.ledgers, schema.offload_attempts
+D = schema.deletion_queue
 REWRITE = G.c.origin == SegmentOrigin.REWRITE
 
 
@@ -113,8 +114,7 @@ class RewriteStore:
             current = self.metadata._topic(conn, topic)  # NotFoundError for an unknown topic
             if current.is_deleted:
                 raise TopicDeletedError(f"topic {topic!r} was deleted: nothing to rewrite")
-            for ledger in ledgers:
-                _check_ledger(conn, ledger)
+            _check_ledgers(conn, ledgers)
             for segment in segments:
                 _check_segment(conn, segment)
             conn.execute(
@@ -193,13 +193,12 @@ class RewriteStore:
                 lease_until_ms=None,
             )
             _check_merged(conn, segment, pieces, ledgers, segments)
-            sources = [*ledgers, *segments]
-            for i, source in enumerate(sources):
-                if isinstance(source, Ledger):
-                    self._swap_ledger(conn, source, reason, grace_ms)
-                else:
-                    self._retire_segment(conn, source, reason, grace_ms)
-                if i == 0:
+            if ledgers:
+                self._swap_ledgers(conn, ledgers, reason, grace_ms)
+                failpoints.reach("mid-rewrite-commit")
+            for i, source in enumerate(segments):
+                self._retire_segment(conn, source, reason, grace_ms)
+                if i == 0 and not ledgers:
                     failpoints.reach("mid-rewrite-commit")
             conn.execute(
                 SL.insert(),
@@ -277,11 +276,16 @@ class RewriteStore:
             return failed
 
     # --- helpers ---------------------------------------------------------------------
-    def _swap_ledger(self, conn: Connection, ledger: Ledger, reason: str, grace_ms: int) -> None:
-        """A v1 source becomes stream mode: its entries are the new segment's from here."""
+    def _swap_ledgers(
+        self, conn: Connection, ledgers: Sequence[Ledger], reason: str, grace_ms: int
+    ) -> None:
+        """The v1 sources become stream mode: their entries are the new segment's from
+        here. Set-based (a few statements however many ledgers), each ledger still a
+        compare-and-set on its version and committed attempt."""
+        _check_ledgers(conn, ledgers)  # names the first one that moved
         result = conn.execute(
             L.update()
-            .where(_v1_source(ledger))
+            .where(_v1_sources(ledgers))
             .values(
                 version=L.c.version + 1,
                 offload_mode=OffloadMode.STREAM,
@@ -292,13 +296,31 @@ class RewriteStore:
                 store_id=None,
             )
         )
-        if result.rowcount != 1:
-            raise CommitFailedError(_ledger_change(conn, ledger))
-        keys = [k for k in (ledger.data_key, ledger.index_key) if k is not None]
-        self.metadata._enqueue(conn, keys, reason, ledger.offload_uuid, ledger.store_id, grace_ms)
+        if result.rowcount != len(ledgers):  # moved between the check and the update
+            raise CommitFailedError(
+                f"source ledgers of {ledgers[0].topic} changed: {reason} is off"
+            )
+        rows = [
+            dict(
+                object_key=key,
+                reason=reason,
+                attempt_id=x.offload_uuid,
+                state="pending",
+                tries=0,
+                store_id=x.store_id,
+            )
+            for x in ledgers
+            for key in (x.data_key, x.index_key)
+            if key is not None
+        ]
+        queued = D.insert().values(enqueued_ms=db_now(), next_try_ms=db_now() + grace_ms)
+        conn.execute(queued, rows)
         conn.execute(
             A.update()
-            .where(A.c.attempt_id == ledger.offload_uuid, A.c.state == AttemptState.COMMITTED)
+            .where(
+                A.c.attempt_id.in_([x.offload_uuid for x in ledgers]),
+                A.c.state == AttemptState.COMMITTED,
+            )
             .values(state=AttemptState.SUPERSEDED, detail=reason)
         )
 
@@ -360,29 +382,36 @@ def _cas_open(conn: Connection, segment: Segment, **values: object) -> None:
     raise CommitFailedError(f"rewrite segment {segment.segment_id} {why}: this run commits nothing")
 
 
-def _v1_source(ledger: Ledger) -> sa.ColumnElement[bool]:
-    """The ledger is still the v1 source it was read as."""
+def _v1_sources(ledgers: Sequence[Ledger]) -> sa.ColumnElement[bool]:
+    """The ledgers (of one topic) are still the v1 sources they were read as: each at its
+    version and committed attempt, offloaded in its own objects, live, nothing in flight."""
     return sa.and_(
-        L.c.topic == ledger.topic,
-        L.c.ledger_id == ledger.ledger_id,
-        L.c.version == ledger.version,
+        L.c.topic == ledgers[0].topic,
+        sa.tuple_(L.c.ledger_id, L.c.version, L.c.offload_uuid).in_(
+            [(x.ledger_id, x.version, x.offload_uuid) for x in ledgers]
+        ),
         L.c.offload_state == OffloadState.OFFLOADED,
         L.c.offload_mode == OffloadMode.LEDGER,
-        L.c.offload_uuid == ledger.offload_uuid,
         L.c.deletion_state == DeletionState.NONE,
         L.c.attempt_id.is_(None),
     )
 
 
-def _check_ledger(conn: Connection, ledger: Ledger) -> None:
-    if not (ledger.is_offloaded and ledger.offload_mode is OffloadMode.LEDGER):
-        raise ValueError(
-            f"ledger {ledger.topic}/{ledger.ledger_id} is not offloaded in its own v1 objects "
-            f"({ledger.offload_state}, mode {ledger.offload_mode}): not a v1 source"
-        )
-    found = conn.execute(sa.select(L.c.ledger_id).where(_v1_source(ledger))).first()
-    if found is None:
-        raise CommitFailedError(_ledger_change(conn, ledger))
+def _check_ledgers(conn: Connection, ledgers: Sequence[Ledger]) -> None:
+    """Every ledger is still the v1 source it was read as (one query); CommitFailedError
+    naming the first that is not."""
+    for ledger in ledgers:
+        if not (ledger.is_offloaded and ledger.offload_mode is OffloadMode.LEDGER):
+            raise ValueError(
+                f"ledger {ledger.topic}/{ledger.ledger_id} is not offloaded in its own v1 "
+                f"objects ({ledger.offload_state}, mode {ledger.offload_mode}): not a v1 source"
+            )
+    if not ledgers:
+        return
+    found = set(conn.execute(sa.select(L.c.ledger_id).where(_v1_sources(ledgers))).scalars())
+    moved = [x for x in ledgers if x.ledger_id not in found]
+    if moved:
+        raise CommitFailedError(_ledger_change(conn, moved[0]))
 
 
 def _ledger_change(conn: Connection, ledger: Ledger) -> str:

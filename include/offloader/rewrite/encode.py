@@ -55,7 +55,7 @@ def encode_ledgers(
     total = sum(ledger.data_len or 0 for ledger in ledgers)
     encoder = SegmentEncoder(
         max_block_size=block_size,
-        min_part_size=part_size(store, total),
+        min_part_size=part_size(store, total, policy.min_part_bytes),
         chunk_target=policy.read_buffer_size,
     )
     parts: list[PartInfo] = []
@@ -90,12 +90,14 @@ def encode_ledgers(
     )
 
 
-def part_size(store: ObjectStore, total: int) -> int:
-    """The smallest part the encoder may emit but the last: the store's minimum, raised so
-    ``total`` bytes fit the store's part count with room to spare (parts hold whole
-    blocks, so most are a little over the minimum)."""
+def part_size(store: ObjectStore, total: int, wanted: int) -> int:
+    """The smallest part the encoder may emit but the last: ``wanted`` (the topic's
+    ``min_part_bytes``: a request per part, and small parts are small files on the
+    filesystem store), at least the store's minimum, raised so ``total`` bytes fit the
+    store's part count with room to spare (parts hold whole blocks, so most are a little
+    over the minimum)."""
     caps = store.capabilities
-    return max(caps.min_part_size, math.ceil(2 * total / caps.max_parts))
+    return max(caps.min_part_size, wanted, math.ceil(2 * total / caps.max_parts))
 
 
 def _reader(runtime: Runtime, ledger: Ledger) -> TieredLedgerReader:

@@ -57,10 +57,17 @@ MERGE_MODULE = "offloader.rewrite.merge"  # server-side merge of v2 segments
 TO_V1_MODULE = "offloader.rewrite.to_v1"  # v2 -> v1 migration
 
 
-def run_rewrite(runtime: Runtime, params: RewriteParams, *, owner: str) -> RewriteReport:
+def run_rewrite(
+    runtime: Runtime,
+    params: RewriteParams,
+    *,
+    owner: str,
+    lease_seconds: float | None = None,
+) -> RewriteReport:
     """Plan ``params``' groups and rewrite up to ``max_groups`` of them as ``owner`` (dry:
-    only plan). A group that fails is reported and the others still run; the caller
-    decides what a failure means (:meth:`RewriteReport.raise_for_failure`)."""
+    only plan), each under a lease of ``lease_seconds`` (default: the settings'
+    ``attempt_lease_seconds``). A group that fails is reported and the others still run;
+    the caller decides what a failure means (:meth:`RewriteReport.raise_for_failure`)."""
     if params.mode == TO_V1:
         return _optional(TO_V1_MODULE, "mode to-v1 (v2 -> v1 migration)").run_to_v1(
             runtime, params, owner=owner
@@ -71,7 +78,7 @@ def run_rewrite(runtime: Runtime, params: RewriteParams, *, owner: str) -> Rewri
     if params.dry_run:
         report.groups = [GroupResult.of(g, PLANNED) for g in chosen]
         return report
-    rewriter = Rewriter(runtime, owner=owner)
+    rewriter = Rewriter(runtime, owner=owner, lease_seconds=lease_seconds)
     for group in chosen:
         report.recovered += [s.segment_id for s in recover_stale_rewrites(runtime)]
         try:
@@ -102,11 +109,11 @@ def recover_stale_rewrites(runtime: Runtime) -> list[Segment]:
 class Rewriter:
     """Rewrites groups of one runtime as ``owner``, one group per :meth:`rewrite`."""
 
-    def __init__(self, runtime: Runtime, *, owner: str) -> None:
+    def __init__(self, runtime: Runtime, *, owner: str, lease_seconds: float | None = None) -> None:
         self.runtime = runtime
         self.metadata = runtime.metadata
         self.owner = owner
-        self.lease_seconds = runtime.settings.attempt_lease_seconds
+        self.lease_seconds = lease_seconds or runtime.settings.attempt_lease_seconds
         self.grace_ms = int(runtime.settings.replaced_object_grace_seconds * 1000)
 
     def rewrite(self, group: RewriteGroup) -> GroupResult:

@@ -44,7 +44,7 @@ def test_a_snapshot_carries_rewrite_segments_and_their_leases(
     first = {"first_ledger": ids[0], "last_ledger": ids[2]}
     assert [g.outcome for g in whole_group(rt, **first).groups] == [REWRITTEN]
     with crash_at(monkeypatch, "rewrite-after-first-part"):  # a rewrite left open
-        whole_group(rt, first_ledger=ids[3])
+        whole_group(rt, first_ledger=ids[3], lease_seconds=2.0)
     segments = {s.origin: s for s in rt.metadata.segments.list(T)}
     assert segments[SegmentOrigin.REWRITE].lease_until_ms is not None
     rows, before = table_rows(rt), checksum(rt)

@@ -82,7 +82,7 @@ def test_a_topic_streams_is_compacted_and_streams_on_without_a_gap_or_a_repeat(
         LedgerOffloader(rt).offload_ledger(T, ledger_id)
     span = {"first_ledger": dying[0], "last_ledger": dying[-1]}
     with crash_at(monkeypatch, "rewrite-after-first-part"):
-        whole_group(rt, **span)
+        whole_group(rt, **span, lease_seconds=2.0)
     (dead,) = rt.metadata.rewrites.open_rewrites(T)
     assert dead.begin == Position(ledger_id=dying[0], entry_id=0)
 
@@ -163,7 +163,7 @@ def test_an_open_rewrite_s_objects_and_upload_are_references_for_the_sweep(
         update={"sweep_grace_seconds": 0, "multipart_max_age_seconds": 0}
     )
     with crash_at(monkeypatch, "rewrite-after-first-part"):
-        whole_group(rt)
+        whole_group(rt, lease_seconds=2.0)
     (open_one,) = rt.metadata.rewrites.open_rewrites(T)
     result = sweep(rt.metadata, rt.stores, eager)
     assert (result.orphans, sum(s.aborted_uploads for s in result.stores)) == (0, 0)
@@ -171,7 +171,7 @@ def test_an_open_rewrite_s_objects_and_upload_are_references_for_the_sweep(
     _wait(rt, open_one.lease_until_ms or 0)
     recover_stale_rewrites(rt)
     with crash_at(monkeypatch, "rewrite-after-index"):
-        whole_group(rt)
+        whole_group(rt, lease_seconds=2.0)
     (written,) = rt.metadata.rewrites.open_rewrites(T)
     assert {written.data_key, written.index_key} <= objects(rt)
     result = sweep(rt.metadata, rt.stores, eager)

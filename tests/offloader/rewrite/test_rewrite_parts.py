@@ -59,10 +59,13 @@ class _Store:
         )
 
 
-def test_parts_are_the_store_s_minimum_unless_the_data_needs_bigger_ones() -> None:
-    assert part_size(_Store(5 * 1024 * 1024, 10_000), 128 * 1024 * 1024) == 5 * 1024 * 1024  # type: ignore[arg-type]
-    assert part_size(_Store(1, 10_000), 50_000) == 10
-    assert part_size(_Store(1, 100), 1000) == 20  # room for twice the parts the data needs
+def test_parts_are_the_topic_s_part_size_at_least_the_store_s_and_fit_its_count() -> None:
+    mib = 1024 * 1024
+    s3 = _Store(5 * mib, 10_000)
+    assert part_size(s3, 128 * mib, 8 * mib) == 8 * mib  # type: ignore[arg-type]
+    assert part_size(s3, 128 * mib, 1) == 5 * mib  # type: ignore[arg-type]
+    assert part_size(_Store(1, 10_000), 50_000, 1) == 10  # type: ignore[arg-type]
+    assert part_size(_Store(1, 100), 1000, 1) == 20  # type: ignore[arg-type]  # twice the room
 
 
 def test_the_lease_keeper_renews_and_reports_a_lost_segment(runtime: Runtime) -> None:
@@ -78,13 +81,13 @@ def test_the_lease_keeper_renews_and_reports_a_lost_segment(runtime: Runtime) ->
         index_key="r-index",
         store_id=rt.stores.default_id(),
         owner="t",
-        lease_ms=300,
+        lease_ms=1000,
         ledgers=[ledger],
     )
     with pytest.raises(ValueError, match="lease_seconds must be positive"):
         RewriteLease(rt.metadata, segment, 0)
-    with RewriteLease(rt.metadata, segment, 0.3) as lease:
-        time.sleep(1.0)  # three lease lengths: only the renewals keep it
+    with RewriteLease(rt.metadata, segment, 1.0) as lease:
+        time.sleep(2.5)  # more than two lease lengths: only the renewals keep it
         lease.check()
         assert rt.metadata.rewrites.recover_stale() == []
         rt.metadata.rewrites.fail(segment, "taken away")

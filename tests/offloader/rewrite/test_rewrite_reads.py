@@ -14,6 +14,7 @@ import pytest
 from fixtures.backends import make_topic, produce_ledgers
 from fixtures.rewrites import T, check_one_copy, checksum, gc, objects, rewrite, shape, v1_topic
 from offloader.exceptions import ObjectNotFoundError
+from offloader.format import decode_segment_index
 from offloader.metadata import OffloadMode
 from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.ledger_offloader import LedgerOffloader
@@ -111,6 +112,9 @@ def test_a_reader_whose_objects_vanish_looks_the_ledger_up_again(
     old = rt.metadata.get_ledger(T, ledger_id)
     first, entries = _started(rt, ledger_id)
     assert [g.outcome for g in rewrite(rt, mode="to-v2").groups] == [REWRITTEN]
+    (segment,) = rt.metadata.segments.list(T)  # several parts of the topic's part size
+    index = decode_segment_index(rt.objects.get(segment.index_key))
+    assert len({b.part_id for x in index.ledgers for b in x.blocks}) >= 2
     gc(rt)  # no grace: the old objects are gone
     assert not {old.data_key, old.index_key} & objects(rt)
     assert _digest([first, *entries]) == digest

@@ -6,6 +6,7 @@ runs of the same sources leave exactly one winner."""
 from __future__ import annotations
 
 import importlib.util
+import itertools
 
 import pytest
 
@@ -26,6 +27,7 @@ from fixtures.rewrites import (
 )
 from fixtures.streams import crash_at, produce, run_pass, stream_topic
 from offloader.exceptions import RewriteFailedError
+from offloader.format import decode_segment_index
 from offloader.metadata import OffloadMode, Position, SegmentOrigin, SegmentState
 from offloader.read.topic_reader import Source, TopicReader
 from offloader.rewrite.params import RewriteParams
@@ -74,6 +76,13 @@ def test_compaction_of_small_v1_ledgers_keeps_every_entry_in_fewer_objects(
     assert {s.origin for s in rt.metadata.segments.list(T)} == {SegmentOrigin.REWRITE}
     counts = rt.metadata.counts()
     assert counts["segments_by_origin"] == {"rewrite/offloaded": len(report.groups)}
+    for segment in rt.metadata.segments.list(T):  # parts of whole blocks, none but the last
+        index = decode_segment_index(rt.objects.get(segment.index_key))  # under min_part_bytes
+        part_bytes: dict[int, int] = {}
+        for block in (b for x in index.ledgers for b in x.blocks):
+            part_bytes[block.part_id] = part_bytes.get(block.part_id, 0) + block.length
+        assert sorted(part_bytes) == list(range(1, len(part_bytes) + 1))
+        assert all(n >= shape(rt).min_part for n in list(part_bytes.values())[:-1])
     check_one_copy(rt)
     assert checksum(rt) == before and entry_digests(rt) == digests
     # by range: a slice across blocks of a ledger in the middle of a segment
@@ -117,9 +126,13 @@ def test_migration_to_v2_rewrites_big_ledgers_one_each(runtime: Runtime) -> None
 def test_migration_to_v2_packs_consecutive_ledgers_up_to_the_target(runtime: Runtime) -> None:
     rt = runtime
     ids = v1_topic(rt, 5)
-    sizes = [rt.metadata.get_ledger(T, i).data_len or 0 for i in ids]
-    report = rewrite(rt, mode="to-v2", target_bytes=sizes[0] + sizes[1] + sizes[2] // 2)
-    assert [g.ledgers for g in report.groups] == [ids[:2], ids[2:4], ids[4:]]
+    size = {i: rt.metadata.get_ledger(T, i).data_len or 0 for i in ids}
+    target = size[ids[0]] + size[ids[1]]
+    groups = [g.ledgers for g in rewrite(rt, mode="to-v2", target_bytes=target).groups]
+    assert groups[0] == ids[:2] and [i for g in groups for i in g] == ids
+    for group, after in itertools.pairwise(groups):  # greedy: each group as full as it gets
+        assert sum(size[i] for i in group) <= target or len(group) == 1
+        assert sum(size[i] for i in group) + size[after[0]] > target
 
 
 def test_a_run_stops_at_max_groups_and_the_next_goes_on(runtime: Runtime) -> None:
@@ -144,7 +157,7 @@ def test_a_source_that_moved_after_the_plan_is_changed_and_queues_nothing_of_it(
     params = RewriteParams(target_bytes=shape(rt).target, small_bytes=shape(rt).target)
     (group,) = plan_rewrite(rt.metadata, params)
     begin_attempt(rt.metadata, rt.metadata.get_ledger(T, ids[1]), "repair", replace=True)
-    result = Rewriter(rt, owner="test").rewrite(group)
+    result = Rewriter(rt, owner="test", lease_seconds=30).rewrite(group)
     assert result.outcome == CHANGED and f"{T}/{ids[1]} has offload attempt repair" in (
         result.detail or ""
     )
@@ -171,7 +184,7 @@ def test_a_trim_between_the_upload_and_the_swap_fails_the_rewrite_and_queues_its
             rt.metadata.mark_ledgers_deleting(T, ids[1], 100)
 
     monkeypatch.setattr(failpoints, "reach", trim_at_index)
-    result = Rewriter(rt, owner="test").rewrite(group)
+    result = Rewriter(rt, owner="test", lease_seconds=30).rewrite(group)
     assert result.outcome == CHANGED and "was trimmed" in (result.detail or "")
     (failed,) = rt.metadata.segments.list(T)
     assert failed.state is SegmentState.FAILED
@@ -190,7 +203,9 @@ def test_two_runs_of_the_same_sources_leave_exactly_one_winner(runtime: Runtime)
     params = RewriteParams(target_bytes=10 * shape(rt).target, small_bytes=shape(rt).target)
     (group,) = plan_rewrite(rt.metadata, params)
     outcomes = []
-    errors = run_in_threads(lambda: outcomes.append(Rewriter(rt, owner="t").rewrite(group)), 2)
+    errors = run_in_threads(
+        lambda: outcomes.append(Rewriter(rt, owner="t", lease_seconds=30).rewrite(group)), 2
+    )
     assert errors == []
     assert sorted(r.outcome for r in outcomes) == [CHANGED, REWRITTEN]
     states = sorted(s.state for s in rt.metadata.segments.list(T))
@@ -213,7 +228,7 @@ def test_a_dead_rewrite_is_recovered_once_its_lease_ran_out(
     v1_topic(rt, 3)
     before = checksum(rt)
     with crash_at(monkeypatch, "rewrite-after-first-part"):
-        rewrite(rt, small_bytes=shape(rt).target)
+        rewrite(rt, small_bytes=shape(rt).target, lease_seconds=2.0)
     (dead,) = rt.metadata.rewrites.open_rewrites(T)
     assert dead.upload_id is not None and len({k for k, _ in _uploads(rt)}) == 1
     assert recover_stale_rewrites(rt) == []  # its lease still runs
@@ -235,7 +250,7 @@ def test_a_run_recovers_dead_rewrites_before_each_group(
     rt = runtime
     v1_topic(rt, 3)
     with crash_at(monkeypatch, "rewrite-after-begin"):
-        rewrite(rt, small_bytes=shape(rt).target)
+        rewrite(rt, small_bytes=shape(rt).target, lease_seconds=2.0)
     (dead,) = rt.metadata.rewrites.open_rewrites(T)
     _wait(rt, dead.lease_until_ms or 0)
     report = rewrite(rt, small_bytes=shape(rt).target)
