@@ -52,6 +52,15 @@ class ObjectExistsError(ObjectStoreError):
     """A conditional create found the key taken (HTTP 412 on S3)."""
 
 
+class InvalidRangeError(ObjectStoreError, ValueError):
+    """A byte range to copy does not lie inside the source object (416 on S3)."""
+
+
+class PartTooSmallError(ObjectStoreError, ValueError):
+    """A multipart upload was completed with a part, not the last, below the store's
+    minimum part size (S3's EntityTooSmall)."""
+
+
 class UnsupportedOperationError(ObjectStoreError):
     """The binding lacks the capability the caller asked for."""
 
