@@ -111,6 +111,25 @@ def test_a_source_above_the_largest_part_is_copied_in_pieces(tmp_path: Path) -> 
     assert read_back(store.inner, key, merged) == big.entries
 
 
+def test_downloaded_parts_stay_within_the_largest_part(tmp_path: Path) -> None:
+    store = CountingStore(
+        files_store(tmp_path / "o", min_part_size=MIN_PART, max_part_size=6 * KiB)
+    )
+    entries = ledger(7, 0, 120)
+    small = [  # about 3 KiB each: all downloaded
+        store_segment(store, entries[i : i + 12], block=BLOCK, chunk=600)
+        for i in range(0, len(entries), 12)
+    ]
+    store.calls.clear()
+
+    key, merged = run_merge(store, [x.source() for x in small], part_size=1 << 30)
+
+    assert not _requests(store, "upload_part_copy")
+    assert all(MIN_PART <= p.size <= 6 * KiB for p in merged.parts[:-1])
+    assert merged.parts[-1].size <= 6 * KiB
+    assert read_back(store.inner, key, merged) == entries
+
+
 def test_a_damaged_downloaded_source_is_refused_naming_it(target: CountingStore) -> None:
     s = layout(target)
     d = s["D"]
