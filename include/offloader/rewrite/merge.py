@@ -21,7 +21,7 @@ from offloader.exceptions import DamagedObjectError, FormatError
 from offloader.format import decode_segment_index, encode_segment_index, verify_block
 from offloader.metadata.segments import PieceRange
 from offloader.objectstore import MultipartUpload, ObjectStore, PartInfo
-from offloader.rewrite.merge_parts import PlannedPart, SourceBlock
+from offloader.rewrite.merge_parts import PlannedPart, SourceBlock, runs
 from offloader.rewrite.merge_plan import DEFAULT_PART_SIZE, MergePlan, SegmentSource, plan_merge
 
 __all__ = ["DEFAULT_PART_SIZE", "MergedSegment", "SegmentSource", "load_source", "merge_segments"]
@@ -126,10 +126,10 @@ def _download(sources: Sequence[SegmentSource], part: PlannedPart, topic: str) -
     """The part's bytes: one ranged GET per run of adjacent blocks of one source, every
     block checked against its index CRC before it goes anywhere."""
     out = []
-    for blocks in _runs(part.blocks):
+    for blocks in runs(part.blocks, _adjacent):
         source = sources[blocks[0].source]
         start = blocks[0].ref.offset
-        length = blocks[-1].ref.offset + blocks[-1].ref.length - start
+        length = blocks[-1].end - start
         data = source.store.read_range(source.data_key, start, length)
         view = memoryview(data)
         for b in blocks:
@@ -148,17 +148,6 @@ def _download(sources: Sequence[SegmentSource], part: PlannedPart, topic: str) -
     return b"".join(out)
 
 
-def _runs(blocks: Sequence[SourceBlock]) -> list[list[SourceBlock]]:
-    """Blocks grouped into runs that are adjacent in one source object."""
-    runs: list[list[SourceBlock]] = []
-    for b in blocks:
-        last = runs[-1][-1] if runs else None
-        if (
-            last is not None
-            and last.source == b.source
-            and last.ref.offset + last.ref.length == b.ref.offset
-        ):
-            runs[-1].append(b)
-        else:
-            runs.append([b])
-    return runs
+def _adjacent(a: SourceBlock, b: SourceBlock) -> bool:
+    """``b`` follows ``a`` in the same source object: one ranged GET reads both."""
+    return a.source == b.source and a.end == b.ref.offset

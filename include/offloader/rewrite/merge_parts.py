@@ -6,25 +6,35 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from offloader.format import BlockRef, ChunkRef
+from offloader.format import SegmentBlockRef
 from offloader.objectstore import Capabilities
 
 
 @dataclass(frozen=True)
-class SourceBlock:
-    """A block of source ``source`` (its position in the list), with its chunks."""
+class SourceBlock(SegmentBlockRef):
+    """A block of source ``source`` (its position in the merge's list), where it is there."""
 
     source: int
-    ledger_id: int
-    ref: BlockRef
-    chunks: tuple[ChunkRef, ...]
 
     @property
-    def last_entry_id(self) -> int:
-        return self.chunks[-1].last_entry_id
+    def end(self) -> int:
+        return self.ref.offset + self.ref.length
+
+
+def runs(
+    blocks: Sequence[SourceBlock], together: Callable[[SourceBlock, SourceBlock], bool]
+) -> list[list[SourceBlock]]:
+    """``blocks`` in runs: a block joins the run before it when ``together(last, block)``."""
+    out: list[list[SourceBlock]] = []
+    for b in blocks:
+        if out and together(out[-1][-1], b):
+            out[-1].append(b)
+        else:
+            out.append([b])
+    return out
 
 
 @dataclass(frozen=True)

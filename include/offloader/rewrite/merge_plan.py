@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from offloader.format import SegmentBlockRef, SegmentIndex
 from offloader.metadata.segments import PieceRange
 from offloader.objectstore import ObjectStore
-from offloader.rewrite.merge_parts import Cutter, PlannedPart, SourceBlock
+from offloader.rewrite.merge_parts import Cutter, PlannedPart, SourceBlock, runs
 
 MiB = 1024 * 1024
 DEFAULT_PART_SIZE = 8 * MiB
@@ -149,7 +149,7 @@ def _source_blocks(i: int, source: SegmentSource) -> list[SourceBlock]:
             first = at
             while at < len(chunks) and chunks[at].offset < end:
                 at += 1
-            out.append(SourceBlock(i, ledger_id, ref, tuple(chunks[first:at])))
+            out.append(SourceBlock(ledger_id, ref, tuple(chunks[first:at]), source=i))
     return sorted(out, key=lambda b: b.ref.offset)
 
 
@@ -203,18 +203,9 @@ def _check_order(blocks: list[SourceBlock], sources: Sequence[SegmentSource]) ->
 
 def _by_ledger(blocks: list[SourceBlock], *, across: bool = False) -> list[list[SourceBlock]]:
     """Runs of one ledger's blocks (of one source, unless ``across`` sources)."""
-    runs: list[list[SourceBlock]] = []
-    for b in blocks:
-        last = runs[-1][-1] if runs else None
-        if (
-            last is not None
-            and last.ledger_id == b.ledger_id
-            and (across or last.source == b.source)
-        ):
-            runs[-1].append(b)
-        else:
-            runs.append([b])
-    return runs
+    return runs(
+        blocks, lambda a, b: a.ledger_id == b.ledger_id and (across or a.source == b.source)
+    )
 
 
 def _range(run: list[SourceBlock]) -> PieceRange:

@@ -9,7 +9,7 @@ import random
 import tempfile
 from pathlib import Path
 
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from fixtures.counting import CountingStore
@@ -74,13 +74,7 @@ def _times(entries: SegmentEntries, cuts: list[int]) -> list[dict[int, tuple[int
     ]
 
 
-@settings(
-    max_examples=100,
-    derandomize=True,
-    database=None,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+@settings(max_examples=100, deadline=None)  # the rest from tests/fixtures/hypothesis_profiles
 @given(merges())
 def test_any_merge_reads_back_identical_with_s3_part_rules(case: dict) -> None:
     entries, cuts, unwanted = case["entries"], case["cuts"], case["unwanted"]
