@@ -130,6 +130,24 @@ def test_downloaded_parts_stay_within_the_largest_part(tmp_path: Path) -> None:
     assert read_back(store.inner, key, merged) == entries
 
 
+def test_each_source_is_read_from_its_own_object(target: CountingStore) -> None:
+    """Y's first ledger is dropped, so its kept block starts where X's only block ends:
+    the same offset, another object, another ranged GET."""
+    x = store_segment(target, ledger(1, 0, 4), block=BLOCK)
+    y = store_segment(target, ledger(2, 0, 4) + ledger(3, 0, 4), block=BLOCK)
+    kept = y.index.ledger(3).blocks[0]
+    assert kept.offset == x.data_len
+    target.calls.clear()
+
+    key, merged = run_merge(target, [x.source(), y.source(unwanted={2})])
+
+    assert _requests(target, "read_range") == [
+        (x.data_key, 0, x.data_len),
+        (y.data_key, kept.offset, kept.length),
+    ]
+    assert read_back(target.inner, key, merged) == x.entries + ledger(3, 0, 4)
+
+
 def test_a_damaged_downloaded_source_is_refused_naming_it(target: CountingStore) -> None:
     s = layout(target)
     d = s["D"]
