@@ -123,6 +123,7 @@ def plan_merge(
 
 
 def _one_topic(sources: Sequence[SegmentSource]) -> str:
+    """The sources' topic; each source's index also agrees with its recorded length."""
     topic = sources[0].index.topic
     for s in sources:
         if s.index.topic != topic:
