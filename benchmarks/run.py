@@ -795,13 +795,21 @@ def _merge_findings(m: dict) -> list[str]:
     lines = []
     for case, how in _MERGE_CASES:
         x = m[case]
-        faster = "faster" if x["ratio"] >= 1 else "slower"
         lines.append(
             f"- Compaction, {x['segments']} segments of {x['segment_kib']:g} KiB ({how}): "
-            f"raw/ours {x['ratio']:.2f}, ours {faster} than downloading and re-uploading "
-            "(no target)."
+            f"raw/ours {x['ratio']:.2f}, ours {_compared(x['ratio'])} downloading and "
+            "re-uploading (no target)."
         )
     return lines
+
+
+def _compared(ratio: float) -> str:
+    """How our time compares, from raw/ours; within 5 % is "about as fast as"."""
+    if ratio >= 1.05:
+        return "faster than"
+    if ratio <= 0.95:
+        return "slower than"
+    return "about as fast as"
 
 
 def _verbs(requests: dict[str, int]) -> str:

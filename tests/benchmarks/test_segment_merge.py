@@ -80,7 +80,10 @@ def test_the_report_renders_the_run_and_nothing_else(result: dict) -> None:
     flipped["big"]["ratio"] = 0.5
     flipped["small"]["ratio"] = 2.0
     lines = run._merge_findings(flipped)
-    assert "raw/ours 0.50, ours slower" in lines[0] and "raw/ours 2.00, ours faster" in lines[1]
+    assert "raw/ours 0.50, ours slower than" in lines[0]
+    assert "raw/ours 2.00, ours faster than" in lines[1]
+    flipped["big"]["ratio"] = 1.04
+    assert "raw/ours 1.04, ours about as fast as" in run._merge_findings(flipped)[0]
 
 
 def test_the_report_says_when_compaction_was_not_measured() -> None:
