@@ -62,9 +62,10 @@ def test_big_segments_are_copied_small_ones_downloaded(result: dict) -> None:
     }
     for case in (big, small):
         assert len(case["ours_all_s"]) == len(case["raw_all_s"]) == SMOKE.repeats
-        assert case["ratio"] == pytest.approx(case["raw_s"] / case["ours_s"], rel=0.01)
+        # medians are rounded to ms: a 50 ms merge is 1 % off by rounding alone
+        assert case["ratio"] == pytest.approx(case["raw_s"] / case["ours_s"], rel=0.05)
         merged = case["merged_mib"] * 1024 * 1024
-        assert case["ours_mb_per_s"] == pytest.approx(merged / case["ours_s"] / 1e6, rel=0.02)
+        assert case["ours_mb_per_s"] == pytest.approx(merged / case["ours_s"] / 1e6, rel=0.05)
 
 
 def test_the_report_renders_the_run_and_nothing_else(result: dict) -> None:
