@@ -65,7 +65,9 @@ def test_big_segments_are_copied_small_ones_downloaded(result: dict) -> None:
         # medians are rounded to ms: a 50 ms merge is 1 % off by rounding alone
         assert case["ratio"] == pytest.approx(case["raw_s"] / case["ours_s"], rel=0.05)
         merged = case["merged_mib"] * 1024 * 1024
-        assert case["ours_mb_per_s"] == pytest.approx(merged / case["ours_s"] / 1e6, rel=0.05)
+        # MB/s are rounded to 0.1: a slow smoke run (under 1 MB/s) is 5 % off by that alone
+        mb_per_s = merged / case["ours_s"] / 1e6
+        assert case["ours_mb_per_s"] == pytest.approx(mb_per_s, rel=0.01, abs=0.051)
 
 
 def test_the_report_renders_the_run_and_nothing_else(result: dict) -> None:
