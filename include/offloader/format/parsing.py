@@ -233,6 +233,27 @@ def decode_chunk(
     return parse_chunk(data, chunk, block=block, at=at, magic=magic)
 
 
+def verify_block(data: bytes | memoryview, block: BlockRef) -> None:
+    """Check that ``data`` is exactly the block the index describes: its length and its
+    CRC32C (header, frames and padding). Bytes moved without parsing (a merge copying
+    whole blocks) are checked this way before they are written anywhere."""
+    if len(data) != block.length:
+        raise FormatError(
+            f"truncated block: {len(data)} bytes at offset {block.offset} of the data object, "
+            f"expected {block.length}",
+            offset=block.offset + min(len(data), block.length),
+        )
+    if block.crc32c is None:
+        raise ValueError(f"block at offset {block.offset}: the index holds no CRC to check")
+    actual = _crc(data)
+    if actual != block.crc32c:
+        raise FormatError(
+            f"CRC mismatch in block at offset {block.offset} of the data object (entries from "
+            f"{block.first_entry_id}): expected 0x{block.crc32c:08X}, got 0x{actual:08X}",
+            offset=block.offset,
+        )
+
+
 def _where(chunk: ChunkRef) -> str:
     return f"in chunk at offset {chunk.offset} of the data object"
 

@@ -3,7 +3,7 @@ encoding round-trips; whatever the damage (truncation, a flipped byte, garbage),
 raises FormatError, never another exception, never a hang, never wrong data. The same for
 the batch path (``chunk_offsets``/``block_offsets``: payload offsets, no copies).
 
-Profiles ("ci" derandomized, "dev" larger) live in this directory's conftest.py.
+Profiles ("ci" derandomized, "dev" larger) live in tests/fixtures/hypothesis_profiles.py.
 """
 
 from __future__ import annotations

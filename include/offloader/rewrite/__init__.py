@@ -1,0 +1,1 @@
+"""Rewriting offloaded objects (compaction, format migration): new objects, then a swap."""
