@@ -425,7 +425,13 @@ class SegmentStore:
             self.release_deleted(conn, [topic])  # a segment committed after its ledgers went
             return settled
 
-    def release_deleted(self, conn: Connection, topics: Iterable[str], grace_ms: int = 0) -> int:
+    def release_deleted(
+        self,
+        conn: Connection,
+        topics: Iterable[str],
+        grace_ms: int = 0,
+        changed: Sequence[tuple[str, int]] = (),
+    ) -> int:
         """Release the offloaded segments of ``topics`` that no ledger needs any more (see
         :func:`needs_segment`); how many. Runs inside the transaction that marks ledgers
         deleted (invariant 4: retention deletes ledgers first, then their segments).
@@ -433,7 +439,9 @@ class SegmentStore:
         A segment whose every ledger is deleted is retention's: its keys are queued at
         once. One that some ledger left by moving to its own v1 objects may still have a
         reader inside (one that found its pieces before the move): its keys are queued
-        ``grace_ms`` later."""
+        ``grace_ms`` later. ``changed``: the (topic, ledger id) this transaction deleted,
+        whose segments are locked first (:func:`_lock_holding`)."""
+        _lock_holding(conn, changed)
         where = G.c.topic.in_(sorted(set(topics)))
         undeleted = L.c.deletion_state != DeletionState.DELETED
         released = self._release(
@@ -449,6 +457,7 @@ class SegmentStore:
         """Release the segments holding ``ledger_id`` that no ledger needs now that it has
         its own objects (inside :meth:`MetadataStore.commit_replacement`'s transaction);
         their keys are queued ``grace_ms`` later with ``reason``."""
+        _lock_holding(conn, [(topic, ledger_id)])
         holds = sa.select(SL.c.segment_id).where(SL.c.topic == topic, SL.c.ledger_id == ledger_id)
         where = sa.and_(G.c.topic == topic, G.c.segment_id.in_(holds))
         reason = f"segment released: {reason}"
@@ -504,6 +513,26 @@ def needs_segment() -> sa.ColumnElement[bool]:
         L.c.offload_state == OffloadState.OFFLOADED, L.c.offload_mode == OffloadMode.LEDGER
     )
     return sa.and_(L.c.deletion_state != DeletionState.DELETED, sa.not_(own_objects))
+
+
+def _lock_holding(conn: Connection, ledgers: Sequence[tuple[str, int]]) -> None:
+    """Lock the offloaded segments holding ``ledgers`` (in id order) before the release
+    rule is evaluated for them. Two transactions that each let go of one ledger of a
+    shared segment then take turns, and the second one's release sees the first's change
+    (PostgreSQL's read committed takes a new snapshot per statement; SQLite runs one
+    writer at a time anyway): without the lock each could find the other's ledger still
+    needing the segment, and neither would release it."""
+    if not ledgers:
+        return
+    holding = sa.select(SL.c.segment_id).where(
+        sa.tuple_(SL.c.topic, SL.c.ledger_id).in_(sorted(set(ledgers)))
+    )
+    conn.execute(
+        sa.select(G.c.segment_id)
+        .where(G.c.segment_id.in_(holding), G.c.state == SegmentState.OFFLOADED)
+        .order_by(G.c.segment_id)
+        .with_for_update()
+    ).all()
 
 
 def _held_by(condition: sa.ColumnElement[bool]) -> sa.Exists:

@@ -1218,14 +1218,14 @@ class MetadataStore:
                     deletion_state=DeletionState.DELETED,
                     deleted_ms=db_now(),
                 )
-                .returning(L.c.topic)
+                .returning(L.c.topic, L.c.ledger_id)
             )
-            deleted = result.scalars().all()
-            topics = set(deleted)
+            deleted = [(topic, ledger_id) for topic, ledger_id in result.all()]
             # streamed ledgers own no objects: a segment goes once no ledger in it needs it,
             # every one deleted (PIP-76) or moved to objects of its own
-            if topics:
-                self.segments.release_deleted(conn, topics, grace_ms)
+            if deleted:
+                topics = {topic for topic, _ in deleted}
+                self.segments.release_deleted(conn, topics, grace_ms, changed=deleted)
             return len(deleted)
 
     def _enqueue_select(self, conn: Connection, rows: sa.Select) -> int:  # type: ignore[type-arg]

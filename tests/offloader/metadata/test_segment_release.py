@@ -7,6 +7,10 @@ keys after the replaced objects' grace; retention's (every ledger deleted) at on
 
 from __future__ import annotations
 
+import threading
+import time
+from typing import Any
+
 import pytest
 
 from fixtures.metadata import begin, sealed_ledger
@@ -21,7 +25,7 @@ from offloader.metadata import (
     SegmentState,
     schema,
 )
-from offloader.metadata.segments import RELEASED_REASON
+from offloader.metadata.segments import RELEASED_REASON, SegmentStore
 from offloader.runtime import Runtime
 
 T = "t"
@@ -194,3 +198,55 @@ def test_only_a_tier_sourced_replacement_may_lack_a_hot_copy(runtime: Runtime) -
     not_offloaded = sealed_ledger(rt.metadata, T)
     with pytest.raises(ValueError, match=r"it is none .*needs an offloaded ledger\)$"):
         begin(rt.metadata, not_offloaded, "x", replace=True, from_tier=True)
+
+
+@pytest.mark.parametrize("other", ["swap", "retention"])
+def test_two_ledgers_of_a_segment_let_go_at_once_release_it(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch, other: str
+) -> None:
+    """The two ledgers of a segment let go of it by two transactions at once (a swap to
+    v1, and another swap or retention deleting the other ledger): the second waits for the
+    first's lock on the segment, then sees its change and releases the segment (each
+    alone would find the other ledger still needing it, and on PostgreSQL neither would
+    release it)."""
+    rt = runtime
+    first, second = (x.ledger_id for x in ledgers(rt, 2))
+    claim = rt.metadata.segments.claim(T, "p", 60_000)
+    offloaded(rt, claim, "a", [(first, 0, 9), (second, 0, 9)])
+    _, attempt = begin(rt.metadata, rt.metadata.get_ledger(T, second), "v1", replace=True)
+    if other == "swap":
+        ledger = rt.metadata.get_ledger(T, first)
+        _, early = begin(rt.metadata, ledger, "early", replace=True)
+
+        def let_go() -> object:
+            return rt.metadata.commit_replacement(early, 1, "r")
+    else:
+        marked, _ = rt.metadata.mark_ledgers_deleting(T, second, 10)
+        rt.metadata.mark_hot_copies_deleted(T, marked)
+
+        def let_go() -> object:
+            return rt.metadata.finish_deleted_ledgers(GRACE)
+
+    inside, go = threading.Event(), threading.Event()
+    real = SegmentStore.release_moved
+
+    def held_open(self: SegmentStore, conn: Any, topic: str, ledger_id: int, *rest: Any) -> int:
+        count = real(self, conn, topic, ledger_id, *rest)
+        if ledger_id == second:  # the swap's transaction stays open past its release
+            inside.set()
+            assert go.wait(30)
+        return count
+
+    monkeypatch.setattr(SegmentStore, "release_moved", held_open)
+    swap = threading.Thread(target=rt.metadata.commit_replacement, args=(attempt, 1, "r"))
+    swap.start()
+    assert inside.wait(30)
+    rival = threading.Thread(target=let_go)
+    rival.start()
+    time.sleep(0.5)  # the rival runs up to the segment's lock (unlocked: it commits)
+    go.set()
+    for thread in (swap, rival):
+        thread.join(30)
+    assert rt.metadata.get_ledger(T, second).offload_mode is OffloadMode.LEDGER
+    assert rt.metadata.segments.get("a").state is SegmentState.DELETED
+    assert set(queued(rt)) == {"a-d", "a-i"}
