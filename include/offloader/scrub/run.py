@@ -221,13 +221,14 @@ def _settle_segment(runtime: Runtime, result: LedgerScrubResult, *, repair: bool
         repaired = any(x.action is Action.REPAIRED for x in ledgers)
         action = Action.REPAIRED if repaired else Action.CHANGED
     released = runtime.metadata.segments.get(t.segment_id).state is not SegmentState.OFFLOADED
-    outcome = (
-        "the segment was released (its keys queued for deletion)"
-        if released
-        else "the segment stays: ledgers "
-        + ", ".join(str(x.ledger_id) for x in failed)
-        + " still need it"
-    )
+    if released:
+        outcome = "the segment was released (its keys queued for deletion)"
+    elif failed:
+        outcome = (
+            f"the segment stays: ledgers {', '.join(str(x.ledger_id) for x in failed)} need it"
+        )
+    else:  # a trimmed ledger retention has not finished deleting
+        outcome = "the segment stays while a ledger in it still needs it"
     summary = "; ".join(f"{x.ledger_id} {x.action}" for x in ledgers)
     return verdict(action, f"{name} is damaged: ledgers {summary}; {outcome}", ledgers)
 

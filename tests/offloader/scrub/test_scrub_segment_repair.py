@@ -22,8 +22,10 @@ from fixtures.streamed import (
 from offloader.exceptions import ScrubFailedError
 from offloader.gc.deletion_queue import process_deletions
 from offloader.hottier.writer import ManagedLedgerWriter
-from offloader.metadata import AttemptState, OffloadMode, Segment, SegmentState
+from offloader.metadata import AttemptState, OffloadMode, Position, Segment, SegmentState
 from offloader.offload.hot_deletion import delete_hot_copies
+from offloader.retention.deletion import finish_deleted_ledgers
+from offloader.retention.trim import trim_topic
 from offloader.runtime import Runtime
 from offloader.scrub import Action, ScrubReport, run_scrub
 from offloader.stream.offloader import StreamingOffloader
@@ -181,3 +183,26 @@ def test_a_ledger_still_being_streamed_fails_the_run_and_keeps_the_segment(
         assert "still being streamed" in streaming.detail
         assert rt.metadata.segments.get(victim.segment_id).state is SegmentState.OFFLOADED
         assert rt.metadata.segments.pieces(T, open_id)
+
+
+def test_a_trimmed_ledger_in_a_damaged_segment_is_left_to_retention(runtime: Runtime) -> None:
+    """The segment's first ledger is below the topic's start (being deleted): nothing to
+    repair there, the others are repaired, and the segment stays until retention has
+    deleted that ledger; then it is released."""
+    rt = runtime
+    streamed_topic(rt, T, 6)
+    victim = shared_segment(rt, T)
+    trimmed, *live = ledgers_of(rt, victim)
+    trim_topic(rt, T, Position(ledger_id=live[0], entry_id=0))
+    flip_a_payload_byte(rt, victim)
+
+    report = run_scrub(rt, [T])
+    action, ledgers = verdict_of(report, victim)
+    assert action is Action.REPAIRED and not report.failed
+    assert ledgers == {trimmed: Action.CHANGED, **dict.fromkeys(live, Action.REPAIRED)}
+    (verdict,) = report.damaged
+    assert verdict.detail.endswith("the segment stays while a ledger in it still needs it")
+    assert rt.metadata.segments.get(victim.segment_id).state is SegmentState.OFFLOADED
+    finish_deleted_ledgers(rt)
+    assert rt.metadata.segments.get(victim.segment_id).state is SegmentState.DELETED
+    assert run_scrub(rt, [T]).damaged == []
