@@ -16,7 +16,7 @@ mode ``stream`` with entries in it whose hot copy is present is offloaded again 
 hot copy as v1 objects of its own by the same path (the swap makes it mode ``ledger``),
 and its new objects are scrubbed; once no ledger needs the segment any more the swap that
 freed it also released it (its keys queued). A ledger without a hot copy, or still being
-streamed (not yet offloaded), is logged as an error by name and fails the run; the
+streamed (not yet offloaded), is logged as a warning by name and fails the run; the
 verdict lists what became of each ledger (``changed`` when the segment was released
 meanwhile).
 """
@@ -204,8 +204,8 @@ def _settle_segment(runtime: Runtime, result: LedgerScrubResult, *, repair: bool
         for ledger_id in dict.fromkeys(ledger_id for ledger_id, _, _ in t.pieces)
     )
     failed = [x for x in ledgers if x.failed]
-    for x in failed:
-        log.error(
+    for x in failed:  # warnings, as for ledgers: the run's one error line names them all
+        log.warning(
             "scrub: ledger %s/%s has entries in DAMAGED streaming %s and was NOT repaired "
             "(%s): %s; findings: %s",
             t.topic,
