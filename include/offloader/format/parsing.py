@@ -192,7 +192,8 @@ def _count_frames(data: bytes | memoryview, pos: int, end: int) -> int:
 def verify_chunk(data: bytes | memoryview, chunk: ChunkRef, *, at: int | None = None) -> None:
     """Check the length and CRC of one chunk: ``data`` itself, or ``data[at:at+length]``.
 
-    The CRC runs without the GIL, so readers verify in their fetching threads.
+    The CRC runs without the GIL: a reader checks in its reading thread while its
+    fetching threads keep their GETs going.
     """
     start, end = at or 0, (at or 0) + chunk.length
     if len(data) < end or (at is None and len(data) != chunk.length):
