@@ -34,14 +34,13 @@ import random
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from benchmarks import ROOT
-from benchmarks.airflow_overhead import s3_postgres_runtime
+from benchmarks.airflow_overhead import on_s3_postgres
 from offloader.bulk.export import export_slices, publish_export, published_manifest
 from offloader.bulk.output import ExportTarget
 from offloader.bulk.params import ExportParams
@@ -308,16 +307,13 @@ def bench(rt: Runtime, cfg: Config, scratch: Path) -> dict[str, Any]:
 def run(quick: bool = False, cfg: Config | None = None, work_dir: Path | None = None) -> dict:
     """The export scaling benchmark on SeaweedFS + PostgreSQL; skipped without PostgreSQL."""
     cfg = cfg or (QUICK if quick else FULL)
-    # the system's temporary directory by default: SeaweedFS's unix socket path must be short
-    with (
-        tempfile.TemporaryDirectory(prefix="bench-export-", dir=work_dir) as tmp,
-        s3_postgres_runtime(Path(tmp), "bench-export") as rt,
-    ):
-        if rt is None:
-            return {"skipped": "PostgreSQL not reachable on 127.0.0.1:5432"}
-        scratch = Path(tmp) / "spark"
+
+    def measure(rt: Runtime, folder: Path) -> dict:
+        scratch = folder / "spark"
         scratch.mkdir()
         return bench(rt, cfg, scratch)
+
+    return on_s3_postgres("export", measure, work_dir)
 
 
 if __name__ == "__main__":
