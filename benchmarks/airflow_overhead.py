@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -189,6 +189,21 @@ def s3_postgres_runtime(base: Path, bucket: str, **overrides: Any) -> Iterator[R
             upgrade_database(settings)  # `offloader db upgrade`: opening never migrates
             with Runtime.open(settings) as rt:
                 yield rt
+
+
+def on_s3_postgres(
+    name: str, bench: Callable[[Runtime, Path], dict], work_dir: Path | None = None
+) -> dict:
+    """``bench(runtime, folder)`` on a fresh SeaweedFS bucket and PostgreSQL database, in a
+    temporary folder (the system's by default: SeaweedFS's unix socket path must be short);
+    a "skipped" result without PostgreSQL."""
+    with (
+        tempfile.TemporaryDirectory(prefix=f"bench-{name}-", dir=work_dir) as tmp,
+        s3_postgres_runtime(Path(tmp), f"bench-{name}") as rt,
+    ):
+        if rt is None:
+            return {"skipped": "PostgreSQL not reachable on 127.0.0.1:5432"}
+        return bench(rt, Path(tmp))
 
 
 def _bench_backend(settings: Settings, home: Path, ledgers: int) -> dict:

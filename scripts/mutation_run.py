@@ -97,7 +97,7 @@ def stage_env(stage: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "MUTANT_UNDER_TEST"}
     # src: the mutated library; tests: the fast_selection plugin that [tool.mutmut] loads
     env["PYTHONPATH"] = os.pathsep.join(str(stage / "mutants" / d) for d in ("src", "tests"))
-    env["HYPOTHESIS_PROFILE"] = "mutation"  # tests/offloader/format/conftest.py
+    env["HYPOTHESIS_PROFILE"] = "mutation"  # tests/fixtures/hypothesis_profiles.py
     return env
 
 

@@ -21,6 +21,7 @@ for name in [n for n in os.environ if n.startswith(("OFFLOADER_", "AIRFLOW_CONN_
         del os.environ[name]
 
 pytest_plugins = [
+    "fixtures.hypothesis_profiles",
     "fixtures.seaweedfs",
     "fixtures.databases",
     "fixtures.backends",

@@ -52,6 +52,17 @@ class ObjectExistsError(ObjectStoreError):
     """A conditional create found the key taken (HTTP 412 on S3)."""
 
 
+class InvalidRangeError(ObjectStoreError, ValueError):
+    """A byte range to copy does not lie inside the source object (416 on S3)."""
+
+
+class PartTooSmallError(ObjectStoreError):
+    """A multipart upload was completed with a part, not the last, below the store's
+    minimum part size (S3's EntityTooSmall). Not a ValueError: the streaming offloader
+    treats those as the end of an upload, and this one is a bug to report, not a reason to
+    replace a segment."""
+
+
 class UnsupportedOperationError(ObjectStoreError):
     """The binding lacks the capability the caller asked for."""
 

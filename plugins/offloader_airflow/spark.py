@@ -180,8 +180,11 @@ class ScrubOperator(OffloaderSparkOperator):
             "report": params.report,
             "counts": report["counts"],
             "failed": report["failed"],
+            # a damaged segment's entry lists each ledger in it
             "damaged": {
-                f"{v['topic']}/{v['ledger_id']}": v["action"] for v in report["damaged_ledgers"]
+                f"{v['topic']}/{x['ledger_id']}": x["action"]
+                for v in report["damaged_ledgers"]
+                for x in v.get("ledgers") or [v]
             },
         }
         self.log.info("scrub done: %s", summary)

@@ -1,7 +1,8 @@
 """scrub through Airflow (dag.test) with real Spark local[2], SeaweedFS and PostgreSQL.
 
 Each submission costs a JVM start, so the data is tiny (two single-block ledgers) and each
-case one run: a clean store, damage repaired from a hot copy, damage without one, the
+case one run: a clean store, damage repaired from a hot copy (of a ledger, and of the
+ledgers of a damaged streaming segment), damage without one, the
 refusals and dry run that submit nothing or read nothing; and one run on a standalone
 master with one worker that the fixture starts.
 """
@@ -30,6 +31,12 @@ from fixtures.scrub import (
     truncated_data_object,
 )
 from fixtures.spark import SparkSetup, assert_no_secret
+from fixtures.streamed import (
+    flip_a_payload_byte,
+    ledgers_by_segment,
+    shared_segment,
+    streamed_topic,
+)
 from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.runtime import Runtime
 from offloader.scrub.output import read_report_at
@@ -112,6 +119,33 @@ def test_damage_with_a_hot_copy_is_repaired_and_reported(
     assert tiered_digests(runtime) == digests  # the tier reads the same entries again
     # the counts are what was read: the truncated object's blocks were not read whole
     assert report["counts"]["entries"] == ledgers[1].entry_count
+
+
+@pytest.mark.usefixtures("airflow_db", "airflow_connections")
+def test_a_damaged_segment_is_repaired_on_the_driver(
+    runtime: Runtime, scrub_dag: DagFile, spark_local: SparkSetup, tmp_path: Path
+) -> None:
+    """Executors read the segments; the driver offloads the damaged one's ledgers again
+    from their hot copies as v1 objects and releases it."""
+    streamed_topic(runtime, "events", 4)
+    digests = tiered_digests(runtime)
+    victim = shared_segment(runtime, "events")
+    ids = sorted(ledgers_by_segment(runtime, "events")[victim.segment_id])
+    flip_a_payload_byte(runtime, victim)
+    report_file = tmp_path / "scrub.json"
+    run = scrub_dag.test(run_conf={"report": str(report_file)}, retries=False)
+    assert str(run.state) == "success", task_states(run)
+    report = read_report_at(report_file.as_uri(), runtime.settings)
+    assert report is not None and report["failed"] is False
+    (verdict,) = report["damaged_ledgers"]
+    assert (verdict["offload_uuid"], verdict["action"]) == (victim.segment_id, "repaired")
+    assert [(x["ledger_id"], x["action"]) for x in verdict["ledgers"]] == [
+        (n, "repaired") for n in ids
+    ]
+    damaged = return_value(run, "scrub")["damaged"]
+    assert damaged == {f"events/{n}": "repaired" for n in ids}
+    assert runtime.metadata.segments.get(victim.segment_id).state.value == "deleted"
+    assert tiered_digests(runtime) == digests
 
 
 @pytest.mark.usefixtures("airflow_db", "airflow_connections")

@@ -34,6 +34,7 @@ from offloader.format.parsing import (
     decode_block,
     decode_chunk,
     parse_chunk,
+    verify_block,
     verify_chunk,
 )
 from offloader.format.segment_blocks import SegmentEncoder
@@ -95,5 +96,6 @@ __all__ = [
     "encode_segment_index",
     "metadata_for",
     "parse_chunk",
+    "verify_block",
     "verify_chunk",
 ]

@@ -8,8 +8,9 @@ starts (invariant 1), their parts as each is uploaded (a pass that dies is resum
 the last recorded part), and they move Assigned -> Closing -> Offloaded by compare-and-set
 on their version (invariant 2). A ledger becomes offloaded in ``stream`` mode once it is
 sealed and every entry of it sits in offloaded segments; only then may its hot copy go
-(invariant 3). A segment's objects are queued for deletion once every ledger it holds is
-deleted (invariant 4, PIP-76).
+(invariant 3). A segment's objects are queued for deletion once no ledger it holds needs
+it: every one is deleted (invariant 4, PIP-76) or has its own v1 objects (offloaded again
+from the hot copy by scrub's repair, or migrated back by ``offloader/rewrite/to_v1.py``).
 
 Rewrites (compaction, format migration: metadata/rewrites.py) write segments too, with
 ``origin`` 'rewrite'. Everything here that asks where the stream stands (its open
@@ -429,38 +430,124 @@ class SegmentStore:
             self.release_deleted(conn, [topic])  # a segment committed after its ledgers went
             return settled
 
-    def release_deleted(self, conn: Connection, topics: Iterable[str]) -> int:
-        """Queue the objects of offloaded segments whose every ledger is deleted and mark
-        the segments deleted; how many. Runs inside the transaction that marks ledgers
-        deleted (invariant 4: retention deletes ledgers first, then their segments)."""
-        undeleted_ledger = (
-            sa.select(SL.c.ledger_id)
-            .join(L, sa.and_(L.c.topic == SL.c.topic, L.c.ledger_id == SL.c.ledger_id))
-            .where(
-                SL.c.segment_id == G.c.segment_id,
-                L.c.deletion_state != DeletionState.DELETED,
-            )
-            .exists()
+    def release_deleted(
+        self,
+        conn: Connection,
+        topics: Iterable[str],
+        grace_ms: int = 0,
+        changed: Sequence[tuple[str, int]] = (),
+    ) -> int:
+        """Release the offloaded segments of ``topics`` that no ledger needs any more (see
+        :func:`needs_segment`); how many. Runs inside the transaction that marks ledgers
+        deleted (invariant 4: retention deletes ledgers first, then their segments).
+
+        A segment whose every ledger is deleted is retention's: its keys are queued at
+        once. One that some ledger left by moving to its own v1 objects may still have a
+        reader inside (one that found its pieces before the move): its keys are queued
+        ``grace_ms`` later. ``changed``: the (topic, ledger id) this transaction deleted,
+        whose segments are locked first (:func:`_lock_holding`)."""
+        _lock_holding(conn, changed)
+        where = G.c.topic.in_(sorted(set(topics)))
+        undeleted = L.c.deletion_state != DeletionState.DELETED
+        released = self._release(
+            conn, where, _held_by(undeleted), DELETED_DETAIL, "segment deleted"
         )
+        return released + self._release(
+            conn, where, _held_by(needs_segment()), RELEASED_DETAIL, RELEASED_REASON, grace_ms
+        )
+
+    def release_moved(
+        self, conn: Connection, topic: str, ledger_id: int, reason: str, grace_ms: int
+    ) -> int:
+        """Release the segments holding ``ledger_id`` that no ledger needs now that it has
+        its own objects (inside :meth:`MetadataStore.commit_replacement`'s transaction);
+        their keys are queued ``grace_ms`` later with ``reason``."""
+        _lock_holding(conn, [(topic, ledger_id)])
+        holds = sa.select(SL.c.segment_id).where(SL.c.topic == topic, SL.c.ledger_id == ledger_id)
+        where = sa.and_(G.c.topic == topic, G.c.segment_id.in_(holds))
+        reason = f"segment released: {reason}"
+        return self._release(
+            conn, where, _held_by(needs_segment()), RELEASED_DETAIL, reason, grace_ms
+        )
+
+    def _release(
+        self,
+        conn: Connection,
+        where: sa.ColumnElement[bool],
+        held: sa.Exists,
+        detail: str,
+        reason: str,
+        grace_ms: int = 0,
+    ) -> int:
+        """Mark deleted the offloaded segments ``where`` selects that hold ledgers, none of
+        them ``held``, and queue their two keys ``grace_ms`` from now; how many."""
         released = conn.execute(
             G.update()
             .where(
-                G.c.topic.in_(sorted(set(topics))),
+                where,
                 G.c.state == SegmentState.OFFLOADED,
                 sa.select(SL.c.ledger_id).where(SL.c.segment_id == G.c.segment_id).exists(),
-                ~undeleted_ledger,
+                ~held,
             )
             .values(
                 version=G.c.version + 1,
                 state=SegmentState.DELETED,
                 finished_ms=db_now(),
-                detail="every ledger it holds was deleted",
+                detail=detail,
             )
             .returning(G.c.data_key, G.c.index_key, G.c.store_id)
         ).all()
         for data_key, index_key, store_id in released:
-            self.metadata._enqueue(conn, [data_key, index_key], "segment deleted", None, store_id)
+            self.metadata._enqueue(conn, [data_key, index_key], reason, None, store_id, grace_ms)
         return len(released)
+
+
+DELETED_DETAIL = "every ledger it holds was deleted"
+RELEASED_DETAIL = (
+    "no ledger it holds needs it: each was deleted or offloaded again as its own (v1) objects"
+)
+RELEASED_REASON = "segment released: its ledgers have their own objects"
+
+
+def needs_segment() -> sa.ColumnElement[bool]:
+    """The release rule: a ledger (row of ``ledgers``) needs the segments holding its
+    entries unless it is deleted or offloaded in mode ``ledger`` (its own objects). A
+    ledger still being streamed (not offloaded), open, offloading or offloaded in mode
+    ``stream`` (a replacement in flight included) needs them."""
+    own_objects = sa.and_(
+        L.c.offload_state == OffloadState.OFFLOADED, L.c.offload_mode == OffloadMode.LEDGER
+    )
+    return sa.and_(L.c.deletion_state != DeletionState.DELETED, sa.not_(own_objects))
+
+
+def _lock_holding(conn: Connection, ledgers: Sequence[tuple[str, int]]) -> None:
+    """Lock the offloaded segments holding ``ledgers`` (in id order) before the release
+    rule is evaluated for them. Two transactions that each let go of one ledger of a
+    shared segment then take turns, and the second one's release sees the first's change
+    (PostgreSQL's read committed takes a new snapshot per statement; SQLite runs one
+    writer at a time anyway): without the lock each could find the other's ledger still
+    needing the segment, and neither would release it."""
+    if not ledgers:
+        return
+    holding = sa.select(SL.c.segment_id).where(
+        sa.tuple_(SL.c.topic, SL.c.ledger_id).in_(sorted(set(ledgers)))
+    )
+    conn.execute(
+        sa.select(G.c.segment_id)
+        .where(G.c.segment_id.in_(holding), G.c.state == SegmentState.OFFLOADED)
+        .order_by(G.c.segment_id)
+        .with_for_update()
+    ).all()
+
+
+def _held_by(condition: sa.ColumnElement[bool]) -> sa.Exists:
+    """Some ledger of the segment (``G``) meets ``condition``."""
+    return (
+        sa.select(SL.c.ledger_id)
+        .join(L, sa.and_(L.c.topic == SL.c.topic, L.c.ledger_id == SL.c.ledger_id))
+        .where(SL.c.segment_id == G.c.segment_id, condition)
+        .exists()
+    )
 
 
 _COMMITTED = (SegmentState.OFFLOADED, SegmentState.DELETED)

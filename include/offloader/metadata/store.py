@@ -377,6 +377,7 @@ class MetadataStore:
         *,
         store_id: int,
         replace: bool = False,
+        from_tier: bool = False,
     ) -> tuple[Ledger, Attempt]:
         """Record the intent (attempt id, keys, store) before the first byte is uploaded.
 
@@ -385,24 +386,30 @@ class MetadataStore:
         ran out is decided by the database's clock inside the conditional update, so the
         check and the takeover are one step and a worker's clock has no say.
 
-        ``replace``: a second offload of an offloaded ledger whose objects are damaged
-        (scrub's repair). The ledger stays ``offloaded`` on its current objects until
-        :meth:`commit_replacement` swaps them; its hot copy must still be present (the
-        new objects are written from it), and hot deletion waits while the attempt lives.
+        ``replace``: a second offload of an offloaded ledger, as v1 objects of its own:
+        its objects are damaged (scrub's repair), or it is a stream-mode ledger going back
+        to v1 (``offloader/rewrite/to_v1.py``). The ledger stays ``offloaded`` on its
+        current objects or segments until :meth:`commit_replacement` swaps them; hot
+        deletion waits while the attempt lives. Its hot copy must still be present (the
+        new objects are written from it) unless ``from_tier``: the entries are read from
+        the ledger's current objects in the tier.
         """
         epoch = ledger.offload_epoch + 1
         if not ledger.is_live:
             raise CommitFailedError(
                 f"ledger {ledger.topic}/{ledger.ledger_id} is {ledger.deletion_state}: trimmed"
             )
-        if replace and not (ledger.is_offloaded and ledger.has_hot_copy):
+        if replace and not (ledger.is_offloaded and (from_tier or ledger.has_hot_copy)):
             raise ValueError(
                 f"ledger {ledger.topic}/{ledger.ledger_id} cannot be offloaded again: it is "
                 f"{ledger.offload_state} with its hot copy {ledger.hot_state} (a replacement "
-                "needs an offloaded ledger whose hot copy is present)"
+                "needs an offloaded ledger"
+                + ("" if from_tier else " whose hot copy is present")
+                + ")"
             )
         replaceable = sa.and_(
-            L.c.offload_state == OffloadState.OFFLOADED, L.c.hot_state == HotState.PRESENT
+            L.c.offload_state == OffloadState.OFFLOADED,
+            sa.true() if from_tier else L.c.hot_state == HotState.PRESENT,
         )
         with self.transaction() as conn:
             _cas_ledger_if(
@@ -487,11 +494,15 @@ class MetadataStore:
     ) -> Ledger:
         """Swap an offloaded ledger onto a replacement ``attempt`` (see ``begin_attempt``'s
         ``replace``), if the ledger still names it (CAS on its attempt, epoch and version).
+        The ledger is then offloaded in mode ``ledger`` on the attempt's keys.
 
         In the same transaction the replaced objects are queued for deletion with
         ``reason``, due ``grace_ms`` later (a reader that looked them up before the swap
         still finds them), and the attempt that wrote them becomes ``superseded``, so the
         ledger keeps exactly one committed attempt and no object is left unaccounted for.
+        A ledger that was offloaded in mode ``stream`` has no objects or attempt of its
+        own: instead every segment holding it that no ledger needs any more is released
+        (its keys queued, due ``grace_ms`` later: see ``SegmentStore.release_deleted``).
         """
         what = f"attempt {attempt.attempt_id} (epoch {attempt.epoch})"
         with self.transaction() as conn:
@@ -511,22 +522,30 @@ class MetadataStore:
             old = Ledger.model_validate(dict(row))
             _cas(conn, L, _owned_by(attempt), old.version, what, **_committed(attempt, data_len))
             failpoints.reach("mid-replacement-commit")
-            detail = f"replaced by {attempt.attempt_id}: {reason}"
-            keys = [k for k in (old.data_key, old.index_key) if k is not None]
-            self._enqueue(
-                conn, keys, f"replaced: {reason}", old.offload_uuid, old.store_id, grace_ms
-            )
-            conn.execute(
-                A.update()
-                .where(A.c.attempt_id == old.offload_uuid, A.c.state == AttemptState.COMMITTED)
-                .values(state=AttemptState.SUPERSEDED, detail=detail[:2000])
-            )
+            if old.offload_mode is OffloadMode.STREAM:
+                self.segments.release_moved(conn, old.topic, old.ledger_id, reason, grace_ms)
+            else:
+                self._supersede_replaced(conn, old, attempt, reason, grace_ms)
             conn.execute(
                 A.update()
                 .where(A.c.attempt_id == attempt.attempt_id)
                 .values(state=AttemptState.COMMITTED, finished_ms=db_now())
             )
             return self._ledger(conn, attempt.topic, attempt.ledger_id)
+
+    def _supersede_replaced(
+        self, conn: Connection, old: Ledger, attempt: Attempt, reason: str, grace_ms: int
+    ) -> None:
+        """Queue the objects a replacement swapped out and supersede the attempt that wrote
+        them (``commit_replacement`` of a ledger offloaded in mode ``ledger``)."""
+        detail = f"replaced by {attempt.attempt_id}: {reason}"
+        keys = [k for k in (old.data_key, old.index_key) if k is not None]
+        self._enqueue(conn, keys, f"replaced: {reason}", old.offload_uuid, old.store_id, grace_ms)
+        conn.execute(
+            A.update()
+            .where(A.c.attempt_id == old.offload_uuid, A.c.state == AttemptState.COMMITTED)
+            .values(state=AttemptState.SUPERSEDED, detail=detail[:2000])
+        )
 
     def fail_attempt(self, attempt: Attempt, detail: str) -> None:
         """Give up an attempt: queue its objects for deletion, free the ledger if still ours
@@ -1183,9 +1202,10 @@ class MetadataStore:
             rows = conn.execute(sa.select(T).where(below).order_by(T.c.name)).mappings()
             return [_topic_from_row(r) for r in rows]
 
-    def finish_deleted_ledgers(self) -> int:
+    def finish_deleted_ledgers(self, grace_ms: int = 0) -> int:
         """Deleting ledgers whose hot copy is gone and whose queued keys are all done become
-        ``deleted``; how many did."""
+        ``deleted``; how many did. Segments no ledger needs any more are released in the
+        same transaction (``grace_ms``: see ``SegmentStore.release_deleted``)."""
         pending = (
             sa.select(D.c.id)
             .where(D.c.topic == L.c.topic, D.c.ledger_id == L.c.ledger_id, D.c.state == "pending")
@@ -1204,14 +1224,14 @@ class MetadataStore:
                     deletion_state=DeletionState.DELETED,
                     deleted_ms=db_now(),
                 )
-                .returning(L.c.topic)
+                .returning(L.c.topic, L.c.ledger_id)
             )
-            deleted = result.scalars().all()
-            topics = set(deleted)
-            # streamed ledgers own no objects: a segment goes once every ledger in it is
-            # deleted (PIP-76)
-            if topics:
-                self.segments.release_deleted(conn, topics)
+            deleted = [(topic, ledger_id) for topic, ledger_id in result.all()]
+            # streamed ledgers own no objects: a segment goes once no ledger in it needs it,
+            # every one deleted (PIP-76) or moved to objects of its own
+            if deleted:
+                topics = {topic for topic, _ in deleted}
+                self.segments.release_deleted(conn, topics, grace_ms, changed=deleted)
             return len(deleted)
 
     def _enqueue_select(self, conn: Connection, rows: sa.Select) -> int:  # type: ignore[type-arg]

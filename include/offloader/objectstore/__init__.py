@@ -19,17 +19,26 @@ if TYPE_CHECKING:
     from offloader.settings import Settings
 
 MiB = 1024 * 1024
+GiB = 1024 * MiB
 
 
 @dataclass(frozen=True)
 class Capabilities:
-    """What a binding can do; callers check these instead of the binding's type."""
+    """What a binding can do; callers check these instead of the binding's type.
+
+    ``part_copy``: ``upload_part_copy`` fills a multipart part from a byte range of an
+    object in the same store, without the bytes passing through the caller (S3's
+    UploadPartCopy; PDP-34's concat). Every part but the last of an upload must hold at
+    least ``min_part_size`` bytes (else ``complete_multipart`` raises PartTooSmallError),
+    and none more than ``max_part_size``.
+    """
 
     multipart: bool
     conditional_create: bool
     ranged_read: bool
-    concat: bool
+    part_copy: bool
     min_part_size: int
+    max_part_size: int
     max_parts: int
     max_delete_batch: int
 
@@ -133,17 +142,36 @@ class ObjectStore(abc.ABC):
             return False
         return True
 
-    def concat(self, key: str, sources: list[str]) -> None:
-        """Server-side concatenation; only where ``capabilities.concat``."""
+    def upload_part_copy(
+        self, upload: MultipartUpload, part_number: int, source_key: str, offset: int, length: int
+    ) -> PartInfo:
+        """Fill part ``part_number`` with ``length`` bytes of ``source_key`` (same store)
+        from ``offset``, server side; only where ``capabilities.part_copy``.
+        ObjectNotFoundError for a missing source, InvalidRangeError for a range that does
+        not lie inside it. Safe to call from several threads at once."""
         from offloader.exceptions import UnsupportedOperationError
 
-        raise UnsupportedOperationError(f"{type(self).__name__} cannot concat objects")
+        raise UnsupportedOperationError(f"{type(self).__name__} cannot copy parts")
 
     def check_available(self) -> None:  # noqa: B027 - optional hook
         """Raise if the store is gone or unreachable (a recorded store is about to be used)."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
+
+
+def check_part_copy(
+    store: ObjectStore, part_number: int, source_key: str, offset: int, length: int
+) -> None:
+    """The arguments of ``upload_part_copy`` a binding can check before any request."""
+    caps = store.capabilities
+    if not 1 <= part_number <= caps.max_parts:
+        raise ValueError(f"part number {part_number}: must be 1..{caps.max_parts}")
+    if offset < 0 or not 1 <= length <= caps.max_part_size:
+        raise ValueError(
+            f"part copy of {source_key!r} at {offset}+{length}: the offset must be >= 0 and "
+            f"the length 1..{caps.max_part_size}"
+        )
 
 
 def open_object_store(

@@ -15,7 +15,8 @@ On-disk layout under ``root``:
     name is taken, which makes the conditional create atomic against other writers).
 ``.uploads/<upload_id>/manifest.json`` and ``part-00001`` ...
     Unfinished multipart uploads. The manifest holds key, metadata and initiated time;
-    completing concatenates the parts into a temp file and publishes it like ``put``.
+    completing concatenates the parts into a temp file and publishes it like ``put``. A
+    part copy (``upload_part_copy``) copies the source's range file to file into its part.
 
 Internal folders are never listed, and keys whose first segment names one are refused.
 Because keys map to paths, ``a`` and ``a/b`` cannot both exist (S3 allows it); the second
@@ -37,15 +38,23 @@ from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import unquote, urlparse
 
-from offloader.exceptions import ObjectExistsError, ObjectNotFoundError, ObjectStoreError
+from offloader.exceptions import (
+    InvalidRangeError,
+    ObjectExistsError,
+    ObjectNotFoundError,
+    ObjectStoreError,
+    PartTooSmallError,
+)
 from offloader.fsutil import fsync_dir
 from offloader.objectstore import (
     Capabilities,
     DeleteResult,
+    GiB,
     MultipartUpload,
     ObjectInfo,
     ObjectStore,
     PartInfo,
+    check_part_copy,
 )
 
 _MAGIC = b"OFSO\x01"
@@ -107,8 +116,9 @@ class FilesystemObjectStore(ObjectStore):
         multipart=True,
         conditional_create=True,
         ranged_read=True,
-        concat=True,
+        part_copy=True,
         min_part_size=1,
+        max_part_size=5 * GiB,
         max_parts=10_000,
         max_delete_batch=1000,
     )
@@ -239,18 +249,6 @@ class FilesystemObjectStore(ObjectStore):
             last_modified=datetime.fromtimestamp(status.st_mtime, UTC),
         )
 
-    def concat(self, key: str, sources: list[str]) -> None:
-        """Join the sources' data, in order, into a new object without metadata."""
-        if not sources:
-            raise ValueError(f"concat {key!r}: needs at least one source")
-        validate_key(key)
-        with contextlib.ExitStack() as stack:
-            handles = [stack.enter_context(self._open(source)) for source in sources]
-            for source, handle in zip(sources, handles, strict=True):
-                _read_header(handle, source)
-            temp = self._write_temp({}, (chunk for h in handles for chunk in _chunks(h)))
-        self._publish(temp, key, if_none_match=False)
-
     # --- listing and deleting -------------------------------------------------------
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         """Keys under ``prefix`` in byte order, like S3; metadata is not read."""
@@ -346,7 +344,7 @@ class FilesystemObjectStore(ObjectStore):
         }
         directory = self._upload_dir(upload)
         directory.mkdir()
-        _atomic_write(directory / _MANIFEST, json.dumps(manifest).encode())
+        _atomic_write(directory / _MANIFEST, [json.dumps(manifest).encode()])
         return upload
 
     def upload_part(self, upload: MultipartUpload, part_number: int, data: bytes) -> PartInfo:
@@ -354,15 +352,33 @@ class FilesystemObjectStore(ObjectStore):
             raise ValueError(f"part number {part_number}: must be 1..{self.capabilities.max_parts}")
         directory = self._existing_upload_dir(upload)
         data = bytes(data)
-        _atomic_write(directory / _part_name(part_number), data)
-        etag = hashlib.md5(data, usedforsecurity=False).hexdigest()
+        etag = _atomic_write(directory / _part_name(part_number), [data])
         return PartInfo(part_number=part_number, etag=etag, size=len(data))
+
+    def upload_part_copy(
+        self, upload: MultipartUpload, part_number: int, source_key: str, offset: int, length: int
+    ) -> PartInfo:
+        """The source's range is copied file to file into the part, in 1 MiB chunks."""
+        check_part_copy(self, part_number, source_key, offset, length)
+        directory = self._existing_upload_dir(upload)
+        with self._open(source_key) as source:
+            header_size, _ = _read_header(source, source_key)
+            size = os.fstat(source.fileno()).st_size - header_size
+            if offset + length > size:
+                raise InvalidRangeError(
+                    f"part copy {part_number} for {upload.key!r}: bytes {offset}.."
+                    f"{offset + length - 1} do not lie inside {source_key!r} ({size} bytes)"
+                )
+            source.seek(header_size + offset)
+            etag = _atomic_write(directory / _part_name(part_number), _chunks(source, length))
+        return PartInfo(part_number=part_number, etag=etag, size=length)
 
     def complete_multipart(
         self, upload: MultipartUpload, parts: Iterable[PartInfo], *, if_none_match: bool = False
     ) -> None:
         ordered = _ordered_parts(parts)
         directory = self._existing_upload_dir(upload)
+        self._check_part_sizes(directory, upload, ordered)
         manifest = json.loads((directory / _MANIFEST).read_bytes())
         temp = self._new_temp()
         try:
@@ -377,6 +393,22 @@ class FilesystemObjectStore(ObjectStore):
             raise
         self._publish(temp, manifest["key"], if_none_match=if_none_match)
         shutil.rmtree(directory, ignore_errors=True)
+
+    def _check_part_sizes(
+        self, directory: Path, upload: MultipartUpload, ordered: list[PartInfo]
+    ) -> None:
+        """S3's rule (EntityTooSmall): every part but the last holds ``min_part_size``."""
+        for part in ordered[:-1]:
+            try:
+                size = (directory / _part_name(part.part_number)).stat().st_size
+            except FileNotFoundError:
+                raise ValueError(f"part {part.part_number} was never uploaded") from None
+            if size < self.capabilities.min_part_size:
+                raise PartTooSmallError(
+                    f"completing {upload.key!r}: part {part.part_number} holds {size} bytes, "
+                    f"every part but the last needs {self.capabilities.min_part_size} "
+                    "(EntityTooSmall)"
+                )
 
     def _append_part(self, directory: Path, part: PartInfo, target: BinaryIO) -> None:
         """Copy one part, checking it is the one the caller uploaded (as S3 checks ETags)."""
@@ -420,8 +452,15 @@ def _part_name(part_number: int) -> str:
     return f"part-{part_number:05d}"
 
 
-def _chunks(handle: BinaryIO) -> Iterator[bytes]:
-    while chunk := handle.read(_COPY_CHUNK):
+def _chunks(handle: BinaryIO, limit: int | None = None) -> Iterator[bytes]:
+    """The handle's bytes from where it stands, in 1 MiB chunks; at most ``limit``."""
+    left = limit
+    while left is None or left > 0:
+        chunk = handle.read(_COPY_CHUNK if left is None else min(_COPY_CHUNK, left))
+        if not chunk:
+            return
+        if left is not None:
+            left -= len(chunk)
         yield chunk
 
 
@@ -435,12 +474,16 @@ def _ordered_parts(parts: Iterable[PartInfo]) -> list[PartInfo]:
     return ordered
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write next to ``path`` and rename, so readers never see half a file."""
+def _atomic_write(path: Path, chunks: Iterable[bytes]) -> str:
+    """Write next to ``path`` and rename, so readers never see half a file; the MD5 of
+    what was written (the part's ETag)."""
     temp = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+    digest = hashlib.md5(usedforsecurity=False)
     try:
         with open(temp, "xb") as handle:
-            handle.write(data)
+            for chunk in chunks:
+                handle.write(chunk)
+                digest.update(chunk)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temp, path)
@@ -448,3 +491,4 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise ObjectNotFoundError(f"upload folder {path.parent.name} is gone") from None
     finally:
         temp.unlink(missing_ok=True)
+    return digest.hexdigest()

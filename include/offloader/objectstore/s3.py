@@ -16,8 +16,11 @@ Conditional create, as measured against SeaweedFS 4.48 (``weed mini``):
   double winners in 15 rounds of 12. Across processes it stays best effort on SeaweedFS;
   callers that need more should write to unique keys.
 
-``concat`` uses UploadPartCopy, so S3's part rule applies to the sources (SeaweedFS
-enforces it too: EntityTooSmall on complete); the binding checks sizes first.
+Part copy (``upload_part_copy``) is UploadPartCopy with CopySourceRange. As measured
+against SeaweedFS 4.48: a range past the end of the source, even in part, answers 416
+InvalidRange (InvalidRangeError here), a missing source NoSuchKey, and the part's ETag is
+the source object's, not the part's MD5; completing with a part below 5 MiB, not the
+last, answers EntityTooSmall (PartTooSmallError), as AWS does.
 
 Also seen on SeaweedFS: HEAD of a missing key gives code "404", GET gives NoSuchKey; a
 range at or past the end gives 416 InvalidRange; aborting an unknown upload gives
@@ -36,15 +39,23 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from offloader.exceptions import ObjectExistsError, ObjectNotFoundError, ObjectStoreError
+from offloader.exceptions import (
+    InvalidRangeError,
+    ObjectExistsError,
+    ObjectNotFoundError,
+    ObjectStoreError,
+    PartTooSmallError,
+)
 from offloader.objectstore import (
     Capabilities,
     DeleteResult,
+    GiB,
     MiB,
     MultipartUpload,
     ObjectInfo,
     ObjectStore,
     PartInfo,
+    check_part_copy,
 )
 
 if TYPE_CHECKING:
@@ -54,9 +65,9 @@ _NOT_FOUND = frozenset({"404", "NoSuchKey", "NotFound"})
 _PRECONDITION = frozenset({"412", "PreconditionFailed"})
 _NO_UPLOAD = frozenset({"NoSuchUpload"})
 _BAD_RANGE = frozenset({"416", "InvalidRange"})
+_TOO_SMALL = frozenset({"EntityTooSmall"})
 _NO_BUCKET = frozenset({"404", "NoSuchBucket", "NotFound"})
 _DELETE_BATCH = 1000
-_MAX_PART = 5 * 1024 * MiB
 
 
 class _KeyLocks:
@@ -151,8 +162,9 @@ class S3ObjectStore(ObjectStore):
         multipart=True,
         conditional_create=True,
         ranged_read=True,
-        concat=True,
+        part_copy=True,
         min_part_size=5 * MiB,
+        max_part_size=5 * GiB,
         max_parts=10_000,
         max_delete_batch=_DELETE_BATCH,
     )
@@ -214,6 +226,8 @@ class S3ObjectStore(ObjectStore):
                 raise ObjectNotFoundError(message.strip()) from err
             if code in _PRECONDITION or status == 412:
                 raise ObjectExistsError(message.strip()) from err
+            if code in _TOO_SMALL:
+                raise PartTooSmallError(message.strip()) from err
             raise ObjectStoreError(message.strip()) from err
         raise ObjectStoreError(f"S3 {operation} on {where} failed: {err}") from err
 
@@ -366,65 +380,31 @@ class S3ObjectStore(ObjectStore):
         except (ClientError, BotoCoreError) as err:
             self._fail(err, "ListMultipartUploads", prefix)
 
-    # --- concatenation --------------------------------------------------------------
-    def concat(self, key: str, sources: list[str]) -> None:
-        """Join sources server-side with UploadPartCopy, no bytes through this process.
-
-        S3's part rule applies: every non-empty source but the last must hold at least
-        ``min_part_size`` bytes (ValueError otherwise); empty sources are skipped.
-        """
-        if not sources:
-            raise ValueError(f"concat {key!r}: needs at least one source")
-        pieces = self._copy_pieces(key, sources)
-        if not pieces:
-            self.put(key, b"")
-            return
-        upload = self.create_multipart(key)
-        try:
-            parts = [
-                self._copy_part(upload, number, source, piece)
-                for number, (source, piece) in enumerate(pieces, start=1)
-            ]
-            self.complete_multipart(upload, parts)
-        except BaseException:
-            self.abort_multipart(upload)
-            raise
-
-    def _copy_pieces(self, key: str, sources: list[str]) -> list[tuple[str, range]]:
-        """(source, byte range) per part; sources over 5 GiB are split into equal pieces."""
-        sized = [(source, self.stat(source).size) for source in sources]
-        sized = [(source, size) for source, size in sized if size > 0]
-        for source, size in sized[:-1]:
-            if size < self.capabilities.min_part_size:
-                raise ValueError(
-                    f"concat {key!r}: source {source!r} has {size} bytes; all but the last "
-                    f"need at least {self.capabilities.min_part_size} (S3 part size rule)"
-                )
-        pieces: list[tuple[str, range]] = []
-        for source, size in sized:
-            count = -(-size // _MAX_PART)
-            step = -(-size // count)
-            pieces += [(source, range(at, min(at + step, size))) for at in range(0, size, step)]
-        if len(pieces) > self.capabilities.max_parts:
-            raise ValueError(f"concat {key!r}: needs {len(pieces)} parts, S3 allows 10,000")
-        return pieces
-
-    def _copy_part(
-        self, upload: MultipartUpload, number: int, source: str, piece: range
+    def upload_part_copy(
+        self, upload: MultipartUpload, part_number: int, source_key: str, offset: int, length: int
     ) -> PartInfo:
+        """UploadPartCopy with CopySourceRange: the server copies, no byte comes here."""
+        check_part_copy(self, part_number, source_key, offset, length)
+        operation = f"UploadPartCopy {part_number} from {source_key!r} at {offset}+{length}"
         try:
             response = self._client.upload_part_copy(
                 Bucket=self.bucket,
                 Key=self._full(upload.key),
                 UploadId=upload.upload_id,
-                PartNumber=number,
-                CopySource={"Bucket": self.bucket, "Key": self._full(source)},
-                CopySourceRange=f"bytes={piece.start}-{piece.stop - 1}",
+                PartNumber=part_number,
+                CopySource={"Bucket": self.bucket, "Key": self._full(source_key)},
+                CopySourceRange=f"bytes={offset}-{offset + length - 1}",
             )
-        except (ClientError, BotoCoreError) as err:
-            self._fail(err, f"UploadPartCopy {number} from {source!r}", upload.key)
-        etag = response["CopyPartResult"]["ETag"]
-        return PartInfo(part_number=number, etag=etag, size=len(piece))
+        except ClientError as err:
+            if self._code(err) in _BAD_RANGE:
+                raise InvalidRangeError(
+                    f"S3 {operation} on s3://{self.bucket}/{self.prefix}{upload.key} failed: "
+                    f"the range does not lie inside {source_key!r}"
+                ) from err
+            self._fail(err, operation, upload.key)
+        except BotoCoreError as err:
+            self._fail(err, operation, upload.key)
+        return PartInfo(part_number, etag=response["CopyPartResult"]["ETag"], size=length)
 
     # --- listing and deleting -------------------------------------------------------
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:

@@ -12,6 +12,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -24,13 +25,14 @@ from offloader.exceptions import (
     StoreUnavailableError,
 )
 from offloader.format import LedgerMetadata, decode_index, encode_blocks, encode_index
-from offloader.metadata import Attempt, Ledger, LedgerState
+from offloader.metadata import Attempt, Ledger, LedgerState, OffloadMode
 from offloader.offload.hot_deletion import retire_empty_ledger
 from offloader.offload.keys import ledger_object_keys, object_user_metadata
 from offloader.offload.lease import LeaseKeeper
 from offloader.offload.planner import due_ledgers
 from offloader.offload.upload import upload_blocks
 from offloader.policy import OffloadPolicy
+from offloader.read.topic_reader import tiered_ledger_reader
 from offloader.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -44,7 +46,14 @@ class Outcome(StrEnum):
     LOST = "lost"  # another attempt committed first; ours is queued for deletion
     RETIRED_EMPTY = "retired-empty"  # sealed with no entries: hot file removed, nothing uploaded
     TRIMMED = "trimmed"  # below the topic's start: deleting or deleted, never offloaded
-    REPLACED = "replaced"  # offloaded again from the hot copy; the old objects are queued
+    REPLACED = "replaced"  # offloaded again as its own objects; the old ones are queued
+
+
+class EntrySource(StrEnum):
+    """Where a replacement (a second offload of an offloaded ledger) reads the entries."""
+
+    HOT = "hot"  # the hot copy: scrub's repair, the normal offload path
+    TIER = "tier"  # the ledger's objects or segments, every chunk CRC-checked: back to v1
 
 
 @dataclass(frozen=True)
@@ -110,29 +119,46 @@ class LedgerOffloader:
         return self._attempt(ledger)
 
     def replace_ledger(
-        self, topic: str, ledger_id: int, damaged_uuid: str, reason: str
+        self,
+        topic: str,
+        ledger_id: int,
+        replaced_uuid: str | None,
+        reason: str,
+        *,
+        source: EntrySource = EntrySource.HOT,
     ) -> OffloadResult:
-        """Offload an offloaded ledger again from its hot copy, because its objects (of
-        attempt ``damaged_uuid``) are damaged: intent, upload and a CAS commit exactly as a
-        first offload, then the old objects are queued for deletion in the commit's
-        transaction. ALREADY_OFFLOADED if the ledger no longer names ``damaged_uuid``
-        (someone replaced it meanwhile); HotLedgerMissingError if there is no hot copy to
-        write from (nothing changes)."""
+        """Offload an offloaded ledger again as v1 objects of its own: intent, upload and a
+        CAS commit exactly as a first offload, then what it was offloaded as is let go in
+        the commit's transaction (``MetadataStore.commit_replacement``).
+
+        ``replaced_uuid`` is what the caller saw the ledger offloaded as: the attempt whose
+        objects are replaced (mode ``ledger``; scrub's repair of damaged objects), or None
+        for a ledger offloaded in mode ``stream`` (its entries in segments: a damaged
+        segment's repair, or a migration back to v1). ALREADY_OFFLOADED if the ledger is
+        offloaded as something else now (someone replaced or migrated it meanwhile).
+        ``source``: the entries come from the hot copy (HotLedgerMissingError, nothing
+        changed, if there is none) or from the tier (read through the index's CRCs)."""
         ledger = self.metadata.get_ledger(topic, ledger_id)
         if not ledger.is_live or ledger_id < self.metadata.get_topic(topic).start_ledger_id:
             return OffloadResult(topic, ledger_id, Outcome.TRIMMED)
-        if not ledger.is_offloaded or ledger.offload_uuid != damaged_uuid:
+        if not offloaded_as(ledger, replaced_uuid):
             return OffloadResult(topic, ledger_id, Outcome.ALREADY_OFFLOADED, ledger.offload_uuid)
-        if not ledger.has_hot_copy or not self.runtime.hot.exists(topic, ledger_id):
+        hot = source is EntrySource.HOT
+        if hot and (not ledger.has_hot_copy or not self.runtime.hot.exists(topic, ledger_id)):
             raise HotLedgerMissingError(
                 f"ledger {topic}/{ledger_id} has no hot copy (hot state {ledger.hot_state}): "
                 "its damaged objects cannot be offloaded again"
             )
         if (ledger.attempt_lease_ms or 0) > self.metadata.db_now_ms():
             return OffloadResult(topic, ledger_id, Outcome.IN_PROGRESS, ledger.attempt_id)
-        return self._attempt(ledger, replacing=reason)
+        return self._attempt(ledger, replacing=reason, source=source)
 
-    def _attempt(self, ledger: Ledger, replacing: str | None = None) -> OffloadResult:
+    def _attempt(
+        self,
+        ledger: Ledger,
+        replacing: str | None = None,
+        source: EntrySource = EntrySource.HOT,
+    ) -> OffloadResult:
         """Intent, upload, CAS commit; ``replacing`` (the reason) swaps an offloaded
         ledger's objects instead of committing a first offload."""
         started = time.monotonic()
@@ -149,6 +175,7 @@ class LedgerOffloader:
                 int(settings.attempt_lease_seconds * 1000),
                 store_id=self.runtime.stores.default_id(),
                 replace=replacing is not None,
+                from_tier=source is EntrySource.TIER,
             )
         except CommitFailedError:
             current = self.metadata.get_ledger(ledger.topic, ledger.ledger_id)
@@ -159,7 +186,7 @@ class LedgerOffloader:
         failpoints.reach("after-begin-attempt")
         try:
             with LeaseKeeper(self.metadata, attempt, settings.attempt_lease_seconds) as lease:
-                length = self._upload(ledger, attempt, lease.check)
+                length = self._upload(ledger, attempt, lease.check, source)
                 lease.check()
             if replacing is None:
                 self.metadata.commit_offload(attempt, length)
@@ -191,9 +218,11 @@ class LedgerOffloader:
         outcome = Outcome.OFFLOADED if replacing is None else Outcome.REPLACED
         return OffloadResult(ledger.topic, ledger.ledger_id, outcome, attempt_id, length, seconds)
 
-    def _upload(self, ledger: Ledger, attempt: Attempt, check) -> int:  # type: ignore[no-untyped-def]
+    def _upload(  # type: ignore[no-untyped-def]
+        self, ledger: Ledger, attempt: Attempt, check, source: EntrySource = EntrySource.HOT
+    ) -> int:
         policy = self.policy(ledger.topic)
-        entries = self.runtime.hot.read(ledger.topic, ledger.ledger_id, 0, ledger.entry_count - 1)
+        entries = self._entries(ledger, source)
         uploaded = upload_blocks(
             self.store,
             attempt.data_key,
@@ -223,6 +252,14 @@ class LedgerOffloader:
         )
         failpoints.reach("after-index-upload")
         return uploaded.length
+
+    def _entries(self, ledger: Ledger, source: EntrySource) -> Iterator[tuple[int, bytes]]:
+        """Entries 0..entry_count-1 from ``source``; the tier's are held against the
+        metadata store's count and bytes, so no index disagreeing with it is written."""
+        last = ledger.entry_count - 1
+        if source is EntrySource.HOT:
+            return self.runtime.hot.read(ledger.topic, ledger.ledger_id, 0, last)
+        return _as_recorded(ledger, tiered_ledger_reader(self.runtime, ledger).read(0, last))
 
     def _finish_stale(self, ledger: Ledger) -> OffloadResult | None:
         """Commit a crashed attempt whose objects are complete; None if they are not."""
@@ -273,4 +310,32 @@ class LedgerOffloader:
             log.exception("could not record the failure of attempt %s", attempt.attempt_id)
 
 
-__all__ = ["LedgerOffloader", "OffloadResult", "Outcome"]
+def offloaded_as(ledger: Ledger, offload_uuid: str | None) -> bool:
+    """``ledger`` is offloaded on the objects of attempt ``offload_uuid``, or, ``offload_uuid``
+    None, on segments (mode ``stream``: the segments holding a stream-mode ledger change
+    only with its row, so the mode and the row's version say which ones)."""
+    if not ledger.is_offloaded:
+        return False
+    if offload_uuid is None:
+        return ledger.offload_mode is OffloadMode.STREAM
+    return ledger.offload_uuid == offload_uuid
+
+
+def _as_recorded(
+    ledger: Ledger, entries: Iterator[tuple[int, bytes]]
+) -> Iterator[tuple[int, bytes]]:
+    """``entries``, then FormatError if they are not the ledger's count and payload bytes
+    as the metadata store recorded them."""
+    count = size = 0
+    for entry in entries:
+        count += 1
+        size += len(entry[1])
+        yield entry
+    if (count, size) != (ledger.entry_count, ledger.size_bytes):
+        raise FormatError(
+            f"ledger {ledger.topic}/{ledger.ledger_id}: the tier holds {count} entries of "
+            f"{size} bytes, the metadata store {ledger.entry_count} of {ledger.size_bytes}"
+        )
+
+
+__all__ = ["EntrySource", "LedgerOffloader", "OffloadResult", "Outcome"]

@@ -189,55 +189,57 @@ class TopicReader:
         return read
 
     def _tiered_reader(self, ledger: Ledger) -> Callable[[int, int], Iterator[tuple[int, bytes]]]:
-        if ledger.offload_mode is OffloadMode.STREAM:
-            return self._streamed_reader(ledger)
+        def read(first: int, last: int) -> Iterator[tuple[int, bytes]]:
+            # the stores its rows recorded (invariant 7), opened only when read from
+            return tiered_ledger_reader(self.runtime, ledger).read(first, last)
+
+        return read
+
+
+def tiered_ledger_reader(
+    runtime: Runtime, ledger: Ledger
+) -> TieredLedgerReader | SegmentedLedgerReader:
+    """A reader of an offloaded ledger's tiered copy: its own v1 objects, or (mode
+    ``stream``, PIP-76) the segments holding it, each in the store its row recorded
+    (invariant 7).
+
+    A stream-mode ledger whose segments are gone when they are looked up moved to objects
+    of its own since ``ledger`` was read (a migration back to v1 or scrub's repair swapped
+    it, and no ledger needed the segments any more): the reader follows it there."""
+    if ledger.offload_mode is OffloadMode.LEDGER:
         assert ledger.data_key is not None and ledger.index_key is not None
-        data_key, index_key = ledger.data_key, ledger.index_key
-
-        def read(first: int, last: int) -> Iterator[tuple[int, bytes]]:
-            # the store the offload recorded (invariant 7), opened only when read from
-            what = f"ledger {ledger.topic}/{ledger.ledger_id}"
-            reader = TieredLedgerReader(
-                self.runtime.stores.get(ledger.store_id, what),
-                data_key,
-                index_key,
-                topic=ledger.topic,
-                ledger_id=ledger.ledger_id,
-                last_entry_id=ledger.entry_count - 1,
-                prefetch=self.runtime.settings.read_prefetch,
-            )
-            return reader.read(first, last)
-
-        return read
-
-    def _streamed_reader(self, ledger: Ledger) -> Callable[[int, int], Iterator[tuple[int, bytes]]]:
-        """A ledger offloaded by streaming: its entries in one or more segments (PIP-76),
-        each read from the store its segment recorded (invariant 7)."""
-
-        def read(first: int, last: int) -> Iterator[tuple[int, bytes]]:
-            records = self.runtime.metadata.segments.pieces(ledger.topic, ledger.ledger_id)
-            if not records:
-                raise ObjectNotFoundError(
-                    f"ledger {ledger.topic}/{ledger.ledger_id} is streamed but no offloaded "
-                    "segment holds it"
-                )
-            pieces = [
-                LedgerPiece(
-                    self.runtime.stores.get(r.segment.store_id, f"segment {r.segment.segment_id}"),
-                    r.segment.data_key,
-                    r.segment.index_key,
-                    r.first_entry_id,
-                    min(r.last_entry_id, ledger.entry_count - 1),
-                )
-                for r in records
-                if r.first_entry_id < ledger.entry_count
-            ]
-            reader = SegmentedLedgerReader(
-                pieces,
-                ledger_id=ledger.ledger_id,
-                topic=ledger.topic,
-                prefetch=self.runtime.settings.read_prefetch,
-            )
-            return reader.read(first, last)
-
-        return read
+        return TieredLedgerReader(
+            runtime.stores.get(ledger.store_id, f"ledger {ledger.topic}/{ledger.ledger_id}"),
+            ledger.data_key,
+            ledger.index_key,
+            topic=ledger.topic,
+            ledger_id=ledger.ledger_id,
+            last_entry_id=ledger.entry_count - 1,
+            prefetch=runtime.settings.read_prefetch,
+        )
+    records = runtime.metadata.segments.pieces(ledger.topic, ledger.ledger_id)
+    if not records:
+        now = runtime.metadata.get_ledger(ledger.topic, ledger.ledger_id)
+        if now.is_offloaded and now.offload_mode is OffloadMode.LEDGER:
+            return tiered_ledger_reader(runtime, now)
+        raise ObjectNotFoundError(
+            f"ledger {ledger.topic}/{ledger.ledger_id} is streamed but no offloaded "
+            "segment holds it"
+        )
+    pieces = [
+        LedgerPiece(
+            runtime.stores.get(r.segment.store_id, f"segment {r.segment.segment_id}"),
+            r.segment.data_key,
+            r.segment.index_key,
+            r.first_entry_id,
+            min(r.last_entry_id, ledger.entry_count - 1),
+        )
+        for r in records
+        if r.first_entry_id < ledger.entry_count
+    ]
+    return SegmentedLedgerReader(
+        pieces,
+        ledger_id=ledger.ledger_id,
+        topic=ledger.topic,
+        prefetch=runtime.settings.read_prefetch,
+    )

@@ -64,8 +64,10 @@ def delete_marked_hot_copies(rt: Runtime, topic: str | None = None) -> list[int]
 def finish_deleted_ledgers(rt: Runtime) -> int:
     """Finish every trim cut short, then record ``deleted`` the deleting ledgers whose hot
     copy is gone and whose queued keys are all done. The GC calls this after each pass;
-    returns how many ledgers became deleted."""
+    returns how many ledgers became deleted. A segment released on the way that some of
+    its ledgers left for v1 objects of their own waits out the replaced objects' grace."""
     for topic in rt.metadata.topics_with_unmarked_ledgers():
         mark_below_start(rt, topic)
     delete_marked_hot_copies(rt)
-    return rt.metadata.finish_deleted_ledgers()
+    grace_ms = int(rt.settings.replaced_object_grace_seconds * 1000)
+    return rt.metadata.finish_deleted_ledgers(grace_ms)

@@ -1,4 +1,5 @@
-"""The scrub report: counts, every damaged ledger with its findings and what was done.
+"""The scrub report: counts, every damaged ledger (or streaming segment, with what became
+of each ledger in it) with its findings and what was done.
 
 Written as JSON where the caller says (``offloader scrub --report PATH``; the Spark job to
 the file or object a URL names, offloader/scrub/output.py) and summarised for people.
@@ -33,6 +34,7 @@ class Action(StrEnum):
     IN_PROGRESS = "in-progress"  # another replacement attempt holds the ledger
     REPAIR_FAILED = "repair-failed"  # the new offload failed, or its objects are damaged too
     UNREADABLE = "unreadable"  # the store could not be read: nothing known, nothing done
+    NOT_OFFLOADED = "not-offloaded"  # in a damaged segment, still being streamed: no swap yet
 
 
 PASSING = frozenset({Action.REPAIRED, Action.CHANGED})
@@ -58,8 +60,28 @@ class Counts:
 
 
 @dataclass(frozen=True)
+class LedgerRepair:
+    """What became of one ledger with entries in a damaged streaming segment (or of a
+    damaged ledger's own objects): the action, why, the attempt that replaced them, and
+    the findings of a replacement that is damaged too."""
+
+    ledger_id: int
+    action: Action
+    detail: str
+    replaced_by: str | None = None
+    findings: tuple[Finding, ...] = ()
+
+    @property
+    def failed(self) -> bool:
+        return self.action not in PASSING
+
+
+@dataclass(frozen=True)
 class LedgerVerdict:
-    """A damaged ledger: its findings, what was done, and the attempt that replaced it."""
+    """A damaged ledger: its findings, what was done, and the attempt that replaced it.
+    For a damaged streaming segment (``offload_uuid`` is its id, ``ledger_id`` its first
+    ledger) ``ledgers`` says what became of each ledger in it; ``action`` is the first
+    failed one's, else ``repaired`` (or ``changed`` when none needed a repair)."""
 
     topic: str
     ledger_id: int
@@ -68,10 +90,18 @@ class LedgerVerdict:
     detail: str
     findings: tuple[Finding, ...]
     replaced_by: str | None = None  # the new committed attempt (repaired)
+    ledgers: tuple[LedgerRepair, ...] = ()  # a segment's: one per ledger it holds
 
     @property
     def failed(self) -> bool:
         return self.action not in PASSING
+
+    @property
+    def failed_ledgers(self) -> list[tuple[int, Action]]:
+        """The ledgers left damaged, by id, with their action."""
+        if self.ledgers:
+            return [(x.ledger_id, x.action) for x in self.ledgers if x.failed]
+        return [(self.ledger_id, self.action)] if self.failed else []
 
 
 @dataclass(frozen=True)
@@ -111,6 +141,17 @@ class ScrubReport:
                     "detail": v.detail,
                     "replaced_by": v.replaced_by,
                     "findings": [_finding_json(f) for f in v.findings],
+                    "ledgers": [
+                        {
+                            "ledger_id": x.ledger_id,
+                            "action": x.action.value,
+                            "failed": x.failed,
+                            "detail": x.detail,
+                            "replaced_by": x.replaced_by,
+                            "findings": [_finding_json(f) for f in x.findings],
+                        }
+                        for x in v.ledgers
+                    ],
                 }
                 for v in self.damaged
             ],
@@ -127,13 +168,17 @@ class ScrubReport:
         for v in self.damaged:
             lines.append(f"{v.topic}/{v.ledger_id} ({v.offload_uuid}): {v.action}: {v.detail}")
             lines += [f"  {f.key} offset {f.offset}: {f.reason}" for f in v.findings]
+            lines += [
+                f"  ledger {v.topic}/{x.ledger_id}: {x.action}: {x.detail}" for x in v.ledgers
+            ]
         return "\n".join(lines)
 
     def raise_for_failure(self) -> None:
-        """ScrubFailedError naming the ledgers left damaged, if any."""
-        failed = [v for v in self.damaged if v.failed]
+        """ScrubFailedError naming the ledgers left damaged, if any (those of a damaged
+        segment each by name)."""
+        failed = [(v.topic, n, a) for v in self.damaged for n, a in v.failed_ledgers]
         if failed:
-            shown = ", ".join(f"{v.topic}/{v.ledger_id} ({v.action})" for v in failed[:10])
+            shown = ", ".join(f"{topic}/{n} ({action})" for topic, n, action in failed[:10])
             more = f" and {len(failed) - 10} more" if len(failed) > 10 else ""
             raise ScrubFailedError(
                 f"scrub found {len(failed)} damaged ledger(s) it did not repair: {shown}{more}",

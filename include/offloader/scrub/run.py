@@ -11,9 +11,14 @@ path (``LedgerOffloader.replace_ledger``: intent, upload, CAS commit, the damage
 queued for deletion in the commit's transaction) and its new objects are scrubbed before
 it counts as repaired. One without a hot copy is logged as an error and fails the run.
 
-A damaged streaming segment is not repaired (yet): it is logged as an error naming the
-segment and the ledger ranges it holds, reported as ``repair-failed`` and fails the run
-(``not-repaired`` without repair; ``changed`` when the segment was trimmed meanwhile).
+A damaged streaming segment is repaired ledger by ledger: each live ledger offloaded in
+mode ``stream`` with entries in it whose hot copy is present is offloaded again from the
+hot copy as v1 objects of its own by the same path (the swap makes it mode ``ledger``),
+and its new objects are scrubbed; once no ledger needs the segment any more the swap that
+freed it also released it (its keys queued). A ledger without a hot copy, or still being
+streamed (not yet offloaded), is logged as a warning by name and fails the run; the
+verdict lists what became of each ledger (``changed`` when the segment was released
+meanwhile).
 """
 
 from __future__ import annotations
@@ -25,15 +30,16 @@ from collections.abc import Callable, Iterable, Sequence
 from offloader.errors import describe_error
 from offloader.exceptions import HotLedgerMissingError, StoreUnavailableError
 from offloader.metadata import Ledger
-from offloader.metadata.records import SegmentState
+from offloader.metadata.records import OffloadMode, SegmentState
 from offloader.objectstore import ObjectStore
 from offloader.objectstore.registry import StoreRegistry
-from offloader.offload.ledger_offloader import LedgerOffloader, Outcome
+from offloader.offload.ledger_offloader import LedgerOffloader, Outcome, offloaded_as
 from offloader.runtime import Runtime
 from offloader.scrub.check import Finding, FindingKind, LedgerScrubResult, scrub_ledger
 from offloader.scrub.report import (
     Action,
     Counts,
+    LedgerRepair,
     LedgerVerdict,
     ScrubReport,
     check_report_path,
@@ -136,75 +142,55 @@ def settle(runtime: Runtime, result: LedgerScrubResult, *, repair: bool) -> Ledg
     if t.segment_id is not None:
         return _settle_segment(runtime, result, repair=repair)
 
-    def verdict(
-        action: Action,
-        detail: str,
-        new_findings: tuple[Finding, ...] = (),
-        replaced_by: str | None = None,
-    ) -> LedgerVerdict:
-        findings = result.findings + new_findings
-        return LedgerVerdict(
-            t.topic, t.ledger_id, t.offload_uuid, action, detail, findings, replaced_by
-        )
+    def verdict(action: Action, detail: str) -> LedgerVerdict:
+        return LedgerVerdict(t.topic, t.ledger_id, t.offload_uuid, action, detail, result.findings)
 
     ledger = runtime.metadata.get_ledger(t.topic, t.ledger_id)
-    if not _still_names(ledger, t):
+    if not (ledger.is_live and offloaded_as(ledger, t.offload_uuid)):
         return verdict(Action.CHANGED, _moved_on(ledger))
     if any(f.kind is FindingKind.UNREADABLE for f in result.findings):
         return verdict(Action.UNREADABLE, "the store could not be read; nothing was changed")
     if not repair:
         return verdict(Action.NOT_REPAIRED, "repair not requested; nothing was changed")
-    if not ledger.has_hot_copy:
-        return verdict(
-            Action.NO_HOT_COPY,
-            f"hot copy {ledger.hot_state}: the damaged objects are the only copy",
-        )
-    reason = f"scrub: {result.findings[0].reason}"
-    try:
-        outcome = LedgerOffloader(runtime).replace_ledger(
-            t.topic, t.ledger_id, t.offload_uuid, reason
-        )
-    except HotLedgerMissingError as err:
-        return verdict(Action.NO_HOT_COPY, str(err))
-    except Exception as err:
-        return verdict(Action.REPAIR_FAILED, f"offloading again failed: {describe_error(err)}")
-    if outcome.outcome is not Outcome.REPLACED:
-        return _not_replaced(runtime, verdict, t, outcome.outcome)
-    repaired = runtime.metadata.get_ledger(t.topic, t.ledger_id)
-    location = None if repaired.store_id is None else runtime.metadata.get_store(repaired.store_id)
-    again = scrub_ledger_in(_registry_opener(runtime.stores), ScrubTarget.of(repaired, location))
-    if again.damaged:
-        return verdict(
-            Action.REPAIR_FAILED,
-            f"offloaded again as {outcome.attempt_id}, but the new objects are damaged too",
-            new_findings=again.findings,
-            replaced_by=outcome.attempt_id,
-        )
-    return verdict(
-        Action.REPAIRED,
-        f"offloaded again from the hot copy as attempt {outcome.attempt_id} "
-        f"({outcome.bytes} bytes); the damaged objects are queued for deletion",
-        replaced_by=outcome.attempt_id,
+    done = _repair(runtime, ledger, t.offload_uuid, result, "the damaged objects are")
+    return LedgerVerdict(
+        t.topic,
+        t.ledger_id,
+        t.offload_uuid,
+        done.action,
+        done.detail,
+        result.findings + done.findings,
+        done.replaced_by,
     )
 
 
 def _settle_segment(runtime: Runtime, result: LedgerScrubResult, *, repair: bool) -> LedgerVerdict:
-    """A damaged streaming segment: reported, never repaired; the run fails unless the
-    segment was trimmed (or otherwise left the offloaded state) meanwhile."""
+    """A damaged streaming segment: every ledger with entries in it is repaired, or named
+    as not repaired (the run fails); see the module's doc."""
     t = result.target
     assert t.segment_id is not None
     held = ", ".join(f"{ledger}:{first}..{ledger}:{last}" for ledger, first, last in t.pieces)
+    name = f"segment {t.segment_id} (entries {held})"
 
-    def verdict(action: Action, detail: str) -> LedgerVerdict:
+    def verdict(
+        action: Action, detail: str, ledgers: tuple[LedgerRepair, ...] = ()
+    ) -> LedgerVerdict:
         return LedgerVerdict(
-            t.topic, t.ledger_id, t.segment_id or "", action, detail, result.findings
+            t.topic,
+            t.ledger_id,
+            t.segment_id or "",
+            action,
+            detail,
+            result.findings,
+            ledgers=ledgers,
         )
 
     segment = runtime.metadata.segments.get(t.segment_id)
     if segment.state is not SegmentState.OFFLOADED:
         return verdict(
             Action.CHANGED,
-            f"segment {t.segment_id} is {segment.state} now (trimmed meanwhile); nothing to do",
+            f"segment {t.segment_id} is {segment.state} now (trimmed, or its ledgers moved to "
+            "objects of their own meanwhile); nothing to do",
         )
     if any(f.kind is FindingKind.UNREADABLE for f in result.findings):
         return verdict(
@@ -212,46 +198,121 @@ def _settle_segment(runtime: Runtime, result: LedgerScrubResult, *, repair: bool
             f"segment {t.segment_id}: the store could not be read; nothing was changed",
         )
     if not repair:
-        return verdict(
-            Action.NOT_REPAIRED,
-            f"segment {t.segment_id} (entries {held}) is damaged; repair not requested",
-        )
-    log.error(
-        "scrub: streaming segment %s of %s is DAMAGED (entries %s): %s; segments are not "
-        "repaired by the scrub, the run fails",
-        t.segment_id,
-        t.topic,
-        held,
-        "; ".join(map(str, result.findings)),
+        return verdict(Action.NOT_REPAIRED, f"{name} is damaged; repair not requested")
+    ledgers = tuple(
+        _repair_streamed(runtime, t.topic, ledger_id, result, name)
+        for ledger_id in dict.fromkeys(ledger_id for ledger_id, _, _ in t.pieces)
     )
-    return verdict(
-        Action.REPAIR_FAILED,
-        f"segment {t.segment_id} (entries {held}) is damaged: the scrub does not repair "
-        "streaming segments; reads of these entries fail",
+    failed = [x for x in ledgers if x.failed]
+    for x in failed:  # warnings, as for ledgers: the run's one error line names them all
+        log.warning(
+            "scrub: ledger %s/%s has entries in DAMAGED streaming %s and was NOT repaired "
+            "(%s): %s; findings: %s",
+            t.topic,
+            x.ledger_id,
+            name,
+            x.action,
+            x.detail,
+            "; ".join(map(str, result.findings)),
+        )
+    if failed:
+        action = failed[0].action
+    else:
+        repaired = any(x.action is Action.REPAIRED for x in ledgers)
+        action = Action.REPAIRED if repaired else Action.CHANGED
+    released = runtime.metadata.segments.get(t.segment_id).state is not SegmentState.OFFLOADED
+    if released:
+        outcome = "the segment was released (its keys queued for deletion)"
+    elif failed:
+        outcome = (
+            f"the segment stays: ledgers {', '.join(str(x.ledger_id) for x in failed)} need it"
+        )
+    else:  # a trimmed ledger retention has not finished deleting
+        outcome = "the segment stays while a ledger in it still needs it"
+    summary = "; ".join(f"{x.ledger_id} {x.action}" for x in ledgers)
+    return verdict(action, f"{name} is damaged: ledgers {summary}; {outcome}", ledgers)
+
+
+def _repair_streamed(
+    runtime: Runtime, topic: str, ledger_id: int, result: LedgerScrubResult, name: str
+) -> LedgerRepair:
+    """One ledger with entries in a damaged segment: offloaded again from its hot copy if
+    it is a live ledger offloaded in mode ``stream``; otherwise why not."""
+    ledger = runtime.metadata.get_ledger(topic, ledger_id)
+    if not ledger.is_live or (ledger.is_offloaded and ledger.offload_mode is OffloadMode.LEDGER):
+        return LedgerRepair(ledger_id, Action.CHANGED, _moved_on(ledger))
+    if not ledger.is_offloaded:
+        return LedgerRepair(
+            ledger_id,
+            Action.NOT_OFFLOADED,
+            f"still being streamed ({ledger.state}, offload {ledger.offload_state}): its "
+            f"entries in {name} are read from nowhere else once its hot copy goes; run the "
+            "scrub again once it is offloaded",
+        )
+    return _repair(runtime, ledger, None, result, f"{name} is")
+
+
+def _repair(
+    runtime: Runtime,
+    ledger: Ledger,
+    replaced_uuid: str | None,
+    result: LedgerScrubResult,
+    damaged: str,
+) -> LedgerRepair:
+    """Offload ``ledger`` (offloaded as ``replaced_uuid``, see ``replace_ledger``) again
+    from its hot copy and scrub the new objects; ``damaged`` names what the findings were
+    in (for the no-hot-copy detail)."""
+    topic, ledger_id = ledger.topic, ledger.ledger_id
+    if not ledger.has_hot_copy:
+        return LedgerRepair(
+            ledger_id, Action.NO_HOT_COPY, f"hot copy {ledger.hot_state}: {damaged} the only copy"
+        )
+    reason = f"scrub: {result.findings[0].reason}"
+    try:
+        outcome = LedgerOffloader(runtime).replace_ledger(topic, ledger_id, replaced_uuid, reason)
+    except HotLedgerMissingError as err:
+        return LedgerRepair(ledger_id, Action.NO_HOT_COPY, str(err))
+    except Exception as err:
+        detail = f"offloading again failed: {describe_error(err)}"
+        return LedgerRepair(ledger_id, Action.REPAIR_FAILED, detail)
+    if outcome.outcome is not Outcome.REPLACED:
+        return _not_replaced(runtime, ledger, replaced_uuid, outcome.outcome)
+    repaired = runtime.metadata.get_ledger(topic, ledger_id)
+    location = None if repaired.store_id is None else runtime.metadata.get_store(repaired.store_id)
+    again = scrub_ledger_in(_registry_opener(runtime.stores), ScrubTarget.of(repaired, location))
+    if again.damaged:
+        return LedgerRepair(
+            ledger_id,
+            Action.REPAIR_FAILED,
+            f"offloaded again as {outcome.attempt_id}, but the new objects are damaged too",
+            outcome.attempt_id,
+            again.findings,
+        )
+    return LedgerRepair(
+        ledger_id,
+        Action.REPAIRED,
+        f"offloaded again from the hot copy as attempt {outcome.attempt_id} "
+        f"({outcome.bytes} bytes); the damaged objects are queued for deletion",
+        outcome.attempt_id,
     )
 
 
 def _not_replaced(
-    runtime: Runtime,
-    verdict: Callable[[Action, str], LedgerVerdict],
-    target: ScrubTarget,
-    outcome: Outcome,
-) -> LedgerVerdict:
+    runtime: Runtime, ledger: Ledger, replaced_uuid: str | None, outcome: Outcome
+) -> LedgerRepair:
     """The repair did not swap the objects: say why, from the ledger as it is now."""
-    now = runtime.metadata.get_ledger(target.topic, target.ledger_id)
-    if not _still_names(now, target):
-        return verdict(Action.CHANGED, _moved_on(now))
+    now = runtime.metadata.get_ledger(ledger.topic, ledger.ledger_id)
+    if not (now.is_live and offloaded_as(now, replaced_uuid)):
+        return LedgerRepair(now.ledger_id, Action.CHANGED, _moved_on(now))
     if now.attempt_id is not None:  # another repair holds it (or took it over from ours)
-        return verdict(Action.IN_PROGRESS, f"attempt {now.attempt_id} is replacing it")
-    return verdict(
+        detail = f"attempt {now.attempt_id} is replacing it"
+        return LedgerRepair(now.ledger_id, Action.IN_PROGRESS, detail)
+    return LedgerRepair(
+        now.ledger_id,
         Action.REPAIR_FAILED,
         f"the ledger moved while its repair began ({outcome}); nothing was changed: "
         "run the scrub again",
     )
-
-
-def _still_names(ledger: Ledger, target: ScrubTarget) -> bool:
-    return ledger.is_live and ledger.is_offloaded and ledger.offload_uuid == target.offload_uuid
 
 
 def _moved_on(ledger: Ledger) -> str:

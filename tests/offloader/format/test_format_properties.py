@@ -3,7 +3,7 @@ encoding round-trips; whatever the damage (truncation, a flipped byte, garbage),
 raises FormatError, never another exception, never a hang, never wrong data. The same for
 the batch path (``chunk_offsets``/``block_offsets``: payload offsets, no copies).
 
-Profiles ("ci" derandomized, "dev" larger) live in this directory's conftest.py.
+Profiles ("ci" derandomized, "dev" larger) live in tests/fixtures/hypothesis_profiles.py.
 """
 
 from __future__ import annotations
@@ -90,7 +90,8 @@ class Ledger:
 @st.composite
 def ledgers(draw: st.DrawFn) -> Ledger:
     """Any block size from the codec's minimum up (and the policy's minimum, 64 KiB), entry
-    sizes from 0 to what a block holds, payloads that may mimic padding, any chunk target."""
+    sizes from 0 to what a block holds (all the same, or each its own), payloads that may
+    mimic padding, any chunk target."""
     block = draw(st.one_of(st.integers(MIN_BLOCK_SIZE, 4 * KiB), st.just(64 * KiB)))
     max_payload = block - HEADER_LEN - ENTRY_FRAME
     size = st.one_of(
@@ -98,6 +99,8 @@ def ledgers(draw: st.DrawFn) -> Ledger:
         st.sampled_from([0, max_payload, max_payload - 1]),
     )
     sizes = draw(st.lists(size, min_size=1, max_size=40))
+    if draw(st.booleans()):  # fixed-size records: chunks of equal frames (the fast path)
+        sizes = [sizes[0]] * len(sizes)
     first_id = draw(st.one_of(st.just(0), st.integers(0, 1 << 40)))
     rng = random.Random(draw(st.integers(0, 1 << 32)))
     padding_like = draw(st.booleans())

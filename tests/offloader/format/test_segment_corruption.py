@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from dataclasses import dataclass
 
@@ -11,7 +12,12 @@ import pytest
 
 from fixtures.segments import Segment, stream
 from offloader.exceptions import FormatError
-from offloader.format import decode_segment_block, decode_segment_index, encode_blocks
+from offloader.format import (
+    decode_segment_block,
+    decode_segment_index,
+    encode_blocks,
+    verify_block,
+)
 
 SEGMENT = Segment(stream(21, (3, 4, 9), count=30, max_size=300), 600, 1, chunk_target=300)
 RAW = SEGMENT.index()
@@ -347,3 +353,23 @@ def test_a_v1_block_is_not_a_v2_block() -> None:
     ) as err:
         decode_segment_block(bytes(v1), ledger_id=0, entry_count=1, offset=1000)
     assert err.value.offset == 1000
+
+
+def test_verify_block_checks_length_and_crc_of_a_moved_block() -> None:
+    """What a merge checks before it writes a downloaded block again (rewrite/merge.py)."""
+    index = decode_segment_index(RAW)
+    data = SEGMENT.data
+    for block in (b for view in index.ledgers for b in view.blocks):
+        raw = data[block.offset : block.offset + block.length]
+        verify_block(raw, block)
+        with pytest.raises(FormatError, match="truncated block") as short:
+            verify_block(raw[:-1], block)
+        assert short.value.offset == block.offset + block.length - 1
+        for at in (0, len(raw) // 2, len(raw) - 1):
+            flipped = bytearray(raw)
+            flipped[at] ^= 0x10
+            with pytest.raises(FormatError, match="CRC mismatch in block") as bad:
+                verify_block(bytes(flipped), block)
+            assert bad.value.offset == block.offset
+    with pytest.raises(ValueError, match="no CRC"):
+        verify_block(raw, dataclasses.replace(block, crc32c=None))

@@ -3,7 +3,7 @@ chunk size, fed in any batches over any passes, round-trip (for us and for the i
 Pulsar v2 reader); any damage to an index, chunk or block raises FormatError with an
 offset, never another exception, never a hang, never wrong data.
 
-Profiles ("ci" derandomized, "dev" larger) live in this directory's conftest.py.
+Profiles ("ci" derandomized, "dev" larger) live in tests/fixtures/hypothesis_profiles.py.
 """
 
 from __future__ import annotations

@@ -8,9 +8,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from offloader.exceptions import (
+    InvalidRangeError,
     ObjectExistsError,
     ObjectNotFoundError,
-    UnsupportedOperationError,
+    PartTooSmallError,
 )
 from offloader.objectstore import ObjectStore
 
@@ -241,24 +242,91 @@ def test_exists(object_store: ObjectStore) -> None:
     assert not object_store.exists("not-here")
 
 
-def test_concat_joins_sources_in_order(object_store: ObjectStore) -> None:
-    if not object_store.capabilities.concat:
-        with pytest.raises(UnsupportedOperationError):
-            object_store.concat("joined", ["a", "b"])
-        return
-    size = object_store.capabilities.min_part_size
-    sources = {"c/1": b"a" * size, "c/2": b"", "c/3": b"b" * size, "c/4": b"tail"}
-    for key, data in sources.items():
-        object_store.put(key, data, metadata={"source": key})
+def test_copied_parts_complete_into_the_expected_bytes(object_store: ObjectStore) -> None:
+    size = _part_size(object_store)
+    first = bytes(random.Random(1).randbytes(2 * size))
+    second = b"second object, copied from the middle"
+    object_store.put("src/1", first, metadata={"role": "source"})
+    object_store.put("src/2", second)
+    upload = object_store.create_multipart("merged", metadata={"role": "merged"})
 
-    object_store.concat("c/joined", list(sources))
+    copied = object_store.upload_part_copy(upload, 1, "src/1", 3, size)
+    uploaded = object_store.upload_part(upload, 2, b"u" * size)
+    tail = object_store.upload_part_copy(upload, 3, "src/2", 7, 6)
+    object_store.complete_multipart(upload, [tail, copied, uploaded])
 
-    assert object_store.get("c/joined") == b"".join(sources.values())
-    assert object_store.stat("c/joined").size == 2 * size + 4
+    assert (copied.size, tail.size) == (size, 6)
+    assert object_store.get("merged") == first[3 : 3 + size] + b"u" * size + second[7:13]
+    assert object_store.stat("merged").metadata == {"role": "merged"}
+    assert object_store.get("src/1") == first  # the source is left as it was
     assert list(object_store.list_multipart_uploads()) == []
-    with pytest.raises(ObjectNotFoundError):
-        object_store.concat("c/bad", ["c/1", "c/missing"])
-    assert not object_store.exists("c/bad")
+
+
+@pytest.mark.parametrize(
+    ("offset", "length"),
+    [(0, 11), (5, 6), (10, 1), (20, 5)],
+    ids=["long", "tail", "at-end", "past"],
+)
+def test_part_copy_of_a_range_beyond_the_source(
+    object_store: ObjectStore, offset: int, length: int
+) -> None:
+    object_store.put("ten", b"0123456789")
+    upload = object_store.create_multipart("copy")
+    try:
+        with pytest.raises(InvalidRangeError, match="ten"):
+            object_store.upload_part_copy(upload, 1, "ten", offset, length)
+        part = object_store.upload_part_copy(upload, 1, "ten", 4, 6)  # the upload is usable
+        object_store.complete_multipart(upload, [part])
+    finally:
+        object_store.abort_multipart(upload)
+    assert object_store.get("copy") == b"456789"
+
+
+def test_part_copy_of_a_missing_source(object_store: ObjectStore) -> None:
+    upload = object_store.create_multipart("copy")
+    try:
+        with pytest.raises(ObjectNotFoundError, match="missing"):
+            object_store.upload_part_copy(upload, 1, "missing", 0, 1)
+    finally:
+        object_store.abort_multipart(upload)
+    assert not object_store.exists("copy")
+
+
+def test_part_copy_arguments_are_checked(object_store: ObjectStore) -> None:
+    object_store.put("src", b"x" * 10)
+    upload = object_store.create_multipart("copy")
+    caps = object_store.capabilities
+    bad = [
+        (0, 0, 1),
+        (caps.max_parts + 1, 0, 1),
+        (1, -1, 1),
+        (1, 0, 0),
+        (1, 0, caps.max_part_size + 1),
+    ]
+    try:
+        for number, offset, length in bad:
+            with pytest.raises(ValueError, match=r"part number|offset"):
+                object_store.upload_part_copy(upload, number, "src", offset, length)
+    finally:
+        object_store.abort_multipart(upload)
+
+
+def test_complete_refuses_a_small_part_before_the_last(object_store: ObjectStore) -> None:
+    """S3's part rule, as SeaweedFS enforces it (EntityTooSmall); the files store applies
+    its own minimum (1 byte by default: an empty part)."""
+    small = object_store.capabilities.min_part_size - 1
+    object_store.put("src", b"s" * max(small, 1))
+    upload = object_store.create_multipart("parts")
+    try:
+        parts = [
+            object_store.upload_part(upload, 1, b"s" * small),
+            object_store.upload_part_copy(upload, 2, "src", 0, 1),
+        ]
+        with pytest.raises(PartTooSmallError, match="EntityTooSmall"):
+            object_store.complete_multipart(upload, parts)
+    finally:
+        object_store.abort_multipart(upload)
+    assert not object_store.exists("parts")
 
 
 def test_url_is_printable(object_store: ObjectStore) -> None:

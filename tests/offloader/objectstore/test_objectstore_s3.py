@@ -13,7 +13,7 @@ import pytest
 
 from fixtures.seaweedfs import SeaweedS3
 from offloader.exceptions import ObjectExistsError, ObjectNotFoundError, ObjectStoreError
-from offloader.objectstore import open_object_store, s3
+from offloader.objectstore import MultipartUpload, open_object_store, s3
 from offloader.objectstore.filesystem import FilesystemObjectStore
 from offloader.objectstore.s3 import S3ObjectStore, build_client
 from offloader.settings import Settings
@@ -128,26 +128,20 @@ def test_conditional_headers_are_sent(s3_store: S3ObjectStore) -> None:
     assert completes[0]["request"].headers["If-None-Match"] == b"*"
 
 
-def test_concat_refuses_small_leading_sources(s3_store: S3ObjectStore) -> None:
-    s3_store.put("small", b"x" * 10)
-    s3_store.put("last", b"y")
+def test_part_copy_is_one_upload_part_copy_with_a_range(s3_store: S3ObjectStore) -> None:
+    s3_store.put("src", b"0123456789")
+    requests = _recorder(s3_store, "before-send.s3.UploadPartCopy")
+    gets = _recorder(s3_store, "before-send.s3.GetObject")
+    upload = s3_store.create_multipart("dst")
 
-    with pytest.raises(ValueError, match="S3 part size rule"):
-        s3_store.concat("joined", ["small", "last"])
-    s3_store.concat("only-small", ["small"])
+    part = s3_store.upload_part_copy(upload, 1, "src", 2, 5)
+    s3_store.complete_multipart(upload, [part])
 
-    assert s3_store.get("only-small") == b"x" * 10
-    assert list(s3_store.list_multipart_uploads()) == []
-    assert not s3_store.exists("joined")
-
-
-def test_concat_of_empty_sources_gives_an_empty_object(s3_store: S3ObjectStore) -> None:
-    s3_store.put("e1", b"")
-    s3_store.put("e2", b"")
-
-    s3_store.concat("joined", ["e1", "e2"])
-
-    assert s3_store.get("joined") == b""
+    (request,) = requests
+    assert request["request"].headers["x-amz-copy-source-range"] == b"bytes=2-6"
+    assert request["request"].headers["x-amz-copy-source"].endswith(b"/store-prefix/src")
+    assert gets == []  # no byte of the source came through the client
+    assert s3_store.get("dst") == b"23456"
 
 
 def test_conditional_complete_locks_are_released(s3_store: S3ObjectStore) -> None:
@@ -186,6 +180,7 @@ def _calls(store: S3ObjectStore) -> Iterator[Any]:
     yield lambda: list(store.list())
     yield lambda: store.delete_many(["k"])
     yield lambda: store.create_multipart("k")
+    yield lambda: store.upload_part_copy(MultipartUpload("k", "u1"), 1, "src", 0, 1)
 
 
 def test_wrong_credentials_fail_without_leaking_the_secret(

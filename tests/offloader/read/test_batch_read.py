@@ -20,9 +20,10 @@ KiB = 1024
 Entries = list[tuple[int, bytes]]
 
 
-@pytest.fixture
-def offloaded(runtime: Runtime) -> tuple[Ledger, Entries]:
-    ledger = offloaded_ledger(runtime)
+@pytest.fixture(params=[False, True], ids=["any-sizes", "fixed-sizes"])
+def offloaded(runtime: Runtime, request: pytest.FixtureRequest) -> tuple[Ledger, Entries]:
+    """Entries of any size, or fixed-size records (every chunk parsed by the fast path)."""
+    ledger = offloaded_ledger(runtime, fixed=request.param)
     return ledger, list(runtime.hot.read(ledger.topic, ledger.ledger_id))
 
 

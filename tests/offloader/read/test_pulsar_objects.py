@@ -26,10 +26,14 @@ FOREIGN_METADATA = bytes.fromhex("0801100218c8012203666f6f")  # protobuf-ish, no
 Entries = list[tuple[int, bytes]]
 
 
-def as_pulsar_object(rt: Runtime, ours: bool) -> tuple[Ledger, Entries, list[BlockRef]]:
+def as_pulsar_object(
+    rt: Runtime, ours: bool, fixed: bool = False
+) -> tuple[Ledger, Entries, list[BlockRef]]:
     """An offloaded ledger whose objects are replaced by the reference writer's: its
-    blocks, and a v1 index holding our metadata record or foreign (BookKeeper) bytes."""
-    ledger = offloaded_ledger(rt, count=300, max_size=3000)
+    blocks, and a v1 index holding our metadata record or foreign (BookKeeper) bytes.
+    Entries of any size up to 3000 bytes, or all of 3000 (``fixed``: the parser's fast
+    path takes whole blocks of equal frames)."""
+    ledger = offloaded_ledger(rt, count=300, max_size=3000, fixed=fixed)
     entries = list(rt.hot.read(ledger.topic, ledger.ledger_id))
     blocks = pulsar_write_blocks(entries, BLOCK)
     assert len(blocks) >= 4
@@ -53,9 +57,10 @@ def tiered(rt: Runtime, ledger: Ledger, **kwargs: object) -> TieredLedgerReader:
     )
 
 
+@pytest.mark.parametrize("fixed", [False, True], ids=["any-sizes", "fixed-sizes"])
 @pytest.mark.parametrize("ours", [False, True], ids=["foreign-metadata", "our-metadata"])
-def test_pulsar_objects_read_back_identical(runtime: Runtime, ours: bool) -> None:
-    ledger, entries, blocks = as_pulsar_object(runtime, ours)
+def test_pulsar_objects_read_back_identical(runtime: Runtime, ours: bool, fixed: bool) -> None:
+    ledger, entries, blocks = as_pulsar_object(runtime, ours, fixed)
     # without the metadata store's entry count, the last block is scanned the Pulsar way
     reader = tiered(runtime, ledger)
     assert reader.last_entry_id == len(entries) - 1
@@ -165,13 +170,18 @@ PULSAR_DAMAGES = [
 ]
 
 
+@pytest.mark.parametrize("fixed", [False, True], ids=["any-sizes", "fixed-sizes"])
 @pytest.mark.parametrize("damage", PULSAR_DAMAGES, ids=lambda d: d.__name__)
 def test_damage_in_pulsar_blocks_is_detected(
-    runtime: Runtime, damage: Callable[[list[BlockRef], Entries], tuple[Edit, str, int]]
+    runtime: Runtime,
+    damage: Callable[[list[BlockRef], Entries], tuple[Edit, str, int]],
+    fixed: bool,
 ) -> None:
     """Pulsar v1 has no CRC: a flipped payload byte cannot be seen. Everything around the
-    payloads can, and is: the reader never returns entries from a broken structure."""
-    ledger, entries, blocks = as_pulsar_object(runtime, ours=False)
+    payloads can, and is: the reader never returns entries from a broken structure. The
+    same damage is named at the same offset whether the frames are of any size or all of
+    one (where the parser's fast path would otherwise take the whole block)."""
+    ledger, entries, blocks = as_pulsar_object(runtime, ours=False, fixed=fixed)
     edit, what, offset = damage(blocks, entries)
     assert ledger.data_key is not None
     overwrite_object(runtime.objects, ledger.data_key, edit)

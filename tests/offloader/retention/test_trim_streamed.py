@@ -5,6 +5,7 @@ backends, with the GC as the CLI runs it."""
 from __future__ import annotations
 
 from fixtures.backends import make_topic, produce_ledgers, unaccounted_objects
+from fixtures.streamed import ledgers_by_segment
 from offloader.gc.deletion_queue import process_deletions
 from offloader.metadata import Position, SegmentState
 from offloader.read.topic_reader import Source, TopicReader
@@ -21,14 +22,6 @@ def gc(rt: Runtime) -> None:
     process_deletions(rt.metadata, rt.stores, rt.settings)
 
 
-def segments_by_ledger(rt: Runtime) -> dict[str, set[int]]:
-    held: dict[str, set[int]] = {}
-    for ledger in rt.metadata.list_ledgers("orders"):
-        for piece in rt.metadata.segments.pieces("orders", ledger.ledger_id):
-            held.setdefault(piece.segment.segment_id, set()).add(ledger.ledger_id)
-    return held
-
-
 def test_segments_go_only_with_their_last_ledger(runtime: Runtime) -> None:
     rt = runtime
     part = max(rt.objects.capabilities.min_part_size, 4096)
@@ -36,7 +29,7 @@ def test_segments_go_only_with_their_last_ledger(runtime: Runtime) -> None:
     # five ledgers of about 0.7 parts: segments of ~2 parts straddle ledger boundaries
     ledgers = produce_ledgers(rt, "orders", [(14, part // 10)] * 5, seed=4)
     StreamingOffloader(rt).run_pass("orders", close_now=True)
-    held = segments_by_ledger(rt)
+    held = ledgers_by_segment(rt, "orders")
     assert any(len(ids) > 1 for ids in held.values()), held
 
     cut = ledgers[2]

@@ -83,3 +83,27 @@ def test_a_report_path_that_cannot_be_written_is_refused_first(
         f"error: scrub report {str(tmp_path)!r} is a directory: name a file"
     ]
     assert runtime.metadata.get_ledger("orders", victim.ledger_id) == before  # not repaired
+
+
+def test_a_damaged_segment_left_names_its_ledgers_and_exits_2(runtime: Runtime) -> None:
+    from fixtures.streamed import (
+        flip_a_payload_byte,
+        ledgers_by_segment,
+        shared_segment,
+        streamed_topic,
+    )
+    from offloader.offload.hot_deletion import delete_hot_copies
+
+    streamed_topic(runtime, "events", 6)
+    delete_hot_copies(runtime.metadata, runtime.hot, "events")
+    victim = shared_segment(runtime, "events")
+    ids = sorted(ledgers_by_segment(runtime, "events")[victim.segment_id])
+    flip_a_payload_byte(runtime, victim)
+    done = run_cli(runtime, "scrub", "--json", "events")
+    assert done.returncode == 2
+    named = ", ".join(f"events/{n} (no-hot-copy)" for n in ids)
+    assert done.stderr.splitlines() == [
+        f"error: scrub found {len(ids)} damaged ledger(s) it did not repair: {named}"
+    ]
+    (entry,) = json.loads(done.stdout)["damaged_ledgers"]
+    assert [x["ledger_id"] for x in entry["ledgers"]] == ids

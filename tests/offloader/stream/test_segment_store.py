@@ -12,6 +12,7 @@ import sqlalchemy as sa
 
 from fixtures.backends import produce_ledgers
 from fixtures.clock import database_time_ms
+from fixtures.segment_rows import add_part, assign, offloaded, pos
 from offloader.exceptions import (
     CommitFailedError,
     NotFoundError,
@@ -24,10 +25,7 @@ from offloader.metadata import (
     LedgerState,
     OffloadMode,
     OffloadState,
-    Position,
-    Segment,
     SegmentState,
-    StreamClaim,
     schema,
 )
 from offloader.metadata.segments import PieceRange, SegmentStore
@@ -35,10 +33,6 @@ from offloader.policy import OffloadPolicy
 from offloader.runtime import Runtime
 
 T = "s"
-
-
-def pos(ledger_id: int, entry_id: int) -> Position:
-    return Position(ledger_id=ledger_id, entry_id=entry_id)
 
 
 @pytest.fixture
@@ -56,48 +50,6 @@ def store(rt: Runtime) -> SegmentStore:
 
 def ledger_ids(rt: Runtime) -> list[int]:
     return [x.ledger_id for x in rt.metadata.list_ledgers(T)]
-
-
-def assign(rt: Runtime, claim: StreamClaim, name: str, begin: Position, **kw: Any) -> Segment:
-    return rt.metadata.segments.assign(
-        claim,
-        segment_id=name,
-        data_key=f"{name}-d",
-        index_key=f"{name}-i",
-        store_id=rt.stores.default_id(),
-        begin=begin,
-        **kw,
-    )
-
-
-def add_part(
-    store: SegmentStore, claim: StreamClaim, segment: Segment, last: Position, length: int = 100
-) -> Segment:
-    number = len(store.parts(segment)) + 1
-    return store.record_part(
-        claim,
-        segment,
-        part_number=number,
-        etag=f"etag-{number}",
-        offset=segment.data_len,
-        length=length,
-        last=last,
-        blocks="[]",
-    )
-
-
-def offloaded(
-    rt: Runtime, claim: StreamClaim, name: str, pieces: list[tuple[int, int, int]]
-) -> Segment:
-    """A segment taken through its whole life, holding ``pieces`` (ledger, first, last)."""
-    store = rt.metadata.segments
-    lid, first, _ = pieces[0]
-    segment = assign(rt, claim, name, pos(lid, first))
-    segment = store.record_upload(claim, segment, f"upload-{name}")
-    for ledger_id, _, last in pieces:
-        segment = add_part(store, claim, segment, pos(ledger_id, last))
-    segment = store.begin_close(claim, segment)
-    return store.commit(claim, segment, [PieceRange(*p) for p in pieces])
 
 
 def snapshot(rt: Runtime) -> dict[str, list[Any]]:

@@ -1,0 +1,252 @@
+"""The release rule of streaming segments (metadata/segments.py), on SQLite and PostgreSQL:
+an offloaded segment is released (state ``deleted``, its two keys queued) once none of the
+ledgers it holds needs it, and a ledger stops needing it when it is deleted or offloaded in
+mode ``ledger`` (its own objects). A ledger still streamed, offloading, offloaded in mode
+``stream`` or being deleted keeps it. Segments left by ledgers moving to v1 queue their
+keys after the replaced objects' grace; retention's (every ledger deleted) at once."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from fixtures.metadata import begin, sealed_ledger
+from fixtures.segment_rows import offloaded
+from offloader.exceptions import CommitFailedError
+from offloader.metadata import (
+    AttemptState,
+    DeletionState,
+    Ledger,
+    OffloadMode,
+    OffloadState,
+    SegmentState,
+    schema,
+)
+from offloader.metadata.segments import RELEASED_REASON, SegmentStore
+from offloader.runtime import Runtime
+
+T = "t"
+GRACE = 3_600_000
+
+# how each ledger of the segment is left: (offload_state, offload_mode, deletion_state)
+STATES = {
+    "deleted": (OffloadState.OFFLOADED, OffloadMode.STREAM, DeletionState.DELETED),
+    "deleting": (OffloadState.OFFLOADED, OffloadMode.STREAM, DeletionState.DELETING),
+    "ledger-mode": (OffloadState.OFFLOADED, OffloadMode.LEDGER, DeletionState.NONE),
+    "stream-mode": (OffloadState.OFFLOADED, OffloadMode.STREAM, DeletionState.NONE),
+    "unsettled": (OffloadState.NONE, OffloadMode.LEDGER, DeletionState.NONE),
+    "offloading": (OffloadState.OFFLOADING, OffloadMode.LEDGER, DeletionState.NONE),
+    "deleted-ledger-mode": (OffloadState.OFFLOADED, OffloadMode.LEDGER, DeletionState.DELETED),
+}
+
+# the ledgers' states -> released, and how: "at once" (retention's), "after the grace"
+CASES = {
+    "all deleted": (["deleted", "deleted"], "at once"),
+    "deleted and deleting": (["deleted", "deleting"], None),
+    "all ledger-mode": (["ledger-mode", "ledger-mode"], "after the grace"),
+    "ledger-mode and unsettled": (["ledger-mode", "unsettled"], None),
+    "ledger-mode and stream-mode": (["ledger-mode", "stream-mode"], None),
+    "ledger-mode and offloading": (["ledger-mode", "offloading"], None),
+    "mixed": (["deleted", "ledger-mode", "deleted-ledger-mode"], "after the grace"),
+    "mixed, one unsettled": (["deleted", "ledger-mode", "unsettled"], None),
+    "mixed, one deleting": (["deleting", "ledger-mode"], None),
+}
+
+
+def ledgers(rt: Runtime, count: int) -> list[Ledger]:
+    return [sealed_ledger(rt.metadata, T) for _ in range(count)]
+
+
+def set_state(rt: Runtime, ledger_id: int, state: str) -> None:
+    offload_state, mode, deletion = STATES[state]
+    L = schema.ledgers
+    with rt.metadata.transaction() as conn:
+        conn.execute(
+            L.update()
+            .where(L.c.topic == T, L.c.ledger_id == ledger_id)
+            .values(offload_state=offload_state, offload_mode=mode, deletion_state=deletion)
+        )
+
+
+def queued(rt: Runtime) -> dict[str, tuple[str, int]]:
+    """Queued key -> (reason, how long after it was queued it is due)."""
+    return {
+        d.object_key: (d.reason, d.next_try_ms - d.enqueued_ms)
+        for d in rt.metadata.pending_deletions()
+    }
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_segment_is_released_only_when_no_ledger_needs_it(runtime: Runtime, case: str) -> None:
+    rt = runtime
+    states, released = CASES[case]
+    ids = [x.ledger_id for x in ledgers(rt, len(states) + 1)]
+    claim = rt.metadata.segments.claim(T, "p", 60_000)
+    offloaded(rt, claim, "a", [(n, 0, 9) for n in ids[:-1]])
+    other = offloaded(rt, claim, "b", [(ids[-1], 0, 9)])  # of another ledger: never released
+    for ledger_id, state in zip(ids, states, strict=False):
+        set_state(rt, ledger_id, state)
+
+    with rt.metadata.transaction() as conn:
+        count = rt.metadata.segments.release_deleted(conn, [T], GRACE)
+    segment = rt.metadata.segments.get("a")
+    assert rt.metadata.segments.get("b") == other
+    if released is None:
+        assert count == 0 and segment.state is SegmentState.OFFLOADED
+        assert queued(rt) == {}
+        return
+    assert count == 1 and segment.state is SegmentState.DELETED
+    if released == "at once":
+        reason, detail, delay = "segment deleted", "every ledger it holds was deleted", 0
+    else:
+        reason, detail, delay = RELEASED_REASON, "no ledger it holds needs it", GRACE
+    assert detail in (segment.detail or "")
+    assert queued(rt) == {"a-d": (reason, delay), "a-i": (reason, delay)}
+    with rt.metadata.transaction() as conn:
+        assert rt.metadata.segments.release_deleted(conn, [T], GRACE) == 0  # once only
+
+
+def test_retention_releases_a_segment_its_other_ledgers_left_for_v1(runtime: Runtime) -> None:
+    """finish_deleted_ledgers applies the whole rule: the last ledger of a segment to go is
+    deleted while the other moved to its own objects, so the keys wait out the grace."""
+    rt = runtime
+    first, second = (x.ledger_id for x in ledgers(rt, 2))
+    claim = rt.metadata.segments.claim(T, "p", 60_000)
+    offloaded(rt, claim, "a", [(first, 0, 9), (second, 0, 9)])
+    set_state(rt, second, "ledger-mode")
+    marked, _ = rt.metadata.mark_ledgers_deleting(T, second, 10)
+    assert marked == [first]
+    rt.metadata.mark_hot_copies_deleted(T, marked)
+    assert rt.metadata.segments.get("a").state is SegmentState.OFFLOADED
+    rt.metadata.finish_deleted_ledgers(GRACE)
+    assert rt.metadata.segments.get("a").state is SegmentState.DELETED
+    assert queued(rt)["a-d"] == (RELEASED_REASON, GRACE)
+
+
+def swap(rt: Runtime, ledger_id: int, attempt_id: str, grace_ms: int = GRACE) -> Ledger:
+    """A stream-mode ledger rewritten as v1 objects from the tier: intent, then the swap."""
+    ledger = rt.metadata.get_ledger(T, ledger_id)
+    _, attempt = begin(rt.metadata, ledger, attempt_id, replace=True, from_tier=True)
+    return rt.metadata.commit_replacement(attempt, 100, "migrated to v1", grace_ms=grace_ms)
+
+
+def test_the_swap_of_the_last_ledger_that_needs_a_segment_releases_it(runtime: Runtime) -> None:
+    rt = runtime
+    ids = [x.ledger_id for x in ledgers(rt, 3)]
+    claim = rt.metadata.segments.claim(T, "p", 60_000)
+    offloaded(rt, claim, "a", [(ids[0], 0, 9), (ids[1], 0, 4)])
+    offloaded(rt, claim, "b", [(ids[1], 5, 9), (ids[2], 0, 9)])
+    assert all(
+        rt.metadata.get_ledger(T, n).offload_mode is OffloadMode.STREAM for n in ids
+    )  # settled by the commits
+
+    first = swap(rt, ids[0], "v1-0")
+    assert (first.offload_mode, first.offload_uuid, first.data_key) == (
+        OffloadMode.LEDGER,
+        "v1-0",
+        "v1-0-d",
+    )
+    assert rt.metadata.segments.get("a").state is SegmentState.OFFLOADED  # ids[1] needs it
+    assert queued(rt) == {}
+    swap(rt, ids[1], "v1-1")
+    assert rt.metadata.segments.get("a").state is SegmentState.DELETED
+    assert rt.metadata.segments.get("b").state is SegmentState.OFFLOADED  # ids[2] needs it
+    reason = "segment released: migrated to v1"
+    assert queued(rt) == {"a-d": (reason, GRACE), "a-i": (reason, GRACE)}
+    assert rt.metadata.segments.pieces(T, ids[2])  # still read from b
+    swap(rt, ids[2], "v1-2", grace_ms=0)
+    assert rt.metadata.segments.get("b").state is SegmentState.DELETED
+    assert queued(rt)["b-d"] == (reason, 0)
+    committed = rt.metadata.list_attempts(T, AttemptState.COMMITTED)
+    assert sorted(a.attempt_id for a in committed) == ["v1-0", "v1-1", "v1-2"]  # one each
+
+
+def test_a_replacement_in_flight_keeps_the_segments(runtime: Runtime) -> None:
+    """While the attempt uploads, the ledger is offloaded on its segments (reads go on
+    there) and a second one is refused; a failed one leaves the segments as they were."""
+    rt = runtime
+    (lid,) = (x.ledger_id for x in ledgers(rt, 1))
+    claim = rt.metadata.segments.claim(T, "p", 60_000)
+    offloaded(rt, claim, "a", [(lid, 0, 9)])
+    ledger = rt.metadata.get_ledger(T, lid)
+    during, attempt = begin(rt.metadata, ledger, "v1", replace=True, from_tier=True)
+    assert during.offload_mode is OffloadMode.STREAM and during.attempt_id == "v1"
+    with rt.metadata.transaction() as conn:
+        assert rt.metadata.segments.release_deleted(conn, [T]) == 0
+    with pytest.raises(CommitFailedError, match="has attempt v1 in flight"):
+        begin(rt.metadata, during, "other", replace=True, from_tier=True)
+    rt.metadata.fail_attempt(attempt, "upload failed")
+    after = rt.metadata.get_ledger(T, lid)
+    assert after.offload_mode is OffloadMode.STREAM and after.attempt_id is None
+    assert rt.metadata.segments.get("a").state is SegmentState.OFFLOADED
+    assert set(queued(rt)) == {"v1-d", "v1-i"}
+
+
+def test_only_a_tier_sourced_replacement_may_lack_a_hot_copy(runtime: Runtime) -> None:
+    rt = runtime
+    (lid,) = (x.ledger_id for x in ledgers(rt, 1))
+    claim = rt.metadata.segments.claim(T, "p", 60_000)
+    offloaded(rt, claim, "a", [(lid, 0, 9)])
+    ledger = rt.metadata.mark_hot_deleting(rt.metadata.get_ledger(T, lid))
+    with pytest.raises(ValueError, match="needs an offloaded ledger whose hot copy is present"):
+        begin(rt.metadata, ledger, "hot", replace=True)
+    _, attempt = begin(rt.metadata, ledger, "tier", replace=True, from_tier=True)
+    assert rt.metadata.commit_replacement(attempt, 1, "r").offload_mode is OffloadMode.LEDGER
+    not_offloaded = sealed_ledger(rt.metadata, T)
+    with pytest.raises(ValueError, match=r"it is none .*needs an offloaded ledger\)$"):
+        begin(rt.metadata, not_offloaded, "x", replace=True, from_tier=True)
+
+
+@pytest.mark.parametrize("other", ["swap", "retention"])
+def test_two_ledgers_of_a_segment_let_go_at_once_release_it(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch, other: str
+) -> None:
+    """The two ledgers of a segment let go of it by two transactions at once (a swap to
+    v1, and another swap or retention deleting the other ledger): the second waits for the
+    first's lock on the segment, then sees its change and releases the segment (each
+    alone would find the other ledger still needing it, and on PostgreSQL neither would
+    release it)."""
+    rt = runtime
+    first, second = (x.ledger_id for x in ledgers(rt, 2))
+    claim = rt.metadata.segments.claim(T, "p", 60_000)
+    offloaded(rt, claim, "a", [(first, 0, 9), (second, 0, 9)])
+    _, attempt = begin(rt.metadata, rt.metadata.get_ledger(T, second), "v1", replace=True)
+    if other == "swap":
+        ledger = rt.metadata.get_ledger(T, first)
+        _, early = begin(rt.metadata, ledger, "early", replace=True)
+
+        def let_go() -> object:
+            return rt.metadata.commit_replacement(early, 1, "r")
+    else:
+        marked, _ = rt.metadata.mark_ledgers_deleting(T, second, 10)
+        rt.metadata.mark_hot_copies_deleted(T, marked)
+
+        def let_go() -> object:
+            return rt.metadata.finish_deleted_ledgers(GRACE)
+
+    inside, go = threading.Event(), threading.Event()
+    real = SegmentStore.release_moved
+
+    def held_open(self: SegmentStore, conn: Any, topic: str, ledger_id: int, *rest: Any) -> int:
+        count = real(self, conn, topic, ledger_id, *rest)
+        if ledger_id == second:  # the swap's transaction stays open past its release
+            inside.set()
+            assert go.wait(30)
+        return count
+
+    monkeypatch.setattr(SegmentStore, "release_moved", held_open)
+    swap = threading.Thread(target=rt.metadata.commit_replacement, args=(attempt, 1, "r"))
+    swap.start()
+    assert inside.wait(30)
+    rival = threading.Thread(target=let_go)
+    rival.start()
+    time.sleep(0.5)  # the rival runs up to the segment's lock (unlocked: it commits)
+    go.set()
+    for thread in (swap, rival):
+        thread.join(30)
+    assert rt.metadata.get_ledger(T, second).offload_mode is OffloadMode.LEDGER
+    assert rt.metadata.segments.get("a").state is SegmentState.DELETED
+    assert set(queued(rt)) == {"a-d", "a-i"}
