@@ -14,11 +14,13 @@ target alone):
 Anything else between two sources breaks the run: an object of the other kind or not
 small, a ledger not offloaded (hot only, or open), one outside the ledger range, one with
 an offload attempt in flight (a scrub repair). A segment is a source only if offloaded
-(never an open one) and every ledger it holds is live; a deleted or deleting ledger is
-never a source. A ledger partly below the topic's start is live and is copied whole: its
-head stays hidden by the start. A ledger offloaded in v1 objects that also has entries in
-segments (it was streamed in part) is not a source either: two copies of its entries
-would be recorded. After a complete run, a rerun plans nothing.
+(never an open one) and every ledger it holds is live and still needs it (a ledger
+repaired or migrated back to objects of its own does not: such a segment waits for its
+release, it is not copied again); a deleted or deleting ledger is never a source. A
+ledger partly below the topic's start is live and is copied whole: its head stays hidden
+by the start. A ledger offloaded in v1 objects that also has entries in segments (it was
+streamed in part) is not a source either: two copies of its entries would be recorded.
+After a complete run, a rerun plans nothing.
 """
 
 from __future__ import annotations
@@ -113,7 +115,6 @@ def _topics(metadata: MetadataStore, topics: list[str] | None) -> list[str]:
 def _objects(metadata: MetadataStore, topic: str, params: RewriteParams) -> list[Source | None]:
     """The topic's objects in position order; None marks what breaks a run."""
     ledgers = metadata.list_ledgers(topic, live=True)
-    live = {x.ledger_id for x in ledgers}
     pieces = metadata.rewrites.offloaded_pieces(topic)
     streamed = {p.ledger_id for ranges in pieces.values() for p in ranges}
     found: list[tuple[Position, Source | None]] = []
@@ -128,9 +129,10 @@ def _objects(metadata: MetadataStore, topic: str, params: RewriteParams) -> list
             continue  # its entries are the segments' below; an empty ledger holds none
         else:
             found.append((at, None))  # hot only, open, or an attempt in flight
+    needs = {x.ledger_id for x in ledgers if not _v1_object(x)}  # not on objects of its own
     for segment in metadata.segments.list(topic, [SegmentState.OFFLOADED]):
         ids = tuple(sorted({p.ledger_id for p in pieces.get(segment.segment_id, [])}))
-        usable = bool(ids) and all(i in live and params.in_range(i) for i in ids)
+        usable = bool(ids) and all(i in needs and params.in_range(i) for i in ids)
         source = Source(segment.begin, segment.data_len, segment=segment, ledger_ids=ids)
         found.append((segment.begin, source if usable else None))
     found.sort(key=lambda item: (item[0].key(), item[1] is not None))

@@ -12,7 +12,6 @@ from offloader.rewrite.plan import RewriteGroup
 REWRITTEN = "rewritten"  # the output committed, the sources swapped onto it
 CHANGED = "changed"  # a source moved since it was planned: nothing swapped, the next run re-plans
 FAILED = "failed"  # an error; the rewrite was given up and its objects queued
-REFUSED = "refused"  # this build cannot rewrite such a group (see detail)
 PLANNED = "planned"  # a dry run: what would be rewritten
 
 
@@ -96,9 +95,8 @@ class RewriteReport:
         return "\n".join(lines)
 
     def raise_for_failure(self) -> None:
-        """After the other groups were done: fail naming the groups that failed or that
-        this build refused."""
-        bad = [g for g in self.groups if g.outcome in (FAILED, REFUSED)]
+        """After the other groups were done: fail naming the groups that failed."""
+        bad = [g for g in self.groups if g.outcome == FAILED]
         if bad:
             first = bad[0]
             raise RewriteFailedError(

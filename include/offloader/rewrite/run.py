@@ -7,7 +7,7 @@ One group, by the invariants:
 3. the multipart upload created, then its id recorded;
 4. parts uploaded while a keeper thread renews the lease: v1 sources re-encoded client
    side (rewrite/encode.py), segments merged server side where the store allows it
-   (``offloader.rewrite.merge``);
+   (rewrite/merge.py);
 5. the upload completed (If-None-Match), the index written (If-None-Match);
 6. the swap committed by compare-and-set (metadata/rewrites.py).
 
@@ -19,42 +19,48 @@ rewrite segment whose lease runs out: the next run or ``offloader gc`` recovers 
 recorded. Failpoints: ``rewrite-after-begin``, ``rewrite-after-create-upload``,
 ``rewrite-after-first-part``, ``rewrite-after-complete``, ``rewrite-after-index``,
 ``mid-rewrite-commit`` (inside the swap) and ``rewrite-after-commit``.
+
+Mode ``to-v1`` is the other direction, ledger by ledger through the replacement of an
+offloaded ledger (rewrite/to_v1.py); its results come back in the same report.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import logging
 import uuid
 from collections.abc import Callable
-from typing import Any
 
 from offloader import failpoints
 from offloader.exceptions import CommitFailedError
 from offloader.metadata import Segment
 from offloader.objectstore import MultipartUpload, ObjectStore, PartInfo
-from offloader.read.tiered import INDEX_CACHE
 from offloader.rewrite.encode import RewrittenData, encode_ledgers
 from offloader.rewrite.lease import RewriteLease
+from offloader.rewrite.merge import load_source, merge_segments
 from offloader.rewrite.params import TO_V1, RewriteParams
 from offloader.rewrite.plan import SEGMENT, RewriteGroup, plan_rewrite
 from offloader.rewrite.report import (
     CHANGED,
     FAILED,
     PLANNED,
-    REFUSED,
     REWRITTEN,
     GroupResult,
     RewriteReport,
 )
+from offloader.rewrite.to_v1 import ToV1Outcome, ToV1Result, migrate_to_v1, plan_to_v1
 from offloader.runtime import Runtime
 from offloader.stream.offloader import segment_object_keys, segment_user_metadata
 
 log = logging.getLogger(__name__)
 
-MERGE_MODULE = "offloader.rewrite.merge"  # server-side merge of v2 segments
-TO_V1_MODULE = "offloader.rewrite.to_v1"  # v2 -> v1 migration
+# a ledger migrated back to v1 is reported like a rewritten group
+_TO_V1 = {
+    ToV1Outcome.MIGRATED: REWRITTEN,
+    ToV1Outcome.CHANGED: CHANGED,
+    ToV1Outcome.IN_PROGRESS: CHANGED,  # another replacement holds it: the next run goes on
+    ToV1Outcome.FAILED: FAILED,
+    ToV1Outcome.PLANNED: PLANNED,
+}
 
 
 def run_rewrite(
@@ -69,9 +75,7 @@ def run_rewrite(
     ``attempt_lease_seconds``). A group that fails is reported and the others still run;
     the caller decides what a failure means (:meth:`RewriteReport.raise_for_failure`)."""
     if params.mode == TO_V1:
-        return _optional(TO_V1_MODULE, "mode to-v1 (v2 -> v1 migration)").run_to_v1(
-            runtime, params, owner=owner
-        )
+        return _to_v1(runtime, params)
     groups = plan_rewrite(runtime.metadata, params)
     chosen = groups[: params.max_groups]
     report = RewriteReport(params.mode, params.dry_run, left=len(groups) - len(chosen))
@@ -118,14 +122,8 @@ class Rewriter:
 
     def rewrite(self, group: RewriteGroup) -> GroupResult:
         """One group through every step; ``changed`` when a source moved (nothing
-        swapped), ``refused`` when this build cannot merge segments. Other errors are
-        raised after the rewrite was failed and its upload aborted."""
-        merge = None
-        if group.kind == SEGMENT:
-            if importlib.util.find_spec(MERGE_MODULE) is None:
-                detail = "merging segments needs the server-side segment merge, not in this build"
-                return GroupResult.of(group, REFUSED, detail=detail)
-            merge = importlib.import_module(MERGE_MODULE).merge_segments
+        swapped). Other errors are raised after the rewrite was failed and its upload
+        aborted."""
         store = self.runtime.objects
         segment_id = str(uuid.uuid4())
         data_key, index_key = segment_object_keys(segment_id)
@@ -152,7 +150,7 @@ class Rewriter:
             failpoints.reach("rewrite-after-create-upload")
             segment = self.metadata.rewrites.record_upload(segment, upload.upload_id)
             with RewriteLease(self.metadata, segment, self.lease_seconds) as lease:
-                written = self._write(group, store, upload, _first_part_hook(lease.check), merge)
+                written = self._write(group, store, upload, _first_part_hook(lease.check))
                 lease.check()
                 store.complete_multipart(upload, written.parts, if_none_match=True)
                 failpoints.reach("rewrite-after-complete")
@@ -188,20 +186,38 @@ class Rewriter:
         store: ObjectStore,
         upload: MultipartUpload,
         on_part: Callable[[PartInfo], None],
-        merge: Any,
     ) -> RewrittenData:
         """The group's parts uploaded and its index built: v1 sources re-encoded here,
-        segments merged by the merge module (server side where the store can)."""
-        if merge is None:
+        segments merged (rewrite/merge.py: copied server side where the store can), each
+        keeping exactly the ranges the metadata records for it."""
+        if group.kind != SEGMENT:
             return encode_ledgers(
                 self.runtime, group.topic, group.ledgers, store, upload, on_part=on_part
             )
-        sources = []
-        for segment in group.segments:
-            source = self.runtime.stores.get(segment.store_id, f"segment {segment.segment_id}")
-            index = INDEX_CACHE.get_segment(source, segment.index_key)
-            sources.append((segment, index, source))
-        return merge(store, upload, sources, on_part=on_part)  # type: ignore[no-any-return]
+        recorded = self.metadata.rewrites.offloaded_pieces(group.topic)
+        sources = [
+            load_source(
+                self.runtime.stores.get(s.store_id, f"segment {s.segment_id}"),
+                s.data_key,
+                s.index_key,
+                s.data_len,
+                recorded.get(s.segment_id, []),
+            )
+            for s in group.segments
+        ]
+        ledgers = self.metadata.get_ledgers(group.topic, group.ledger_ids).values()
+        merged = merge_segments(
+            store,
+            upload,
+            sources,
+            on_part=on_part,
+            part_size=self.metadata.get_topic(group.topic).policy.min_part_bytes,
+            concurrency=self.runtime.settings.upload_concurrency,
+            ledger_times={
+                x.ledger_id: (x.created_ms, x.sealed_ms) for x in ledgers if x.sealed_ms is not None
+            },
+        )
+        return RewrittenData(merged.parts, merged.data_len, merged.index, merged.pieces)
 
     def _give_up(
         self, segment: Segment, store: ObjectStore, upload: MultipartUpload | None, detail: str
@@ -232,11 +248,41 @@ def _first_part_hook(check: Callable[[], None]) -> Callable[[PartInfo], None]:
     return on_part
 
 
-def _optional(module: str, what: str) -> Any:
-    """A module another part of the product provides; ValueError naming it until then."""
-    if importlib.util.find_spec(module) is None:
-        raise ValueError(f"{what} is not available in this build ({module} is missing)")
-    return importlib.import_module(module)
+def _to_v1(runtime: Runtime, params: RewriteParams) -> RewriteReport:
+    """Mode to-v1: up to ``max_groups`` streamed ledgers back to their own v1 objects
+    (rewrite/to_v1.py), one replacement each, oldest first; a ledger is one group."""
+    planned = plan_to_v1(runtime.metadata, params.topics, params.first_ledger, params.last_ledger)
+    chosen = planned[: params.max_groups]
+    report = RewriteReport(params.mode, params.dry_run, left=len(planned) - len(chosen))
+    for ledger in chosen:
+        if params.dry_run:
+            done = [ToV1Result(ledger.topic, ledger.ledger_id, ToV1Outcome.PLANNED)]
+        else:
+            one = ledger.ledger_id
+            done = migrate_to_v1(runtime, [ledger.topic], one, one) or [
+                ToV1Result(ledger.topic, one, ToV1Outcome.CHANGED, detail="no longer streamed")
+            ]
+        report.groups += [_v1_group(r, ledger.size_bytes) for r in done]
+    return report
+
+
+def _v1_group(result: ToV1Result, size: int) -> GroupResult:
+    """A ledger migrated to v1 as a group: before, its entries (``size`` payload bytes) in
+    segments it may share with others (no object of its own); after, its two objects."""
+    outcome = _TO_V1[result.outcome]
+    done = outcome == REWRITTEN
+    return GroupResult(
+        topic=result.topic,
+        kind=SEGMENT,
+        ledgers=[result.ledger_id],
+        sources=1,
+        objects_before=0,
+        bytes_before=size,
+        outcome=outcome,
+        objects_after=2 if done else 0,
+        bytes_after=result.bytes if done else 0,
+        detail=result.detail or None,
+    )
 
 
 def _text(err: BaseException) -> str:

@@ -67,13 +67,21 @@ def test_compaction_through_the_cli_prints_each_group_and_the_totals(data_dir: P
     migrated = run_cli_json(d, "rewrite", "--mode", "to-v2", "--ledgers", "10:10")
     assert [(g["ledgers"], g["outcome"]) for g in migrated["groups"]] == [([10], "rewritten")]
     assert run_cli_json(d, "checksum", "orders") == before
+    # and the first three back to v1 objects of their own
+    back = run_cli_json(d, "rewrite", "--mode", "to-v1", "--ledgers", "1:3")
+    assert [(g["ledgers"], g["outcome"]) for g in back["groups"]] == [
+        ([i], "rewritten") for i in (1, 2, 3)
+    ]
+    modes = {x["ledger_id"]: x["offload_mode"] for x in run_cli_json(d, "ledgers", "orders")}
+    assert [modes[i] for i in range(1, 11)] == ["ledger"] * 3 + ["stream"] * 7
+    assert run_cli_json(d, "checksum", "orders") == before
 
 
 BAD = [
     (["--target-bytes", "0"], ["target_bytes: 0 is less than the minimum of 1"]),
     (["--ledgers", "9"], ["ledgers '9': expected FIRST:LAST"]),
     (["--ledgers", "9:3"], ["first_ledger 9 is above last_ledger 3"]),
-    (["--mode", "to-v1"], ["mode to-v1 (v2 -> v1 migration) is not available"]),
+    (["--mode", "to-v1", "--small-bytes", "5"], ["small_bytes applies to mode compact only"]),
     (["nope"], ["topic 'nope' does not exist"]),
     (["--max-groups", "0"], ["max_groups: 0 is less than the minimum of 1"]),
 ]

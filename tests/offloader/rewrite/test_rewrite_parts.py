@@ -52,8 +52,9 @@ class _Store:
             multipart=True,
             conditional_create=True,
             ranged_read=True,
-            concat=False,
+            part_copy=False,
             min_part_size=min_part,
+            max_part_size=5 * 1024 * 1024 * 1024,
             max_parts=max_parts,
             max_delete_batch=1000,
         )

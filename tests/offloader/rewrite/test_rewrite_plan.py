@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from fixtures.metadata import begin, sealed_ledger
-from fixtures.rewrites import assign_stream_segment, stream_segment
+from fixtures.rewrites import assign_stream_segment, stream_segment, stream_segment_of
 from offloader.exceptions import NotFoundError, TopicDeletedError
 from offloader.metadata import Ledger, MetadataStore, Position, Segment, SegmentState
 from offloader.offload.params import RunParamsError
@@ -198,3 +198,20 @@ def test_parameters_defaults_and_ranges() -> None:
     for bad in ("10", "a:b", "-1:3", "3:"):
         with pytest.raises(ValueError, match=r"expected FIRST:LAST"):
             parse_ledger_range(bad)
+
+
+def test_a_segment_a_ledger_left_for_objects_of_its_own_is_not_a_source(
+    store: MetadataStore,
+) -> None:
+    """Ledger 2 was offloaded again as v1 objects of its own (scrub's repair, or the way
+    back to v1): the segment it shares with ledger 3 stays for 3 until its release, but
+    is not copied again; the segments around it no longer form a run."""
+    one, two, three = (hot(store) for _ in range(3))
+    settled(store, "s1", one, 10)
+    stream_segment_of(store, T, "s23", [(2, 0, two.entry_count - 1), (3, 0, 4)], 10)
+    stream_segment(store, T, "s3", 3, three.entry_count - 1, first=5)
+    assert plan(store, target_bytes=100, small_bytes=50) == [[1, 2, 3]]
+    _, attempt = begin(store, store.get_ledger(T, 2), "own", replace=True)
+    store.commit_replacement(attempt, 10, "test")
+    assert store.segments.get("s23").state is SegmentState.OFFLOADED  # 3 still needs it
+    assert plan(store, target_bytes=100, small_bytes=50) == []

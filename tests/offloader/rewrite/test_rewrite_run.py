@@ -5,7 +5,6 @@ runs of the same sources leave exactly one winner."""
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 
 import pytest
@@ -25,21 +24,14 @@ from fixtures.rewrites import (
     table_rows,
     v1_topic,
 )
-from fixtures.streams import crash_at, produce, run_pass, stream_topic
-from offloader.exceptions import RewriteFailedError
+from fixtures.streams import converge, crash_at, produce, run_pass, stream_topic
 from offloader.format import decode_segment_index
 from offloader.metadata import OffloadMode, Position, SegmentOrigin, SegmentState
 from offloader.read.topic_reader import Source, TopicReader
 from offloader.rewrite.params import RewriteParams
 from offloader.rewrite.plan import plan_rewrite
-from offloader.rewrite.report import CHANGED, PLANNED, REFUSED, REWRITTEN
-from offloader.rewrite.run import (
-    MERGE_MODULE,
-    TO_V1_MODULE,
-    Rewriter,
-    recover_stale_rewrites,
-    run_rewrite,
-)
+from offloader.rewrite.report import CHANGED, PLANNED, REWRITTEN
+from offloader.rewrite.run import Rewriter, recover_stale_rewrites
 from offloader.runtime import Runtime
 
 
@@ -284,36 +276,95 @@ def test_an_empty_ledger_between_sources_does_not_break_a_run(runtime: Runtime) 
     assert [g.ledgers for g in report.groups] == [ids]
 
 
-def test_small_stream_segments_are_grouped_and_merged_only_where_the_build_can(
+def small_segments(rt: Runtime, topic: str = "s", count: int = 3) -> int:
+    """A streaming topic with ``count`` small offloaded segments (a ledger and a closed
+    segment a pass); the profile's segment size."""
+    p = stream_topic(rt, topic)
+    for seed in range(count):
+        produce(rt, topic, 1, seed=seed)
+        run_pass(rt, topic, close_now=True)
+    assert len(rt.metadata.segments.list(topic, [SegmentState.OFFLOADED])) == count
+    return p.segment_max
+
+
+def test_compaction_merges_small_stream_segments_and_the_stream_goes_on(
     runtime: Runtime,
 ) -> None:
-    """Compaction plans runs of small stream segments as segment groups; without the
-    server-side merge (offloader.rewrite.merge) such a group is refused by name and
-    nothing is written, while v1 groups are still rewritten; with it, rewritten."""
     rt = runtime
-    p = stream_topic(rt, "s")
-    for seed in range(3):  # a ledger and one small segment a pass
-        produce(rt, "s", 1, seed=seed)
-        run_pass(rt, "s", close_now=True)
+    size = small_segments(rt)
     before = checksum(rt, "s")
     small = rt.metadata.segments.list("s", [SegmentState.OFFLOADED])
-    assert len(small) >= 2
-    report = rewrite(rt, topics=["s"], target_bytes=100 * p.segment_max, small_bytes=p.segment_max)
+    report = rewrite(rt, topics=["s"], target_bytes=100 * size, small_bytes=size)
     (group,) = report.groups
-    assert (group.kind, group.sources) == ("segment", len(small))
-    if importlib.util.find_spec(MERGE_MODULE) is None:
-        assert group.outcome == REFUSED and "server-side segment merge" in (group.detail or "")
-        assert rt.metadata.segments.list("s") == small  # nothing begun
-        with pytest.raises(RewriteFailedError, match=r"1 rewrite group\(s\) refused"):
-            report.raise_for_failure()
-    else:
-        assert group.outcome == REWRITTEN
+    assert (group.kind, group.sources, group.outcome) == ("segment", 3, REWRITTEN)
+    merged = rt.metadata.segments.get(group.segment_id or "")
+    assert merged.origin is SegmentOrigin.REWRITE and merged.state is SegmentState.OFFLOADED
+    for old in small:
+        now = rt.metadata.segments.get(old.segment_id)
+        assert (now.state, now.detail) == (
+            SegmentState.DELETED,
+            f"rewritten into segment {merged.segment_id}",
+        )
+    assert {d.object_key for d in rt.metadata.pending_deletions()} == {
+        k for x in small for k in (x.data_key, x.index_key)
+    }
     check_one_copy(rt, "s")
-    assert checksum(rt, "s") == before
+    assert checksum(rt, "s") == before == checksum(rt, "s", "hot")
+    # the stream continues after its own (merged away) segments: nothing again, nothing lost
+    produce(rt, "s", 1, seed=9)
+    converge(rt, "s")
+    check_one_copy(rt, "s")
+    assert checksum(rt, "s", "tiered") == checksum(rt, "s", "hot")
+    gc(rt)
+    check_clean_store(rt)
 
 
-def test_the_migration_to_v1_is_refused_until_this_build_has_it() -> None:
-    if importlib.util.find_spec(TO_V1_MODULE) is not None:
-        return  # provided: its own tests cover it
-    with pytest.raises(ValueError, match=r"mode to-v1 \(v2 -> v1 migration\) is not available"):
-        run_rewrite(None, RewriteParams(mode="to-v1"), owner="t")  # type: ignore[arg-type]
+@pytest.mark.parametrize("point", ["rewrite-after-first-part", "mid-rewrite-commit"])
+def test_a_segment_merge_that_dies_leaves_the_segments_and_is_cleaned(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch, point: str
+) -> None:
+    rt = runtime
+    size = small_segments(rt)
+    small = rt.metadata.segments.list("s", [SegmentState.OFFLOADED])
+    before = checksum(rt, "s", "tiered")
+    values = {"topics": ["s"], "target_bytes": 100 * size, "small_bytes": size}
+    with crash_at(monkeypatch, point):
+        rewrite(rt, lease_seconds=2.0, **values)
+    (dead,) = rt.metadata.rewrites.open_rewrites("s")
+    assert rt.metadata.segments.list("s", [SegmentState.OFFLOADED]) == small
+    assert checksum(rt, "s", "tiered") == before
+    _wait(rt, dead.lease_until_ms or 0)
+    assert [s.segment_id for s in recover_stale_rewrites(rt)] == [dead.segment_id]
+    check_clean_store(rt)
+    assert [g.outcome for g in rewrite(rt, **values).groups] == [REWRITTEN]
+    check_one_copy(rt, "s")
+    assert checksum(rt, "s", "tiered") == before
+
+
+def test_migration_back_to_v1_after_a_compaction_releases_the_rewrite_segment(
+    runtime: Runtime,
+) -> None:
+    """v1 -> v2 (compaction) -> v1 (mode to-v1, rewrite/to_v1.py): every ledger on its own
+    objects again, the rewrite segment no ledger needs released, the entries the same."""
+    rt = runtime
+    ids = v1_topic(rt, 3)
+    before = entry_digests(rt)
+    target = 10 * shape(rt).target
+    assert [g.outcome for g in rewrite(rt, target_bytes=target, small_bytes=target).groups] == [
+        REWRITTEN
+    ]
+    (segment,) = rt.metadata.segments.list(T)
+    dry = rewrite(rt, mode="to-v1", dry_run=True)
+    assert [(g.ledgers, g.outcome) for g in dry.groups] == [([i], PLANNED) for i in ids]
+    report = rewrite(rt, mode="to-v1", max_groups=2)
+    assert [(g.ledgers, g.outcome) for g in report.groups] == [([i], REWRITTEN) for i in ids[:2]]
+    assert report.left == 1 and all(g.objects_after == 2 for g in report.groups)
+    assert rt.metadata.segments.get(segment.segment_id).state is SegmentState.OFFLOADED
+    assert [g.outcome for g in rewrite(rt, mode="to-v1").groups] == [REWRITTEN]
+    assert all(x.offload_mode is OffloadMode.LEDGER for x in rt.metadata.list_ledgers(T))
+    assert rt.metadata.segments.get(segment.segment_id).state is SegmentState.DELETED
+    assert entry_digests(rt) == before
+    gc(rt)
+    check_clean_store(rt)
+    assert entry_digests(rt) == before
+    assert rewrite(rt, mode="to-v1").groups == []
