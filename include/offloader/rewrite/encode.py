@@ -22,6 +22,7 @@ from offloader.metadata import Ledger
 from offloader.metadata.segments import PieceRange
 from offloader.objectstore import MultipartUpload, ObjectStore, PartInfo
 from offloader.read.tiered import TieredLedgerReader
+from offloader.read.topic_reader import tiered_ledger_reader
 from offloader.runtime import Runtime
 
 
@@ -102,14 +103,6 @@ def part_size(store: ObjectStore, total: int, wanted: int) -> int:
 
 def _reader(runtime: Runtime, ledger: Ledger) -> TieredLedgerReader:
     """The ledger's v1 objects, in the store its offload recorded (invariant 7)."""
-    assert ledger.data_key is not None and ledger.index_key is not None
-    what = f"ledger {ledger.topic}/{ledger.ledger_id}"
-    return TieredLedgerReader(
-        runtime.stores.get(ledger.store_id, what),
-        ledger.data_key,
-        ledger.index_key,
-        topic=ledger.topic,
-        ledger_id=ledger.ledger_id,
-        last_entry_id=ledger.entry_count - 1,
-        prefetch=runtime.settings.read_prefetch,
-    )
+    reader = tiered_ledger_reader(runtime, ledger)
+    assert isinstance(reader, TieredLedgerReader)  # a v1 source has objects of its own
+    return reader
