@@ -15,8 +15,9 @@ sweep -> drain -> export_metadata -> summary
 - sweep: the orphan sweep, the only task that lists the bucket. Objects nothing references
   and older than `sweep_grace_seconds` are queued; stale multipart uploads no live attempt
   owns are aborted.
-- drain: bounded passes over the queue, then trimmed ledgers whose keys are all gone are
-  recorded `deleted`.
+- drain: rewrites (compaction, format migration) whose lease ran out are recovered first
+  (failed, their keys queued, their uploads aborted); then bounded passes over the queue,
+  then trimmed ledgers whose keys are all gone are recorded `deleted`.
 - export_metadata: a metadata snapshot into the object store, keeping the newest
   `metadata_snapshots_keep`.
 - summary: backlog, oldest item, items that keep failing (those fail the run), and any

@@ -37,6 +37,9 @@ from offloader.retention.deletion import finish_deleted_ledgers
 from offloader.retention.run import apply_retention
 from offloader.retention.run import describe as describe_retention
 from offloader.retention.trim import TrimResult, delete_topic, resolve_target, trim_topic
+from offloader.rewrite.params import COMPACT, TO_V1, TO_V2, RewriteParams, parse_ledger_range
+from offloader.rewrite.report import RewriteReport
+from offloader.rewrite.run import recover_stale_rewrites, run_rewrite
 from offloader.runtime import Runtime, check_database, upgrade_database
 from offloader.scrub import ScrubReport, run_scrub
 from offloader.settings import Settings
@@ -55,6 +58,8 @@ def _jsonable(value: Any) -> Any:
         return value.model_dump(mode="json")
     if isinstance(value, ScrubReport):
         return value.to_json()
+    if isinstance(value, RewriteReport):
+        return value.as_dict()
     if is_dataclass(value) and not isinstance(value, type):
         return _jsonable(asdict(value))
     if isinstance(value, dict):
@@ -218,8 +223,10 @@ def cmd_checksum(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
 
 
 def cmd_gc(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
-    # trims cut short are finished first, so their keys join this pass; then the ledgers
-    # whose queued keys are all gone are recorded deleted
+    # dead rewrites (lease run out) are failed and their uploads aborted, and trims cut
+    # short are finished first, so their keys join this pass; then the ledgers whose
+    # queued keys are all gone are recorded deleted
+    recovered = [s.segment_id for s in recover_stale_rewrites(rt)]
     finished = finish_deleted_ledgers(rt)
     result = process_deletions(rt.metadata, rt.stores, rt.settings, limit=args.limit)
     finished += finish_deleted_ledgers(rt)
@@ -227,9 +234,27 @@ def cmd_gc(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
         f"deleted {result.deleted}, failed {result.failed}, pending {result.remaining} "
         f"({result.delete_requests} delete requests); {finished} trimmed ledgers now deleted"
     )
-    return {**_jsonable(result), "ledgers_deleted": finished}, "\n".join(
-        [text, *_backlog_lines(result.backlog)]
-    )
+    if recovered:
+        text += f"; dead rewrites recovered: {', '.join(recovered)}"
+    summary = {**_jsonable(result), "ledgers_deleted": finished, "rewrites_recovered": recovered}
+    return summary, "\n".join([text, *_backlog_lines(result.backlog)])
+
+
+# --- rewrites: compaction and format migration (rewrite/) -----------------------------------
+def cmd_rewrite(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
+    """Compact small objects or migrate formats, checked by the DAG form's model."""
+    given: dict[str, Any] = {"mode": args.mode, "topics": args.topics or None}
+    for name in ("target_bytes", "small_bytes", "max_groups"):
+        if getattr(args, name) is not None:
+            given[name] = getattr(args, name)
+    if args.ledgers is not None:
+        given["first_ledger"], given["last_ledger"] = parse_ledger_range(args.ledgers)
+    given["dry_run"] = args.dry_run
+    params = RewriteParams.parse(given)
+    owner = f"cli:{socket.gethostname()}:{os.getpid()}"
+    report = run_rewrite(rt, params, owner=owner)
+    report.raise_for_failure()  # the report is printed first (see main), then the error
+    return report, report.summary()
 
 
 # --- scrub: read every offloaded object, repair from the hot tier (scrub/) ----------------
@@ -579,6 +604,25 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help=f"take at most N queued keys in this pass (default {DEFAULT_PASS_LIMIT})",
     )
+    rewrite_help = (
+        "compact small offloaded objects into segments, or migrate ledger objects between "
+        "formats (v1 -> v2, v2 -> v1)"
+    )
+    p = command("rewrite", cmd_rewrite, rewrite_help)
+    p.add_argument("topics", nargs="*", metavar="TOPIC", help="topics to rewrite (default: all)")
+    p.add_argument("--mode", choices=[COMPACT, TO_V2, TO_V1], default=COMPACT)
+    # plain ints: the run-params model (shared with the DAG form) says what is wrong
+    p.add_argument("--target-bytes", type=int, default=None, metavar="N", help="default 128 MiB")
+    p.add_argument(
+        "--small-bytes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="compact: objects below N bytes are candidates (default: target / 4)",
+    )
+    p.add_argument("--ledgers", default=None, metavar="FIRST:LAST", help="a ledger id range")
+    p.add_argument("--max-groups", type=int, default=None, metavar="N", help="default 100")
+    p.add_argument("--dry-run", action="store_true", help="report what would be rewritten")
     command("status", cmd_status, "counts of ledgers, attempts and queued deletions")
     return parser
 
@@ -603,9 +647,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             traceback.print_exc()
         report = getattr(exc, "report", None)
-        if isinstance(report, ScrubReport):  # a run that did its work and failed: its report
-            print(
-                json.dumps(report.to_json(), indent=2, sort_keys=True)
+        if isinstance(report, ScrubReport | RewriteReport):  # a run that did its work and
+            print(  # failed: its report
+                json.dumps(_jsonable(report), indent=2, sort_keys=True)
                 if args.json
                 else report.summary()
             )

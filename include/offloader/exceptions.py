@@ -151,3 +151,16 @@ class ScrubFailedError(OffloaderError):
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
         return _rebuild, (type(self), self.args, self.__dict__)
+
+
+# --- rewrites -------------------------------------------------------------------------
+class RewriteFailedError(OffloaderError):
+    """Groups of a rewrite run failed or were refused; ``report`` is the whole
+    :class:`offloader.rewrite.report.RewriteReport` (the groups done are in it too)."""
+
+    def __init__(self, message: str, *, report: object) -> None:
+        super().__init__(message)
+        self.report = report
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return _rebuild, (type(self), self.args, self.__dict__)

@@ -59,6 +59,18 @@ POINTS = (
     "stream-after-complete",
     "stream-after-index",
     "stream-after-commit",
+    # a rewrite (rewrite/run.py: compaction, v1 -> v2 migration): its segment's intent
+    # recorded, no upload yet; its multipart upload created, not yet recorded; the first
+    # part uploaded; the upload completed; the index written, the swap not yet made;
+    # inside the swap's transaction after the first source's UPDATE
+    # (metadata/rewrites.py); the swap committed
+    "rewrite-after-begin",
+    "rewrite-after-create-upload",
+    "rewrite-after-first-part",
+    "rewrite-after-complete",
+    "rewrite-after-index",
+    "mid-rewrite-commit",
+    "rewrite-after-commit",
 )
 
 

@@ -16,6 +16,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from offloader.gc.deletion_queue import drain_queue
 from offloader.metadata import Deletion, DeletionBacklog
 from offloader.retention.deletion import finish_deleted_ledgers
+from offloader.rewrite.run import recover_stale_rewrites
 from offloader_airflow.base import OffloaderBaseOperator, offloader_template_fields
 from offloader_airflow.operators import _bool, _optional_int, raise_if_failed
 
@@ -29,8 +30,9 @@ def _at_least_one(value: Any, name: str) -> int:
 
 class DrainDeletionQueueOperator(OffloaderBaseOperator):
     """Run deletion passes until nothing more is deleted, ``max_items`` keys were taken or
-    ``time_budget_seconds`` is spent. A dry run only reports the backlog. Idempotent: a key
-    leaves the queue only once the store confirmed it gone."""
+    ``time_budget_seconds`` is spent. Rewrites whose lease ran out are recovered first (their
+    keys join the drain, their uploads are aborted). A dry run only reports the backlog.
+    Idempotent: a key leaves the queue only once the store confirmed it gone."""
 
     template_fields: Sequence[str] = offloader_template_fields(
         "max_items", "time_budget_seconds", "dry_run"
@@ -54,7 +56,8 @@ class DrainDeletionQueueOperator(OffloaderBaseOperator):
         budget = _at_least_one(self.time_budget_seconds, "time_budget_seconds")
         dry_run = _bool(self.dry_run, "dry_run")
         with self.hook.get_runtime() as rt:
-            # trims cut short are finished first: their keys join the drain
+            # dead rewrites and trims cut short are finished first: their keys join the drain
+            recovered = [] if dry_run else [s.segment_id for s in recover_stale_rewrites(rt)]
             finished = 0 if dry_run else finish_deleted_ledgers(rt)
             result = drain_queue(
                 rt.metadata,
@@ -79,6 +82,7 @@ class DrainDeletionQueueOperator(OffloaderBaseOperator):
             **asdict(result),
             "backlog": result.backlog.model_dump(mode="json"),
             "ledgers_deleted": finished,
+            "rewrites_recovered": recovered,
         }
 
 

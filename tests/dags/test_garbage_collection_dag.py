@@ -4,11 +4,15 @@ visibly, bad Params are refused before anything changes; the schedule is asset-o
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
 from fixtures.airflow import DagFile, connection_env, return_value, task_states
+from fixtures.rewrites import T, objects, rewrite, shape, uploads, v1_topic
+from fixtures.streams import crash_at
+from offloader.metadata import SegmentState
 from offloader.objectstore.location import FILE, S3, StoreLocation
 from offloader.runtime import Runtime
 
@@ -162,3 +166,25 @@ def test_bad_params_are_refused_before_anything_changes(
         gc_dag.test(run_conf=conf)
     assert sorted(i.key for i in runtime.objects.list()) == KEYS[:2]
     assert [d.tries for d in runtime.metadata.pending_deletions()] == [0, 0]
+
+
+@pytest.mark.usefixtures("airflow_db", "airflow_connections")
+def test_a_run_recovers_a_dead_rewrite_and_deletes_what_it_wrote(
+    runtime: Runtime, gc_dag: DagFile, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rewrite that died after its first part (its lease run out) is cleaned by the GC
+    alone: failed, its upload aborted, its keys deleted; its sources are untouched."""
+    v1_topic(runtime, 3)
+    present = objects(runtime)
+    with crash_at(monkeypatch, "rewrite-after-first-part"):
+        rewrite(runtime, small_bytes=shape(runtime).target, lease_seconds=2.0)
+    (dead,) = runtime.metadata.rewrites.open_rewrites(T)
+    while runtime.metadata.db_now_ms() <= (dead.lease_until_ms or 0):
+        time.sleep(0.05)
+
+    run = gc_dag.test(run_conf={})
+    assert str(run.state) == "success", task_states(run)
+    assert return_value(run, "drain")["rewrites_recovered"] == [dead.segment_id]
+    assert runtime.metadata.segments.get(dead.segment_id).state is SegmentState.FAILED
+    assert uploads(runtime) == set()
+    assert {k for k in objects(runtime) if not k.startswith(SNAPSHOTS)} == present

@@ -10,7 +10,7 @@ from pathlib import Path
 from pydantic import Field, field_validator, model_validator
 
 from offloader.objectstore.location import FILE, StoreLocation
-from offloader.offload.params import RunParams
+from offloader.offload.params import RunParams, topic_names
 
 MiB = 1024 * 1024
 EXPORT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+-]{0,199}")
@@ -72,13 +72,7 @@ class ExportParams(RunParams):
     @field_validator("topics")
     @classmethod
     def _topic_names(cls, value: list[str] | None) -> list[str] | None:
-        if not value:
-            return None
-        names = [t.strip() for t in value]
-        bad = [t for t in names if not t or len(t) > 512]
-        if bad:
-            raise ValueError("topic names must be 1 to 512 characters, not blank")
-        return list(dict.fromkeys(names))
+        return topic_names(value)
 
     @field_validator("created_from", "created_to")
     @classmethod

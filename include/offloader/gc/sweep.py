@@ -8,8 +8,8 @@ database, per page and in one statement, which of that page's keys are reference
 
 - a ledger's data or index key (committed offloads, and ledgers on their way out);
 - an attempt's keys while it is started (in flight, whatever its lease) or committed;
-- a streaming segment's data or index key while the segment is assigned, closing or
-  offloaded (metadata/segments.py);
+- a segment's data or index key while the segment is assigned, closing or offloaded,
+  whether the stream or a rewrite wrote it (metadata/segments.py, metadata/rewrites.py);
 - a pending deletion (already on its way out: queued once is enough).
 
 Keys of failed and superseded attempts are not references: those attempts queued their

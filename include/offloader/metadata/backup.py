@@ -20,6 +20,7 @@ Tables are exported generically, so the streaming tables (``streams``, ``segment
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import hashlib
 import json
@@ -451,10 +452,14 @@ def rebuild_from_objects(engine: Engine, store: ObjectStore, location: Any) -> R
     the sweep. Topics get the default policy (policies live only in the metadata).
 
     Each segment index (``<uuid>-index``, v2) is read the same way and becomes an offloaded
-    segment with its ledger ranges (:func:`_stream_rows`); a segment overlapping one
-    already taken (in position order) is skipped. A ledger whose pieces in the segments
-    tile entries 0..N with no gap becomes a sealed ledger offloaded in stream mode with
-    N + 1 entries, unless it also has ledger objects (then those are its offload). Parts
+    segment with its ledger ranges (:func:`_stream_rows`). Copies of the same entries are
+    resolved as for ledger objects, the newest wins: a segment overlapping a newer one (the
+    sources of a rewrite still waiting out their grace, a zombie's copy) is skipped, and a
+    ledger whose pieces in the segments tile entries 0..N with no gap becomes a sealed
+    ledger offloaded in stream mode with N + 1 entries, unless its own ledger objects are
+    newer than those segments (then they are its offload). Every copy not taken stays
+    unreferenced, for the sweep. Segments are rebuilt with the origin 'stream' (the objects
+    do not say who wrote them): the stream then continues after the last of them. Parts
     are not rebuilt: only open segments need them, and the objects hold only completed ones.
     """
     from offloader.gc.sweep import list_objects
@@ -581,20 +586,27 @@ def _read_segment(
 
 
 def _without_overlaps(segments: list[_FoundSegment], skipped: list[str]) -> list[_FoundSegment]:
-    """Per topic in stream order, the segments that begin after the previous one ends
-    (a stream never offloads an entry twice); the others are reported as skipped."""
-    kept: list[_FoundSegment] = []
-    for segment in sorted(segments, key=lambda s: (s.topic, s.begin, s.offloaded_ms)):
-        previous = kept[-1] if kept and kept[-1].topic == segment.topic else None
-        if previous is not None and segment.begin <= previous.end:
+    """Per topic, newest first, the segments that overlap no segment already kept (an entry
+    has one committed copy); the others are reported as skipped. The kept ones come back
+    in stream order."""
+    kept: dict[str, list[_FoundSegment]] = {}  # per topic, by begin: disjoint ranges
+    for segment in sorted(segments, key=lambda s: (-s.offloaded_ms, s.topic, s.begin)):
+        taken = kept.setdefault(segment.topic, [])
+        at = bisect.bisect_left([k.begin for k in taken], segment.begin)
+        neighbours = taken[max(at - 1, 0) : at + 1]
+        clash = next(
+            (k for k in neighbours if k.begin <= segment.end and segment.begin <= k.end), None
+        )
+        if clash is not None:
             skipped.append(
                 f"{segment.index_key}: segment of {segment.topic!r} from "
-                f"{segment.begin[0]}:{segment.begin[1]} overlaps segment {previous.segment_id} "
-                f"(to {previous.end[0]}:{previous.end[1]})"
+                f"{segment.begin[0]}:{segment.begin[1]} overlaps newer segment "
+                f"{clash.segment_id} ({clash.begin[0]}:{clash.begin[1]} to "
+                f"{clash.end[0]}:{clash.end[1]})"
             )
             continue
-        kept.append(segment)
-    return kept
+        taken.insert(at, segment)
+    return [s for topic in sorted(kept) for s in kept[topic]]
 
 
 @dataclass
@@ -658,16 +670,26 @@ def _stream_rows(
             )
             by_ledger.setdefault((s.topic, p.ledger_id), []).append((p, s))
     for (topic, ledger_id), held in sorted(by_ledger.items()):
-        if (topic, ledger_id) in found:
-            continue  # its ledger objects are its offload; the segments' ranges stay recorded
         expected = 0
         for piece, _ in held:
             if piece.first_entry_id != expected:
                 break
             expected = piece.last_entry_id + 1
         else:
+            own = found.get((topic, ledger_id))
+            newest = max(s.offloaded_ms for _, s in held)
+            if own is not None and own.offloaded_ms >= newest:
+                continue  # its newer ledger objects are its offload; the ranges stay recorded
+            if own is not None:  # an older copy: the segments are its offload now
+                del found[(topic, ledger_id)]
+                skipped.append(
+                    f"{own.index_key}: ledger {ledger_id} of {topic!r} is in newer segment(s) "
+                    f"{', '.join(sorted({s.segment_id for _, s in held}))}"
+                )
             rows.ledgers.append(_streamed_ledger_row(topic, ledger_id, held, now))
             continue
+        if (topic, ledger_id) in found:
+            continue  # its ledger objects are its offload; the segments' ranges stay recorded
         ranges = ", ".join(f"{p.first_entry_id}..{p.last_entry_id}" for p, _ in held)
         skipped.append(
             f"ledger {ledger_id} of {topic!r}: its segments hold entries {ranges}, not 0..N "

@@ -38,7 +38,9 @@ class OffloadMode(StrEnum):
     """How an offloaded ledger's entries are laid out in the object store."""
 
     LEDGER = "ledger"  # its own v1 data and index objects (PIP-17)
-    STREAM = "stream"  # ranges of offloaded segments (PIP-76): see segment_ledgers
+    # ranges of offloaded segments (see segment_ledgers), whoever wrote them: the stream
+    # (PIP-76) or a rewrite (compaction, v1 -> v2 migration)
+    STREAM = "stream"
 
 
 class SegmentState(StrEnum):
@@ -53,6 +55,13 @@ class SegmentState(StrEnum):
     FAILED = "failed"  # its upload cannot be completed; replaced by a new segment
     REPLACED = "replaced"  # a failed segment after its replacement was assigned
     DELETED = "deleted"  # retention: every ledger it holds was deleted; keys queued
+
+
+class SegmentOrigin(StrEnum):
+    """Who writes a segment: the topic's stream, or a rewrite run (compaction, migration)."""
+
+    STREAM = "stream"  # fenced by the stream's epoch; the stream continues after it
+    REWRITE = "rewrite"  # fenced by its own lease; never the stream's open segment
 
 
 class TopicState(StrEnum):
@@ -271,6 +280,8 @@ class Segment(Record):
     upload_id: str | None
     data_len: int
     replaces: str | None
+    origin: SegmentOrigin = SegmentOrigin.STREAM
+    lease_until_ms: int | None = None  # a rewrite's lease while it is written
 
     @property
     def begin(self) -> Position:

@@ -200,6 +200,10 @@ segments = Table(
     Column("upload_id", Text),  # the open multipart upload, once created
     Column("data_len", BigInteger, nullable=False),  # bytes in recorded parts
     Column("replaces", String(36)),  # the failed segment it took over from
+    # who writes it: "stream" (the topic's stream, fenced by its epoch) or "rewrite"
+    # (compaction or format migration, fenced by lease_until_ms while it is written)
+    Column("origin", String(16), nullable=False, server_default="stream"),
+    Column("lease_until_ms", BigInteger),  # a rewrite's lease (database clock); NULL: stream
     UniqueConstraint("topic", "seq", name="uq_segments_topic_seq"),
     Index("ix_segments_state", "state", "topic"),
     Index("ix_segments_data_key", "data_key"),

@@ -11,6 +11,12 @@ sealed and every entry of it sits in offloaded segments; only then may its hot c
 (invariant 3). A segment's objects are queued for deletion once no ledger it holds needs
 it: every one is deleted (invariant 4, PIP-76) or has its own v1 objects (offloaded again
 from the hot copy by scrub's repair, or migrated back by ``offloader/rewrite/to_v1.py``).
+
+Rewrites (compaction, format migration: metadata/rewrites.py) write segments too, with
+``origin`` 'rewrite'. Everything here that asks where the stream stands (its open
+segment, where it continues) looks at the stream's own segments only (:data:`STREAM`): a
+rewrite segment is never the stream's open segment and never moves where it continues.
+Reads, settling and release look at every offloaded segment, whoever wrote it.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from offloader.metadata.records import (
     OffloadState,
     Position,
     Segment,
+    SegmentOrigin,
     SegmentPart,
     SegmentState,
     StreamClaim,
@@ -52,6 +59,7 @@ S, G, P, SL = schema.streams, schema.segments, schema.segment_parts, schema.segm
 L, D = schema.ledgers, schema.deletion_queue
 
 OPEN_STATES = (SegmentState.ASSIGNED, SegmentState.CLOSING)
+STREAM = G.c.origin == SegmentOrigin.STREAM  # the stream's own segments, not rewrites'
 
 
 @dataclass(frozen=True)
@@ -161,12 +169,12 @@ class SegmentStore:
         topic's policy no longer streams."""
         with self.metadata.engine.connect() as conn:
             rows = conn.execute(
-                sa.select(G.c.topic).where(G.c.state.in_(OPEN_STATES)).distinct()
+                sa.select(G.c.topic).where(G.c.state.in_(OPEN_STATES), STREAM).distinct()
             ).scalars()
             return sorted(rows)
 
     def current(self, topic: str) -> Segment | None:
-        """The topic's newest segment if it is not offloaded (open, or failed and waiting
+        """The stream's newest segment if it is not offloaded (open, or failed and waiting
         to be replaced); None when the next pass assigns a fresh one."""
         with self.metadata.engine.connect() as conn:
             newest = _newest(conn, topic)
@@ -175,7 +183,7 @@ class SegmentStore:
         return newest
 
     def last_offloaded_end(self, topic: str) -> Position | None:
-        """Where the newest offloaded segment ends: the stream continues after it."""
+        """Where the stream's newest committed segment ends: it continues after it."""
         with self.metadata.engine.connect() as conn:
             return _last_committed_end(conn, topic)
 
@@ -255,14 +263,11 @@ class SegmentStore:
                     f"segment of {claim.topic!r} cannot begin at {begin}: the stream's "
                     f"offloaded segments reach {last_end}"
                 )
-            seq = conn.execute(
-                sa.select(sa.func.coalesce(sa.func.max(G.c.seq), 0)).where(G.c.topic == claim.topic)
-            ).scalar_one()
             conn.execute(
                 G.insert().values(
                     segment_id=segment_id,
                     topic=claim.topic,
-                    seq=int(seq) + 1,
+                    seq=next_seq(conn, claim.topic),
                     version=1,
                     state=SegmentState.ASSIGNED,
                     epoch=claim.epoch,
@@ -592,18 +597,36 @@ def _segment(conn: Connection, segment_id: str) -> Segment:
 
 
 def _newest(conn: Connection, topic: str) -> Segment | None:
+    """The stream's newest segment (rewrites' segments are not the stream's)."""
     row = (
-        conn.execute(sa.select(G).where(G.c.topic == topic).order_by(G.c.seq.desc()).limit(1))
+        conn.execute(
+            sa.select(G).where(G.c.topic == topic, STREAM).order_by(G.c.seq.desc()).limit(1)
+        )
         .mappings()
         .first()
     )
     return None if row is None else Segment.model_validate(dict(row))
 
 
+def next_seq(conn: Connection, topic: str) -> int:
+    """The next segment number of ``topic`` (stream and rewrite segments share the
+    sequence). The topic's row is locked first, so a pass assigning a segment and a
+    rewrite beginning one at the same time queue instead of taking the same number."""
+    conn.execute(
+        sa.select(schema.topics.c.name).where(schema.topics.c.name == topic).with_for_update()
+    )
+    seq = conn.execute(
+        sa.select(sa.func.coalesce(sa.func.max(G.c.seq), 0)).where(G.c.topic == topic)
+    ).scalar_one()
+    return int(seq) + 1
+
+
 def _last_committed_end(conn: Connection, topic: str) -> Position | None:
+    """Where the stream's newest committed segment ends; a stream segment a rewrite merged
+    away is ``deleted`` and still counts (the stream wrote it)."""
     row = conn.execute(
         sa.select(G.c.end_ledger_id, G.c.end_entry_id)
-        .where(G.c.topic == topic, G.c.state.in_(_COMMITTED))
+        .where(G.c.topic == topic, G.c.state.in_(_COMMITTED), STREAM)
         .order_by(G.c.seq.desc())
         .limit(1)
     ).first()

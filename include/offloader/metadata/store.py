@@ -49,6 +49,7 @@ from offloader.metadata.records import (
     Topic,
     TopicState,
 )
+from offloader.metadata.rewrites import RewriteStore
 from offloader.metadata.segments import SegmentStore
 from offloader.metadata.stores import load_store, record_store
 from offloader.objectstore.location import StoreLocation
@@ -162,6 +163,11 @@ class MetadataStore:
     def segments(self) -> SegmentStore:
         """Streaming offload's streams, segments and parts (metadata/segments.py)."""
         return SegmentStore(self)
+
+    @cached_property
+    def rewrites(self) -> RewriteStore:
+        """Compaction's and format migration's rewrite segments (metadata/rewrites.py)."""
+        return RewriteStore(self)
 
     def db_now_ms(self) -> int:
         """The database's clock, the one leases and ages are measured on (invariant 6)."""
@@ -1269,6 +1275,8 @@ class MetadataStore:
                 # streaming segments (PIP-76); streamed ledgers are in ledgers_by_state as
                 # offloaded, like the ones offloaded ledger by ledger
                 "segments_by_state": grouped(schema.segments.c.state),
+                # who wrote them: the stream, or a rewrite (compaction, format migration)
+                "segments_by_origin": grouped(schema.segments.c.origin, schema.segments.c.state),
             }
 
     # --- row helpers ---------------------------------------------------------------------

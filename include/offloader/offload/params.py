@@ -104,6 +104,17 @@ class OffloadRunParams(RunParams):
         return (value or "").strip() or None
 
 
+def topic_names(value: list[str] | None) -> list[str] | None:
+    """A run's ``topics`` as a form or a command line gives them: each name stripped and 1
+    to 512 characters, repeats dropped; empty means every topic (None)."""
+    if not value:
+        return None
+    names = [t.strip() for t in value]
+    if any(not t or len(t) > 512 for t in names):
+        raise ValueError("topic names must be 1 to 512 characters, not blank")
+    return list(dict.fromkeys(names))
+
+
 def form_schema(model: type[BaseModel]) -> dict[str, dict[str, Any]]:
     """Each field's JSON schema with its default (a copy): what a DAG's Params are made of."""
     return {name: dict(schema) for name, schema in _field_schemas(model).items()}

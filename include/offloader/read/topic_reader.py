@@ -91,15 +91,28 @@ class TopicReader:
             )
         sources = self._sources(owner, ledger, Source(source))
         next_id = first
-        for position, reader in enumerate(sources):
+        position, resolved = 0, False
+        while True:
             try:
-                for entry_id, payload in reader(next_id, last):
+                for entry_id, payload in sources[position](next_id, last):
                     yield entry_id, payload
                     next_id = entry_id + 1
                 return
-            except (HotLedgerMissingError, ObjectNotFoundError, StoreUnavailableError):
+            except ObjectNotFoundError:
+                # the objects went while we read: a rewrite or a repair swapped the ledger
+                # and the grace of its old objects ran out. Look the ledger up once more
+                # and go on from the next entry with what the metadata names now.
+                fresh = None if resolved else self._tiered_again(topic, ledger_id)
+                resolved = True
+                if fresh is not None:
+                    sources[position] = fresh
+                    continue
                 if position == len(sources) - 1:
                     raise
+            except (HotLedgerMissingError, StoreUnavailableError):
+                if position == len(sources) - 1:
+                    raise
+            position += 1
 
     def read_entry(
         self, topic: str, ledger_id: int, entry_id: int, source: Source = Source.AUTO
@@ -158,6 +171,16 @@ class TopicReader:
         if not available:
             raise HotLedgerMissingError(f"{name} has neither a hot nor a tiered copy")
         return available
+
+    def _tiered_again(
+        self, topic: str, ledger_id: int
+    ) -> Callable[[int, int], Iterator[tuple[int, bytes]]] | None:
+        """A tiered reader of the ledger as the metadata names it now; None when it is no
+        longer offloaded or live (then nothing else holds its entries)."""
+        ledger = self.runtime.metadata.get_ledger(topic, ledger_id)
+        if not (ledger.is_offloaded and ledger.is_live):
+            return None
+        return self._tiered_reader(ledger)
 
     def _hot_reader(self, ledger: Ledger) -> Callable[[int, int], Iterator[tuple[int, bytes]]]:
         def read(first: int, last: int) -> Iterator[tuple[int, bytes]]:

@@ -9,7 +9,7 @@ from pathlib import Path
 from pydantic import Field, field_validator
 
 from offloader.objectstore.location import FILE, StoreLocation
-from offloader.offload.params import RunParams
+from offloader.offload.params import RunParams, topic_names
 
 #: the default report's folder under the offloader's object store
 DEFAULT_SUBDIR = "scrub-reports"
@@ -50,12 +50,7 @@ class ScrubParams(RunParams):
     @field_validator("topics")
     @classmethod
     def _topic_names(cls, value: list[str] | None) -> list[str] | None:
-        if not value:
-            return None
-        names = [t.strip() for t in value]
-        if any(not t or len(t) > 512 for t in names):
-            raise ValueError("topic names must be 1 to 512 characters, not blank")
-        return list(dict.fromkeys(names))
+        return topic_names(value)
 
     @field_validator("report")
     @classmethod

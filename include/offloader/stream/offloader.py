@@ -41,7 +41,6 @@ from offloader.format.segment_layout import SEGMENT_FORMAT_VERSION, EncodedPart,
 from offloader.metadata.records import (
     Ledger,
     LedgerState,
-    OffloadMode,
     OffloadState,
     Position,
     Segment,
@@ -373,13 +372,13 @@ class _Pass:
             yield batch
 
     def _ledgers(self, begin: Position) -> Iterator[Ledger]:
-        """Live ledgers from ``begin`` that the stream takes: not offloaded whole."""
+        """Live ledgers from ``begin`` that the stream takes: not offloaded whole. An
+        offloaded ledger after the stream's end was offloaded ledger by ledger, maybe
+        rewritten into a rewrite segment since (stream mode): either way it is done."""
         for ledger in self.o.metadata.list_ledgers(self.topic.name, live=True):
             if ledger.ledger_id < begin.ledger_id:
                 continue
-            if ledger.offload_state is OffloadState.OFFLOADED and (
-                ledger.offload_mode is OffloadMode.LEDGER
-            ):
+            if ledger.offload_state is OffloadState.OFFLOADED:
                 continue
             yield ledger
             if ledger.state is LedgerState.OPEN:

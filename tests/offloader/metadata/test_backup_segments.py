@@ -142,8 +142,9 @@ def test_rebuild_skips_damaged_overlapping_and_partial_segments(
     }
     whole_in_first = {p.ledger_id for p in _ranges(rt, first)} - {split}
     assert whole_in_first
-    # the first segment's index is lost; a copy of the second (a zombie's) overlaps it;
-    # a damaged index of the segment shape is not trusted
+    # the first segment's index is lost; a newer copy of the second (a zombie's) overlaps
+    # it and wins (the newest copy does); a damaged index of the segment shape is not
+    # trusted
     rt.objects.delete_many([first.index_key])
     copy_data, copy_index = segment_object_keys(str(uuid.uuid4()))
     time.sleep(1.1)  # S3 keeps LastModified to the second: the copy must be the later one
@@ -159,14 +160,14 @@ def test_rebuild_skips_damaged_overlapping_and_partial_segments(
     )
     assert len(result.skipped) == 3, result.skipped
     (junk,) = [s for s in result.skipped if s.startswith(junk_index)]
-    (overlap,) = [s for s in result.skipped if s.startswith(copy_index)]
+    (overlap,) = [s for s in result.skipped if s.startswith(second.index_key)]
     (partial,) = [s for s in result.skipped if s.startswith("ledger")]
     assert "index" in junk
-    assert f"overlaps segment {second.segment_id}" in overlap
+    assert f"overlaps newer segment {copy_data}" in overlap
     assert partial.startswith(f"ledger {split} of {STREAMED!r}") and "not 0..N" in partial
     kept = {s.segment_id for s in rebuilt.metadata.segments.list(STREAMED)}
     assert first.segment_id not in kept and len(kept) == result.segments
-    assert second.segment_id in kept and copy_data not in kept
+    assert copy_data in kept and second.segment_id not in kept
     recorded = {x.ledger_id for x in rebuilt.metadata.list_ledgers(STREAMED)}
     assert split not in recorded and not whole_in_first & recorded
     for ledger_id in recorded:  # what was recorded reads back

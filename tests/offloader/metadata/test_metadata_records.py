@@ -433,6 +433,7 @@ def test_counts_summarise_every_table(store: MetadataStore) -> None:
         "deletions_by_state": {},
         "oldest_pending_deletion_ms": None,
         "segments_by_state": {},
+        "segments_by_origin": {},
     }
     ledger = sealed_ledger(store, "t")
     sealed_ledger(store, "u")
@@ -447,4 +448,5 @@ def test_counts_summarise_every_table(store: MetadataStore) -> None:
         "deletions_by_state": {"pending": 2},
         "oldest_pending_deletion_ms": min(d.enqueued_ms for d in pending),
         "segments_by_state": {},
+        "segments_by_origin": {},
     }

@@ -16,7 +16,14 @@ from alembic.runtime.migration import MigrationContext
 
 from fixtures.databases import postgres_database, sqlite_url
 from offloader.exceptions import SchemaOutOfDateError
-from offloader.metadata import DeletionState, MetadataStore, Position, TopicState, schema
+from offloader.metadata import (
+    DeletionState,
+    MetadataStore,
+    Position,
+    SegmentOrigin,
+    TopicState,
+    schema,
+)
 from offloader.metadata.migrate import current_revision, head_revision, upgrade
 from offloader.metadata.store import create_metadata_engine
 from offloader.objectstore.location import StoreLocation
@@ -227,3 +234,47 @@ def test_0004_downgrades_to_0003_and_upgrades_again(engine: sa.Engine) -> None:
         assert "ix_ledgers_hot" in names and "ix_ledgers_created" not in names
 
     downgrade_then_upgrade(engine, "0003", check)
+
+
+def test_0006_gives_existing_segments_the_stream_origin_and_no_lease(engine: sa.Engine) -> None:
+    """Segments of 0005 were all written by a stream: origin 'stream', lease NULL (their
+    lease is the stream's); the stream's queries then see them as before."""
+    upgrade(engine, OLD_STORE, target="0005")
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO topics (name, version, policy, created_ms, next_ledger_id, "
+                "writer_epoch) VALUES ('t', 1, '{}', 1, 3, 1)"
+            )
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO object_stores (kind, location, prefix, endpoint, created_ms) "
+                "VALUES ('file', '/objects', '', '', 1)"
+            )
+        )
+        store_id = conn.execute(sa.text("SELECT id FROM object_stores")).scalar_one()
+        conn.execute(
+            sa.text(
+                "INSERT INTO segments (segment_id, topic, seq, version, state, epoch, "
+                "assigned_ms, begin_ledger_id, begin_entry_id, end_ledger_id, end_entry_id, "
+                "data_key, index_key, store_id, data_len) VALUES ('s1', 't', 1, 3, "
+                f"'offloaded', 1, 1, 1, 0, 2, 9, 's1', 's1-index', {store_id}, 100)"
+            )
+        )
+    assert upgrade(engine, OLD_STORE) == ("0005", head_revision())
+    store = MetadataStore.open(engine.url.render_as_string(hide_password=False))
+    try:
+        (segment,) = store.segments.list("t")
+        assert (segment.origin, segment.lease_until_ms) == (SegmentOrigin.STREAM, None)
+        assert store.segments.last_offloaded_end("t") == Position(ledger_id=2, entry_id=9)
+    finally:
+        store.close()
+
+
+def test_0006_downgrades_to_0005_and_upgrades_again(engine: sa.Engine) -> None:
+    def check(inspector: sa.Inspector) -> None:
+        columns = {c["name"] for c in inspector.get_columns("segments")}
+        assert "replaces" in columns and not columns & {"origin", "lease_until_ms"}
+
+    downgrade_then_upgrade(engine, "0005", check)

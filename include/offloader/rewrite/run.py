@@ -1,0 +1,289 @@
+"""A rewrite run: groups planned from the metadata, each rewritten into one v2 segment.
+
+One group, by the invariants:
+1. ``recover_stale`` first: rewrites whose lease ran out are failed, their uploads aborted;
+2. intent (``begin``): the segment's keys, store, owner and lease recorded; sources
+   checked (one that moved since the plan: outcome ``changed``, nothing written);
+3. the multipart upload created, then its id recorded;
+4. parts uploaded while a keeper thread renews the lease: v1 sources re-encoded client
+   side (rewrite/encode.py), segments merged server side where the store allows it
+   (rewrite/merge.py);
+5. the upload completed (If-None-Match), the index written (If-None-Match);
+6. the swap committed by compare-and-set (metadata/rewrites.py).
+
+On any error the rewrite is failed (its keys queued at once) and its upload aborted; a
+source that moved before the swap is outcome ``changed`` (the next run re-plans), any other
+error outcome ``failed`` for the run's report. A run killed anywhere leaves an assigned
+rewrite segment whose lease runs out: the next run or ``offloader gc`` recovers it
+(:func:`recover_stale_rewrites`), and the orphan sweep aborts an upload created but never
+recorded. Failpoints: ``rewrite-after-begin``, ``rewrite-after-create-upload``,
+``rewrite-after-first-part``, ``rewrite-after-complete``, ``rewrite-after-index``,
+``mid-rewrite-commit`` (inside the swap) and ``rewrite-after-commit``.
+
+Mode ``to-v1`` is the other direction, ledger by ledger through the replacement of an
+offloaded ledger (rewrite/to_v1.py); its results come back in the same report.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+
+from offloader import failpoints
+from offloader.exceptions import CommitFailedError
+from offloader.metadata import Segment
+from offloader.objectstore import MultipartUpload, ObjectStore, PartInfo
+from offloader.rewrite.encode import RewrittenData, encode_ledgers
+from offloader.rewrite.lease import RewriteLease
+from offloader.rewrite.merge import load_source, merge_segments
+from offloader.rewrite.params import TO_V1, RewriteParams
+from offloader.rewrite.plan import SEGMENT, RewriteGroup, plan_rewrite
+from offloader.rewrite.report import (
+    CHANGED,
+    FAILED,
+    PLANNED,
+    REWRITTEN,
+    GroupResult,
+    RewriteReport,
+)
+from offloader.rewrite.to_v1 import ToV1Outcome, ToV1Result, migrate_to_v1, plan_to_v1
+from offloader.runtime import Runtime
+from offloader.stream.offloader import segment_object_keys, segment_user_metadata
+
+log = logging.getLogger(__name__)
+
+# a ledger migrated back to v1 is reported like a rewritten group
+_TO_V1 = {
+    ToV1Outcome.MIGRATED: REWRITTEN,
+    ToV1Outcome.CHANGED: CHANGED,
+    ToV1Outcome.IN_PROGRESS: CHANGED,  # another replacement holds it: the next run goes on
+    ToV1Outcome.FAILED: FAILED,
+    ToV1Outcome.PLANNED: PLANNED,
+}
+
+
+def run_rewrite(
+    runtime: Runtime,
+    params: RewriteParams,
+    *,
+    owner: str,
+    lease_seconds: float | None = None,
+) -> RewriteReport:
+    """Plan ``params``' groups and rewrite up to ``max_groups`` of them as ``owner`` (dry:
+    only plan), each under a lease of ``lease_seconds`` (default: the settings'
+    ``attempt_lease_seconds``). A group that fails is reported and the others still run;
+    the caller decides what a failure means (:meth:`RewriteReport.raise_for_failure`)."""
+    if params.mode == TO_V1:
+        return _to_v1(runtime, params)
+    groups = plan_rewrite(runtime.metadata, params)
+    chosen = groups[: params.max_groups]
+    report = RewriteReport(params.mode, params.dry_run, left=len(groups) - len(chosen))
+    if params.dry_run:
+        report.groups = [GroupResult.of(g, PLANNED) for g in chosen]
+        return report
+    rewriter = Rewriter(runtime, owner=owner, lease_seconds=lease_seconds)
+    for group in chosen:
+        report.recovered += [s.segment_id for s in recover_stale_rewrites(runtime)]
+        try:
+            report.groups.append(rewriter.rewrite(group))
+        except Exception as err:  # one group's failure does not hold the others back
+            log.warning("rewrite of %s failed", group.describe(), exc_info=True)
+            report.groups.append(GroupResult.of(group, FAILED, detail=_text(err)))
+    return report
+
+
+def recover_stale_rewrites(runtime: Runtime) -> list[Segment]:
+    """Fail the rewrites whose lease ran out (their keys queued) and abort their recorded
+    uploads; what `offloader gc` and the `garbage_collection` DAG run before draining. An
+    upload that cannot be aborted now is left to the orphan sweep."""
+    failed = runtime.metadata.rewrites.recover_stale()
+    for segment in failed:
+        log.warning("rewrite segment %s lost its lease: failed, keys queued", segment.segment_id)
+        if segment.upload_id is None:
+            continue
+        try:
+            store = runtime.stores.get(segment.store_id, f"segment {segment.segment_id}")
+            store.abort_multipart(MultipartUpload(segment.data_key, segment.upload_id))
+        except Exception:
+            log.warning("could not abort the upload of %s", segment.segment_id, exc_info=True)
+    return failed
+
+
+class Rewriter:
+    """Rewrites groups of one runtime as ``owner``, one group per :meth:`rewrite`."""
+
+    def __init__(self, runtime: Runtime, *, owner: str, lease_seconds: float | None = None) -> None:
+        self.runtime = runtime
+        self.metadata = runtime.metadata
+        self.owner = owner
+        self.lease_seconds = lease_seconds or runtime.settings.attempt_lease_seconds
+        self.grace_ms = int(runtime.settings.replaced_object_grace_seconds * 1000)
+
+    def rewrite(self, group: RewriteGroup) -> GroupResult:
+        """One group through every step; ``changed`` when a source moved (nothing
+        swapped). Other errors are raised after the rewrite was failed and its upload
+        aborted."""
+        store = self.runtime.objects
+        segment_id = str(uuid.uuid4())
+        data_key, index_key = segment_object_keys(segment_id)
+        try:
+            segment = self.metadata.rewrites.begin(
+                group.topic,
+                segment_id=segment_id,
+                data_key=data_key,
+                index_key=index_key,
+                store_id=self.runtime.stores.default_id(),
+                owner=self.owner,
+                lease_ms=int(self.lease_seconds * 1000),
+                ledgers=group.ledgers,
+                segments=group.segments,
+            )
+        except CommitFailedError as err:
+            return GroupResult.of(group, CHANGED, detail=str(err))
+        failpoints.reach("rewrite-after-begin")
+        upload: MultipartUpload | None = None
+        try:
+            upload = store.create_multipart(
+                data_key, metadata=segment_user_metadata(group.topic, segment_id, "data")
+            )
+            failpoints.reach("rewrite-after-create-upload")
+            segment = self.metadata.rewrites.record_upload(segment, upload.upload_id)
+            with RewriteLease(self.metadata, segment, self.lease_seconds) as lease:
+                written = self._write(group, store, upload, _first_part_hook(lease.check))
+                lease.check()
+                store.complete_multipart(upload, written.parts, if_none_match=True)
+                failpoints.reach("rewrite-after-complete")
+                meta = segment_user_metadata(group.topic, segment_id, "index")
+                store.put(index_key, written.index, metadata=meta, if_none_match=True)
+                failpoints.reach("rewrite-after-index")
+                self.metadata.rewrites.commit(
+                    segment,
+                    written.pieces,
+                    group.ledgers,
+                    group.segments,
+                    data_len=written.data_len,
+                    grace_ms=self.grace_ms,
+                )
+            failpoints.reach("rewrite-after-commit")
+        except CommitFailedError as err:  # a source moved, or the lease was lost
+            self._give_up(segment, store, upload, str(err))
+            return GroupResult.of(group, CHANGED, segment_id=segment_id, detail=str(err))
+        except Exception as err:
+            self._give_up(segment, store, upload, _text(err))
+            raise
+        return GroupResult.of(
+            group,
+            REWRITTEN,
+            segment_id=segment_id,
+            objects_after=2,
+            bytes_after=written.data_len,
+        )
+
+    def _write(
+        self,
+        group: RewriteGroup,
+        store: ObjectStore,
+        upload: MultipartUpload,
+        on_part: Callable[[PartInfo], None],
+    ) -> RewrittenData:
+        """The group's parts uploaded and its index built: v1 sources re-encoded here,
+        segments merged (rewrite/merge.py: copied server side where the store can), each
+        keeping exactly the ranges the metadata records for it."""
+        if group.kind != SEGMENT:
+            return encode_ledgers(
+                self.runtime, group.topic, group.ledgers, store, upload, on_part=on_part
+            )
+        recorded = self.metadata.rewrites.offloaded_pieces(group.topic)
+        sources = [
+            load_source(
+                self.runtime.stores.get(s.store_id, f"segment {s.segment_id}"),
+                s.data_key,
+                s.index_key,
+                s.data_len,
+                recorded.get(s.segment_id, []),
+            )
+            for s in group.segments
+        ]
+        ledgers = self.metadata.get_ledgers(group.topic, group.ledger_ids).values()
+        merged = merge_segments(
+            store,
+            upload,
+            sources,
+            on_part=on_part,
+            part_size=self.metadata.get_topic(group.topic).policy.min_part_bytes,
+            concurrency=self.runtime.settings.upload_concurrency,
+            ledger_times={
+                x.ledger_id: (x.created_ms, x.sealed_ms) for x in ledgers if x.sealed_ms is not None
+            },
+        )
+        return RewrittenData(merged.parts, merged.data_len, merged.index, merged.pieces)
+
+    def _give_up(
+        self, segment: Segment, store: ObjectStore, upload: MultipartUpload | None, detail: str
+    ) -> None:
+        """Fail the rewrite (keys queued) and abort its upload; the original error is what
+        matters, so a failure here is only logged (the lease runs out, the GC recovers)."""
+        try:
+            self.metadata.rewrites.fail(segment, detail)
+        except Exception:
+            log.warning("could not fail rewrite %s", segment.segment_id, exc_info=True)
+        if upload is not None:
+            try:
+                store.abort_multipart(upload)
+            except Exception:
+                log.warning("could not abort the upload of %s", segment.segment_id, exc_info=True)
+
+
+def _first_part_hook(check: Callable[[], None]) -> Callable[[PartInfo], None]:
+    """After each part: the failpoint after the first, and the lease check."""
+    seen = [0]
+
+    def on_part(_: PartInfo) -> None:
+        seen[0] += 1
+        if seen[0] == 1:
+            failpoints.reach("rewrite-after-first-part")
+        check()
+
+    return on_part
+
+
+def _to_v1(runtime: Runtime, params: RewriteParams) -> RewriteReport:
+    """Mode to-v1: up to ``max_groups`` streamed ledgers back to their own v1 objects
+    (rewrite/to_v1.py), one replacement each, oldest first; a ledger is one group."""
+    planned = plan_to_v1(runtime.metadata, params.topics, params.first_ledger, params.last_ledger)
+    chosen = planned[: params.max_groups]
+    report = RewriteReport(params.mode, params.dry_run, left=len(planned) - len(chosen))
+    for ledger in chosen:
+        if params.dry_run:
+            done = [ToV1Result(ledger.topic, ledger.ledger_id, ToV1Outcome.PLANNED)]
+        else:
+            one = ledger.ledger_id
+            done = migrate_to_v1(runtime, [ledger.topic], one, one) or [
+                ToV1Result(ledger.topic, one, ToV1Outcome.CHANGED, detail="no longer streamed")
+            ]
+        report.groups += [_v1_group(r, ledger.size_bytes) for r in done]
+    return report
+
+
+def _v1_group(result: ToV1Result, size: int) -> GroupResult:
+    """A ledger migrated to v1 as a group: before, its entries (``size`` payload bytes) in
+    segments it may share with others (no object of its own); after, its two objects."""
+    outcome = _TO_V1[result.outcome]
+    done = outcome == REWRITTEN
+    return GroupResult(
+        topic=result.topic,
+        kind=SEGMENT,
+        ledgers=[result.ledger_id],
+        sources=1,
+        objects_before=0,
+        bytes_before=size,
+        outcome=outcome,
+        objects_after=2 if done else 0,
+        bytes_after=result.bytes if done else 0,
+        detail=result.detail or None,
+    )
+
+
+def _text(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}"

@@ -1,0 +1,370 @@
+"""A rewrite run in process, on both pairings: compaction of small v1 ledgers and v1 -> v2
+migration of big ones keep every entry (checksum, entry by entry, by range), leave fewer
+objects and no orphan, and a rerun changes nothing; a source that moves is "changed", two
+runs of the same sources leave exactly one winner."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from fixtures.backends import run_in_threads
+from fixtures.metadata import begin as begin_attempt
+from fixtures.rewrites import (
+    T,
+    check_clean_store,
+    check_one_copy,
+    checksum,
+    entry_digests,
+    gc,
+    objects,
+    rewrite,
+    shape,
+    table_rows,
+    v1_topic,
+)
+from fixtures.streams import converge, crash_at, produce, run_pass, stream_topic
+from offloader.format import decode_segment_index
+from offloader.metadata import OffloadMode, Position, SegmentOrigin, SegmentState
+from offloader.read.topic_reader import Source, TopicReader
+from offloader.rewrite.params import RewriteParams
+from offloader.rewrite.plan import plan_rewrite
+from offloader.rewrite.report import CHANGED, PLANNED, REWRITTEN
+from offloader.rewrite.run import Rewriter, recover_stale_rewrites
+from offloader.runtime import Runtime
+
+
+def test_compaction_of_small_v1_ledgers_keeps_every_entry_in_fewer_objects(
+    runtime: Runtime,
+) -> None:
+    rt = runtime
+    ids = v1_topic(rt, 7)  # hot copies deleted: every read below comes from the tier
+    before, digests, count = checksum(rt), entry_digests(rt), len(objects(rt))
+    assert count == 14
+
+    dry = rewrite(rt, dry_run=True)
+    assert {g.outcome for g in dry.groups} == {PLANNED} and len(dry.groups) >= 2
+    assert table_rows(rt)["segments"] == []
+    grouped = [i for g in dry.groups for i in g.ledgers]
+    for g in dry.groups:  # runs of adjacent ledgers, two at least, up to the target
+        assert g.ledgers == list(range(g.ledgers[0], g.ledgers[-1] + 1)) and len(g.ledgers) >= 2
+        assert g.bytes_before <= shape(rt).target
+    assert grouped == sorted(set(grouped)) and set(grouped) <= set(ids)
+    report = rewrite(rt)
+    assert {g.outcome for g in report.groups} == {REWRITTEN}
+    assert [g.ledgers for g in report.groups] == [g.ledgers for g in dry.groups]
+    totals = report.totals()
+    assert (totals["objects_before"], totals["objects_after"]) == (
+        2 * len(grouped),
+        2 * len(report.groups),
+    )
+    assert totals["bytes_after"] == sum(
+        rt.objects.stat(s.data_key).size for s in rt.metadata.segments.list(T)
+    )
+    for ledger in rt.metadata.list_ledgers(T):
+        mode = OffloadMode.STREAM if ledger.ledger_id in grouped else OffloadMode.LEDGER
+        assert ledger.offload_mode is mode
+    assert {s.origin for s in rt.metadata.segments.list(T)} == {SegmentOrigin.REWRITE}
+    counts = rt.metadata.counts()
+    assert counts["segments_by_origin"] == {"rewrite/offloaded": len(report.groups)}
+    for segment in rt.metadata.segments.list(T):  # parts of whole blocks, none but the last
+        index = decode_segment_index(rt.objects.get(segment.index_key))  # under min_part_bytes
+        part_bytes: dict[int, int] = {}
+        for block in (b for x in index.ledgers for b in x.blocks):
+            part_bytes[block.part_id] = part_bytes.get(block.part_id, 0) + block.length
+        assert sorted(part_bytes) == list(range(1, len(part_bytes) + 1))
+        assert all(n >= shape(rt).min_part for n in list(part_bytes.values())[:-1])
+    check_one_copy(rt)
+    assert checksum(rt) == before and entry_digests(rt) == digests
+    # by range: a slice across blocks of a ledger in the middle of a segment
+    middle = rt.metadata.get_ledger(T, grouped[len(grouped) // 2])
+    got = list(TopicReader(rt).read(T, middle.ledger_id, 2, middle.entry_count - 2, Source.TIERED))
+    assert [e for e, _ in got] == list(range(2, middle.entry_count - 1))
+
+    gc(rt)  # no grace in the fixtures: the old objects go
+    assert len(objects(rt)) == count - 2 * len(grouped) + 2 * len(report.groups)
+    check_clean_store(rt)
+    assert checksum(rt) == before
+
+    rows = table_rows(rt)
+    assert (
+        plan_rewrite(
+            rt.metadata,
+            RewriteParams(target_bytes=shape(rt).target, small_bytes=shape(rt).target // 2),
+        )
+        == []
+    )
+    assert rewrite(rt).groups == []
+    assert table_rows(rt) == rows
+
+
+def test_migration_to_v2_rewrites_big_ledgers_one_each(runtime: Runtime) -> None:
+    rt = runtime
+    ids = v1_topic(rt, 3)
+    before = checksum(rt)
+    sizes = [rt.metadata.get_ledger(T, i).data_len or 0 for i in ids]
+    report = rewrite(rt, mode="to-v2", target_bytes=min(sizes) - 1)  # each alone is too big
+    assert [(g.ledgers, g.outcome) for g in report.groups] == [([i], REWRITTEN) for i in ids]
+    assert all(x.offload_mode is OffloadMode.STREAM for x in rt.metadata.list_ledgers(T))
+    check_one_copy(rt)
+    assert checksum(rt) == before
+    gc(rt)
+    check_clean_store(rt)
+    assert checksum(rt) == before
+    assert rewrite(rt, mode="to-v2").groups == []
+
+
+def test_migration_to_v2_packs_consecutive_ledgers_up_to_the_target(runtime: Runtime) -> None:
+    rt = runtime
+    ids = v1_topic(rt, 5)
+    size = {i: rt.metadata.get_ledger(T, i).data_len or 0 for i in ids}
+    target = size[ids[0]] + size[ids[1]]
+    groups = [g.ledgers for g in rewrite(rt, mode="to-v2", target_bytes=target).groups]
+    assert groups[0] == ids[:2] and [i for g in groups for i in g] == ids
+    for group, after in itertools.pairwise(groups):  # greedy: each group as full as it gets
+        assert sum(size[i] for i in group) <= target or len(group) == 1
+        assert sum(size[i] for i in group) + size[after[0]] > target
+
+
+def test_a_run_stops_at_max_groups_and_the_next_goes_on(runtime: Runtime) -> None:
+    rt = runtime
+    v1_topic(rt, 7)
+    planned = len(rewrite(rt, dry_run=True).groups)
+    assert planned >= 2
+    first = rewrite(rt, max_groups=1)
+    assert (len(first.groups), first.left) == (1, planned - 1)
+    second = rewrite(rt, max_groups=1)
+    assert (len(second.groups), second.left) == (1, planned - 2)
+    assert first.groups[0].ledgers != second.groups[0].ledgers
+
+
+# --- the swap's refusals through the run -------------------------------------------------
+def test_a_source_that_moved_after_the_plan_is_changed_and_queues_nothing_of_it(
+    runtime: Runtime,
+) -> None:
+    rt = runtime
+    ids = v1_topic(rt, 3, hot=True)
+    before = checksum(rt)
+    params = RewriteParams(target_bytes=shape(rt).target, small_bytes=shape(rt).target)
+    (group,) = plan_rewrite(rt.metadata, params)
+    begin_attempt(rt.metadata, rt.metadata.get_ledger(T, ids[1]), "repair", replace=True)
+    result = Rewriter(rt, owner="test", lease_seconds=30).rewrite(group)
+    assert result.outcome == CHANGED and f"{T}/{ids[1]} has offload attempt repair" in (
+        result.detail or ""
+    )
+    assert rt.metadata.segments.list(T) == []  # refused at the intent: nothing written
+    assert checksum(rt) == before
+
+
+def test_a_trim_between_the_upload_and_the_swap_fails_the_rewrite_and_queues_its_objects(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt = runtime
+    ids = v1_topic(rt, 4, hot=True)
+    params = RewriteParams(target_bytes=10 * shape(rt).target, small_bytes=shape(rt).target)
+    (group,) = plan_rewrite(rt.metadata, params)
+    from offloader import failpoints
+
+    real = failpoints.reach
+
+    def trim_at_index(point: str) -> None:
+        real(point)
+        if point == "rewrite-after-index":
+            topic = rt.metadata.get_topic(T)
+            rt.metadata.move_start(topic, Position(ledger_id=ids[1], entry_id=0))
+            rt.metadata.mark_ledgers_deleting(T, ids[1], 100)
+
+    monkeypatch.setattr(failpoints, "reach", trim_at_index)
+    result = Rewriter(rt, owner="test", lease_seconds=30).rewrite(group)
+    assert result.outcome == CHANGED and "was trimmed" in (result.detail or "")
+    (failed,) = rt.metadata.segments.list(T)
+    assert failed.state is SegmentState.FAILED
+    queued = {d.object_key for d in rt.metadata.pending_deletions()}
+    assert {failed.data_key, failed.index_key} <= queued
+    assert all(rt.metadata.get_ledger(T, i).offload_mode is OffloadMode.LEDGER for i in ids)
+    gc(rt)
+    check_clean_store(rt)
+    check_one_copy(rt)
+
+
+def test_two_runs_of_the_same_sources_leave_exactly_one_winner(runtime: Runtime) -> None:
+    rt = runtime
+    v1_topic(rt, 3)
+    before = checksum(rt)
+    params = RewriteParams(target_bytes=10 * shape(rt).target, small_bytes=shape(rt).target)
+    (group,) = plan_rewrite(rt.metadata, params)
+    outcomes = []
+    errors = run_in_threads(
+        lambda: outcomes.append(Rewriter(rt, owner="t", lease_seconds=30).rewrite(group)), 2
+    )
+    assert errors == []
+    assert sorted(r.outcome for r in outcomes) == [CHANGED, REWRITTEN]
+    states = sorted(s.state for s in rt.metadata.segments.list(T))
+    assert states == sorted([SegmentState.FAILED, SegmentState.OFFLOADED])
+    (loser,) = rt.metadata.segments.list(T, [SegmentState.FAILED])
+    assert {loser.data_key, loser.index_key} <= {
+        d.object_key for d in rt.metadata.pending_deletions()
+    }
+    check_one_copy(rt)
+    assert checksum(rt) == before
+    gc(rt)
+    check_clean_store(rt)
+
+
+# --- a run killed in this process, recovered by the GC's step ----------------------------
+def test_a_dead_rewrite_is_recovered_once_its_lease_ran_out(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt = runtime
+    v1_topic(rt, 3)
+    before = checksum(rt)
+    with crash_at(monkeypatch, "rewrite-after-first-part"):
+        rewrite(rt, small_bytes=shape(rt).target, lease_seconds=2.0)
+    (dead,) = rt.metadata.rewrites.open_rewrites(T)
+    assert dead.upload_id is not None and len({k for k, _ in _uploads(rt)}) == 1
+    assert recover_stale_rewrites(rt) == []  # its lease still runs
+    _wait(rt, dead.lease_until_ms or 0)
+    (recovered,) = recover_stale_rewrites(rt)
+    assert (recovered.segment_id, recovered.state) == (dead.segment_id, SegmentState.FAILED)
+    assert _uploads(rt) == set()  # aborted
+    check_one_copy(rt)
+    assert checksum(rt) == before
+    check_clean_store(rt)
+    assert [g.outcome for g in rewrite(rt, small_bytes=shape(rt).target).groups] == [REWRITTEN]
+    check_one_copy(rt)
+    assert checksum(rt) == before
+
+
+def test_a_run_recovers_dead_rewrites_before_each_group(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt = runtime
+    v1_topic(rt, 3)
+    with crash_at(monkeypatch, "rewrite-after-begin"):
+        rewrite(rt, small_bytes=shape(rt).target, lease_seconds=2.0)
+    (dead,) = rt.metadata.rewrites.open_rewrites(T)
+    _wait(rt, dead.lease_until_ms or 0)
+    report = rewrite(rt, small_bytes=shape(rt).target)
+    assert report.recovered == [dead.segment_id]
+    assert [g.outcome for g in report.groups] == [REWRITTEN]
+
+
+def _uploads(rt: Runtime) -> set[tuple[str, str]]:
+    return {(u.key, u.upload_id) for u in rt.objects.list_multipart_uploads()}
+
+
+def _wait(rt: Runtime, until_ms: int) -> None:
+    import time
+
+    deadline = time.monotonic() + 30
+    while rt.metadata.db_now_ms() <= until_ms:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def test_an_empty_ledger_between_sources_does_not_break_a_run(runtime: Runtime) -> None:
+    rt = runtime
+    ids = v1_topic(rt, 2)
+    epoch = rt.metadata.claim_writer(T).writer_epoch  # a ledger sealed with no entry
+    empty = rt.metadata.allocate_ledger(T, epoch)
+    rt.hot.create(T, empty.ledger_id).seal()
+    rt.metadata.seal_ledger(empty, 0, 0, epoch)
+    ids += v1_topic(rt, 2)
+    assert rt.metadata.get_ledger(T, empty.ledger_id).entry_count == 0
+    report = rewrite(rt, target_bytes=10 * shape(rt).target, small_bytes=shape(rt).target)
+    assert [g.ledgers for g in report.groups] == [ids]
+
+
+def small_segments(rt: Runtime, topic: str = "s", count: int = 3) -> int:
+    """A streaming topic with ``count`` small offloaded segments (a ledger and a closed
+    segment a pass); the profile's segment size."""
+    p = stream_topic(rt, topic)
+    for seed in range(count):
+        produce(rt, topic, 1, seed=seed)
+        run_pass(rt, topic, close_now=True)
+    assert len(rt.metadata.segments.list(topic, [SegmentState.OFFLOADED])) == count
+    return p.segment_max
+
+
+def test_compaction_merges_small_stream_segments_and_the_stream_goes_on(
+    runtime: Runtime,
+) -> None:
+    rt = runtime
+    size = small_segments(rt)
+    before = checksum(rt, "s")
+    small = rt.metadata.segments.list("s", [SegmentState.OFFLOADED])
+    report = rewrite(rt, topics=["s"], target_bytes=100 * size, small_bytes=size)
+    (group,) = report.groups
+    assert (group.kind, group.sources, group.outcome) == ("segment", 3, REWRITTEN)
+    merged = rt.metadata.segments.get(group.segment_id or "")
+    assert merged.origin is SegmentOrigin.REWRITE and merged.state is SegmentState.OFFLOADED
+    for old in small:
+        now = rt.metadata.segments.get(old.segment_id)
+        assert (now.state, now.detail) == (
+            SegmentState.DELETED,
+            f"rewritten into segment {merged.segment_id}",
+        )
+    assert {d.object_key for d in rt.metadata.pending_deletions()} == {
+        k for x in small for k in (x.data_key, x.index_key)
+    }
+    check_one_copy(rt, "s")
+    assert checksum(rt, "s") == before == checksum(rt, "s", "hot")
+    # the stream continues after its own (merged away) segments: nothing again, nothing lost
+    produce(rt, "s", 1, seed=9)
+    converge(rt, "s")
+    check_one_copy(rt, "s")
+    assert checksum(rt, "s", "tiered") == checksum(rt, "s", "hot")
+    gc(rt)
+    check_clean_store(rt)
+
+
+@pytest.mark.parametrize("point", ["rewrite-after-first-part", "mid-rewrite-commit"])
+def test_a_segment_merge_that_dies_leaves_the_segments_and_is_cleaned(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch, point: str
+) -> None:
+    rt = runtime
+    size = small_segments(rt)
+    small = rt.metadata.segments.list("s", [SegmentState.OFFLOADED])
+    before = checksum(rt, "s", "tiered")
+    values = {"topics": ["s"], "target_bytes": 100 * size, "small_bytes": size}
+    with crash_at(monkeypatch, point):
+        rewrite(rt, lease_seconds=2.0, **values)
+    (dead,) = rt.metadata.rewrites.open_rewrites("s")
+    assert rt.metadata.segments.list("s", [SegmentState.OFFLOADED]) == small
+    assert checksum(rt, "s", "tiered") == before
+    _wait(rt, dead.lease_until_ms or 0)
+    assert [s.segment_id for s in recover_stale_rewrites(rt)] == [dead.segment_id]
+    check_clean_store(rt)
+    assert [g.outcome for g in rewrite(rt, **values).groups] == [REWRITTEN]
+    check_one_copy(rt, "s")
+    assert checksum(rt, "s", "tiered") == before
+
+
+def test_migration_back_to_v1_after_a_compaction_releases_the_rewrite_segment(
+    runtime: Runtime,
+) -> None:
+    """v1 -> v2 (compaction) -> v1 (mode to-v1, rewrite/to_v1.py): every ledger on its own
+    objects again, the rewrite segment no ledger needs released, the entries the same."""
+    rt = runtime
+    ids = v1_topic(rt, 3)
+    before = entry_digests(rt)
+    target = 10 * shape(rt).target
+    assert [g.outcome for g in rewrite(rt, target_bytes=target, small_bytes=target).groups] == [
+        REWRITTEN
+    ]
+    (segment,) = rt.metadata.segments.list(T)
+    dry = rewrite(rt, mode="to-v1", dry_run=True)
+    assert [(g.ledgers, g.outcome) for g in dry.groups] == [([i], PLANNED) for i in ids]
+    report = rewrite(rt, mode="to-v1", max_groups=2)
+    assert [(g.ledgers, g.outcome) for g in report.groups] == [([i], REWRITTEN) for i in ids[:2]]
+    assert report.left == 1 and all(g.objects_after == 2 for g in report.groups)
+    assert rt.metadata.segments.get(segment.segment_id).state is SegmentState.OFFLOADED
+    assert [g.outcome for g in rewrite(rt, mode="to-v1").groups] == [REWRITTEN]
+    assert all(x.offload_mode is OffloadMode.LEDGER for x in rt.metadata.list_ledgers(T))
+    assert rt.metadata.segments.get(segment.segment_id).state is SegmentState.DELETED
+    assert entry_digests(rt) == before
+    gc(rt)
+    check_clean_store(rt)
+    assert entry_digests(rt) == before
+    assert rewrite(rt, mode="to-v1").groups == []
