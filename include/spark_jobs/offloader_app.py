@@ -1,6 +1,6 @@
 """What every offloader Spark application's driver shares (include/spark_jobs/*.py).
 
-    spark-submit APP.py '<params as JSON>' [offloader.zip]
+    spark-submit APP.py '<params as JSON>' [offloader.zip [result.json]]
 
 The driver builds its ``Settings()`` from the ``OFFLOADER_*`` environment that the
 submitting task set (secrets never on a command line or in Spark's conf); executors get
@@ -9,7 +9,9 @@ library, offloader/bulk/shipping.py) is added for executors only, with ``addPyFi
 the driver has imported the library from its install: the driver needs the real package
 (its schema check reads the migration scripts from disk), and ``--py-files`` would put the
 zip first on the driver's path too. A bad parameter or setting ends the driver with one
-clear line (no secret in it) and exit status 2, as the CLI does.
+clear line (no secret in it) and exit status 2, as the CLI does. ``result.json`` is a
+path on the submitting machine (the driver runs there, in client mode) where an
+application writes what the task returns.
 
 Functions that run on executors must be the library's or defined in the application's
 ``__main__`` (pickled by value): this module is not shipped to executors.
@@ -36,10 +38,12 @@ log = logging.getLogger("offloader_app")
 
 @dataclass(frozen=True)
 class AppArgs:
-    """The application's command line: the run's params (JSON) and the library zip."""
+    """The application's command line: the run's params (JSON), the library zip and where
+    to write the result for the submitting task."""
 
     params_json: str
     library_zip: str | None
+    result_file: str | None = None
 
 
 Job = Callable[[AppArgs, Settings], int]
@@ -54,13 +58,13 @@ def main(name: str, job: Job) -> None:
 def run(name: str, argv: Sequence[str], job: Job) -> int:
     """``job``'s exit status; 2 with one clear line for a bad command line, parameter or
     setting (the library's errors, ValueError, LookupError)."""
-    if len(argv) not in (1, 2):
-        print(f"usage: {name}.py '<params as JSON>' [offloader.zip]", file=sys.stderr)
+    if len(argv) not in (1, 2, 3):
+        print(f"usage: {name}.py '<params as JSON>' [offloader.zip [result.json]]", file=sys.stderr)
         return 2
     settings: Settings | None = None
     try:
         settings = Settings()
-        return job(AppArgs(argv[0], argv[1] if len(argv) == 2 else None), settings)
+        return job(AppArgs(*argv), settings)
     except (OffloaderError, ValueError, LookupError) as err:
         log.error("%s failed: %s", name, describe_error(err, settings))
         return 2

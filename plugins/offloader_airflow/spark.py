@@ -11,6 +11,7 @@ the task closure (docs/CONFIGURATION.md, "Spark jobs").
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -22,6 +23,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import Context
 
 from offloader.bulk.params import ExportParams
+from offloader.rewrite.params import RewriteParams
 from offloader.scrub.params import ScrubParams
 from offloader.scrub.targets import check_topics
 from offloader.settings import Settings
@@ -76,15 +78,22 @@ class OffloaderSparkOperator(SparkSubmitOperator):
             raise ValueError("env_vars is not taken: the job's settings come from the connection")
         return self.offloader_hook.get_portable_settings()
 
-    def submit_app(self, params_json: str, settings: Settings) -> None:
+    def submit_app(
+        self, params_json: str, settings: Settings, *, want_result: bool = False
+    ) -> dict[str, Any] | None:
         """spark-submit the application with ``params_json`` and the library zip as its
-        arguments and ``settings`` in the driver's environment; raises if it fails."""
+        arguments and ``settings`` in the driver's environment; raises if it fails. With
+        ``want_result``, the JSON the driver wrote to the result file it was given (None
+        if it wrote none)."""
         from offloader.bulk.shipping import library_zip
 
         with tempfile.TemporaryDirectory(prefix="offloader-spark-") as scratch:
             # the application ships it to executors (addPyFile): not --py-files, which
             # would shadow the driver's installed library with a zip
             self.application_args = [params_json, str(library_zip(Path(scratch)))]
+            result = Path(scratch) / "result.json"
+            if want_result:  # the driver runs here (client mode): a local file reaches it
+                self.application_args.append(str(result))
             self._hook = self._get_hook()
             if self._hook._connection["deploy_mode"] == "cluster":  # resolved from conn_id
                 raise ValueError(
@@ -96,6 +105,10 @@ class OffloaderSparkOperator(SparkSubmitOperator):
                 self._hook.submit(self.application, env=child_environment(os.environ, settings))
             finally:
                 _close_submit_pipe(self._hook)
+            if not want_result or not result.exists():
+                return None
+            answer: dict[str, Any] = json.loads(result.read_text())
+            return answer
 
 
 class BulkExportOperator(OffloaderSparkOperator):
@@ -189,6 +202,53 @@ class ScrubOperator(OffloaderSparkOperator):
         }
         self.log.info("scrub done: %s", summary)
         return summary
+
+
+class BulkRewriteOperator(OffloaderSparkOperator):
+    """Compact small objects or migrate formats with include/spark_jobs/bulk_rewrite.py:
+    the driver records every intent and swap, executors write the output segments' parts.
+
+    ``rewrite_params`` (a dict of :class:`RewriteParams` fields, e.g. the DAG's Params) is
+    checked before anything is submitted, the named topics against the metadata store too.
+    The task fails when a group failed (after the others were done; the driver's log, in
+    the task's, names it). Returns the report's totals and one line per group.
+    """
+
+    template_fields: Sequence[str] = (*OffloaderSparkOperator.template_fields, "rewrite_params")
+
+    def __init__(
+        self,
+        *,
+        rewrite_params: dict[str, Any] | None = None,
+        application: str = str(SPARK_JOBS / "bulk_rewrite.py"),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(application=application, **kwargs)
+        self.rewrite_params = rewrite_params
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        params = RewriteParams.parse(self.rewrite_params or {})
+        settings = self.portable_settings()
+        with self.offloader_hook.get_runtime() as runtime:
+            check_topics(runtime.metadata, params.topics)  # an unknown one: nothing submitted
+        report = self.submit_app(params.model_dump_json(), settings, want_result=True)
+        if report is None:
+            raise RuntimeError("the rewrite job ended without a report")
+        summary = {
+            "mode": report["mode"],
+            "dry_run": report["dry_run"],
+            "totals": report["totals"],
+            "left": report["left"],
+            "recovered": report["recovered"],
+            "groups": [_group_line(g) for g in report["groups"]],
+        }
+        self.log.info("rewrite done: %s", summary)
+        return summary
+
+
+def _group_line(group: dict[str, Any]) -> str:
+    ledgers = group["ledgers"]
+    return f"{group['topic']} ledgers {ledgers[0]}..{ledgers[-1]}: {group['outcome']}"
 
 
 def _close_submit_pipe(hook: Any) -> None:

@@ -99,6 +99,7 @@ def test_the_operator_takes_the_models_defaults() -> None:
         "garbage_collection",
         "bulk_export",
         "scrub",
+        "bulk_rewrite",
         "streaming_offload",
     ],
 )

@@ -29,6 +29,7 @@ BAD_VALUES = {
     "offload_historical": ("batch_size", "", "This field is required", True),
     "garbage_collection": ("max_items", "", "This field is required", True),
     "bulk_export": ("slice_bytes", "", "This field is required", True),
+    "bulk_rewrite": ("max_groups", "", "This field is required", True),
     "retention": ("position", "abc", "Invalid input for param position", False),
     "scrub": ("report", "abc", "Invalid input for param report", False),
     "streaming_offload": ("topic", " events", "Invalid input for param topic", False),

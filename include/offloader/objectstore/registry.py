@@ -108,3 +108,23 @@ class StoreRegistry:
                 if store is not self.default:
                     store.close()
             self._opened.clear()
+
+
+class OpenedLocations:
+    """Stores opened by recorded location where there is no database (a Spark executor):
+    each location once, so two sources in one store are one store (server-side copies
+    between them work), all closed together."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._opened: dict[StoreLocation, ObjectStore] = {}
+
+    def open(self, location: StoreLocation) -> ObjectStore:
+        if location not in self._opened:
+            self._opened[location] = open_location(location, self._settings)
+        return self._opened[location]
+
+    def close(self) -> None:
+        for store in self._opened.values():
+            store.close()
+        self._opened.clear()

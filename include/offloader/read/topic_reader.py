@@ -16,6 +16,7 @@ from offloader.exceptions import (
     TrimmedError,
 )
 from offloader.metadata import Ledger, LedgerState, OffloadMode, Topic
+from offloader.objectstore import ObjectStore
 from offloader.policy import ReadPriority
 from offloader.read.segmented import LedgerPiece, SegmentedLedgerReader
 from offloader.read.tiered import TieredLedgerReader
@@ -196,6 +197,21 @@ class TopicReader:
         return read
 
 
+def ledger_object_reader(store: ObjectStore, ledger: Ledger, prefetch: int) -> TieredLedgerReader:
+    """A reader of ``ledger``'s own (v1) objects in ``store``, the one its row recorded."""
+    if ledger.data_key is None or ledger.index_key is None:
+        raise ValueError(f"ledger {ledger.topic}/{ledger.ledger_id} has no objects of its own")
+    return TieredLedgerReader(
+        store,
+        ledger.data_key,
+        ledger.index_key,
+        topic=ledger.topic,
+        ledger_id=ledger.ledger_id,
+        last_entry_id=ledger.entry_count - 1,
+        prefetch=prefetch,
+    )
+
+
 def tiered_ledger_reader(
     runtime: Runtime, ledger: Ledger
 ) -> TieredLedgerReader | SegmentedLedgerReader:
@@ -207,16 +223,8 @@ def tiered_ledger_reader(
     of its own since ``ledger`` was read (a migration back to v1 or scrub's repair swapped
     it, and no ledger needed the segments any more): the reader follows it there."""
     if ledger.offload_mode is OffloadMode.LEDGER:
-        assert ledger.data_key is not None and ledger.index_key is not None
-        return TieredLedgerReader(
-            runtime.stores.get(ledger.store_id, f"ledger {ledger.topic}/{ledger.ledger_id}"),
-            ledger.data_key,
-            ledger.index_key,
-            topic=ledger.topic,
-            ledger_id=ledger.ledger_id,
-            last_entry_id=ledger.entry_count - 1,
-            prefetch=runtime.settings.read_prefetch,
-        )
+        store = runtime.stores.get(ledger.store_id, f"ledger {ledger.topic}/{ledger.ledger_id}")
+        return ledger_object_reader(store, ledger, runtime.settings.read_prefetch)
     records = runtime.metadata.segments.pieces(ledger.topic, ledger.ledger_id)
     if not records:
         now = runtime.metadata.get_ledger(ledger.topic, ledger.ledger_id)

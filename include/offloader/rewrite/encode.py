@@ -22,8 +22,6 @@ from offloader.metadata import Ledger
 from offloader.metadata.segments import PieceRange
 from offloader.objectstore import MultipartUpload, ObjectStore, PartInfo
 from offloader.read.tiered import TieredLedgerReader
-from offloader.read.topic_reader import tiered_ledger_reader
-from offloader.runtime import Runtime
 
 
 @dataclass(frozen=True)
@@ -36,28 +34,39 @@ class RewrittenData:
     pieces: list[PieceRange]  # the ledger ranges it holds, for segment_ledgers
 
 
+@dataclass(frozen=True)
+class OutputLayout:
+    """How an output segment is cut, fixed by whoever planned it (the topic's policy and
+    the settings), so a Spark executor cuts it as this process would."""
+
+    max_block_size: int
+    min_part_bytes: int  # the smallest part but the last (and the merge's part size)
+    read_buffer_size: int  # the v2 index's chunk target
+    read_prefetch: int  # chunks a source reader fetches ahead
+    concurrency: int  # parts in flight while merging segments
+
+
 def encode_ledgers(
-    runtime: Runtime,
     topic: str,
     ledgers: Sequence[Ledger],
+    readers: Sequence[TieredLedgerReader],
     store: ObjectStore,
     upload: MultipartUpload,
     *,
+    layout: OutputLayout,
     on_part: Callable[[PartInfo], None],
 ) -> RewrittenData:
-    """Read ``ledgers`` (v1 objects, in id order) and upload them as the parts of
-    ``upload``, a v2 segment of ``topic``; ``on_part`` runs after each part is uploaded
-    (and may raise to stop: a lost lease)."""
-    policy = runtime.metadata.get_topic(topic).policy
-    readers = [_reader(runtime, ledger) for ledger in ledgers]
+    """Read ``ledgers`` (v1 objects, in id order, each through its reader) and upload them
+    as the parts of ``upload``, a v2 segment of ``topic``; ``on_part`` runs after each part
+    is uploaded (and may raise to stop: a lost lease)."""
     # an entry that fitted a v1 block fits a v2 block of the same size (same header and
     # framing), even if the policy's block size shrank since
-    block_size = max([policy.max_block_size, *(b.length for r in readers for b in r.index.blocks)])
+    block_size = max([layout.max_block_size, *(b.length for r in readers for b in r.index.blocks)])
     total = sum(ledger.data_len or 0 for ledger in ledgers)
     encoder = SegmentEncoder(
         max_block_size=block_size,
-        min_part_size=part_size(store, total, policy.min_part_bytes),
-        chunk_target=policy.read_buffer_size,
+        min_part_size=part_size(store, total, layout.min_part_bytes),
+        chunk_target=layout.read_buffer_size,
     )
     parts: list[PartInfo] = []
     blocks: list[SegmentBlockRef] = []
@@ -99,10 +108,3 @@ def part_size(store: ObjectStore, total: int, wanted: int) -> int:
     over the minimum)."""
     caps = store.capabilities
     return max(caps.min_part_size, wanted, math.ceil(2 * total / caps.max_parts))
-
-
-def _reader(runtime: Runtime, ledger: Ledger) -> TieredLedgerReader:
-    """The ledger's v1 objects, in the store its offload recorded (invariant 7)."""
-    reader = tiered_ledger_reader(runtime, ledger)
-    assert isinstance(reader, TieredLedgerReader)  # a v1 source has objects of its own
-    return reader

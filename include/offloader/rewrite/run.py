@@ -28,15 +28,16 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
 
 from offloader import failpoints
 from offloader.exceptions import CommitFailedError
 from offloader.metadata import Segment
 from offloader.objectstore import MultipartUpload, ObjectStore, PartInfo
-from offloader.rewrite.encode import RewrittenData, encode_ledgers
+from offloader.rewrite.encode import RewrittenData
 from offloader.rewrite.lease import RewriteLease
-from offloader.rewrite.merge import load_source, merge_segments
 from offloader.rewrite.params import TO_V1, RewriteParams
 from offloader.rewrite.plan import SEGMENT, RewriteGroup, plan_rewrite
 from offloader.rewrite.report import (
@@ -48,10 +49,14 @@ from offloader.rewrite.report import (
     RewriteReport,
 )
 from offloader.rewrite.to_v1 import ToV1Outcome, ToV1Result, migrate_to_v1, plan_to_v1
+from offloader.rewrite.work import StoreRef, WorkOrder, WorkResult, order_for, write_order
 from offloader.runtime import Runtime
 from offloader.stream.offloader import segment_object_keys, segment_user_metadata
 
 log = logging.getLogger(__name__)
+
+#: writes a wave's work orders somewhere (Spark executors) and gives one result per order
+Spread = Callable[[list[WorkOrder]], list[WorkResult]]
 
 # a ledger migrated back to v1 is reported like a rewritten group
 _TO_V1 = {
@@ -69,11 +74,18 @@ def run_rewrite(
     *,
     owner: str,
     lease_seconds: float | None = None,
+    spread: Spread | None = None,
+    wave: int = 8,
 ) -> RewriteReport:
     """Plan ``params``' groups and rewrite up to ``max_groups`` of them as ``owner`` (dry:
     only plan), each under a lease of ``lease_seconds`` (default: the settings'
     ``attempt_lease_seconds``). A group that fails is reported and the others still run;
-    the caller decides what a failure means (:meth:`RewriteReport.raise_for_failure`)."""
+    the caller decides what a failure means (:meth:`RewriteReport.raise_for_failure`).
+
+    Without ``spread`` each group is written here, one after the other. With it (a Spark
+    job's driver) groups go ``wave`` at a time: their intents and uploads recorded here,
+    their parts written wherever ``spread`` sends the work orders, then completed and
+    swapped here, one by one, while this process keeps every lease of the wave."""
     if params.mode == TO_V1:
         return _to_v1(runtime, params)
     groups = plan_rewrite(runtime.metadata, params)
@@ -83,6 +95,11 @@ def run_rewrite(
         report.groups = [GroupResult.of(g, PLANNED) for g in chosen]
         return report
     rewriter = Rewriter(runtime, owner=owner, lease_seconds=lease_seconds)
+    if spread is not None:
+        for first in range(0, len(chosen), max(1, wave)):
+            report.recovered += [s.segment_id for s in recover_stale_rewrites(runtime)]
+            report.groups += rewriter.rewrite_spread(chosen[first : first + wave], spread)
+        return report
     for group in chosen:
         report.recovered += [s.segment_id for s in recover_stale_rewrites(runtime)]
         try:
@@ -110,8 +127,18 @@ def recover_stale_rewrites(runtime: Runtime) -> list[Segment]:
     return failed
 
 
+@dataclass(frozen=True)
+class Started:
+    """A group whose intent and multipart upload are recorded: what its writer needs."""
+
+    group: RewriteGroup
+    segment: Segment
+    order: WorkOrder
+
+
 class Rewriter:
-    """Rewrites groups of one runtime as ``owner``, one group per :meth:`rewrite`."""
+    """Rewrites groups of one runtime as ``owner``: :meth:`rewrite` one here, or
+    :meth:`rewrite_spread` several whose parts are written elsewhere."""
 
     def __init__(self, runtime: Runtime, *, owner: str, lease_seconds: float | None = None) -> None:
         self.runtime = runtime
@@ -124,16 +151,71 @@ class Rewriter:
         """One group through every step; ``changed`` when a source moved (nothing
         swapped). Other errors are raised after the rewrite was failed and its upload
         aborted."""
-        store = self.runtime.objects
+        started = self.start(group)
+        if isinstance(started, GroupResult):
+            return started
+        try:
+            with RewriteLease(self.metadata, started.segment, self.lease_seconds) as lease:
+                written = write_order(started.order, self._open, _first_part_hook(lease.check))
+                lease.check()
+                return self.finish(started, written)
+        except CommitFailedError as err:  # a source moved, or the lease was lost
+            self.give_up(started, str(err))
+            return GroupResult.of(
+                group, CHANGED, segment_id=started.segment.segment_id, detail=str(err)
+            )
+        except Exception as err:
+            self.give_up(started, _text(err))
+            raise
+
+    def rewrite_spread(self, groups: Sequence[RewriteGroup], spread: Spread) -> list[GroupResult]:
+        """``groups`` started here, written by ``spread`` (one result per order, in order),
+        finished here; every lease kept from this process until its group is settled. A
+        failed ``spread`` (the Spark job lost) fails every group of the wave."""
+        results: list[GroupResult | Started] = []
+        for group in groups:
+            try:
+                results.append(self.start(group))
+            except Exception as err:
+                log.warning("rewrite of %s failed", group.describe(), exc_info=True)
+                results.append(GroupResult.of(group, FAILED, detail=_text(err)))
+        started = [s for s in results if isinstance(s, Started)]
+        with ExitStack() as leases:
+            kept = {
+                s.segment.segment_id: leases.enter_context(
+                    RewriteLease(self.metadata, s.segment, self.lease_seconds)
+                )
+                for s in started
+            }
+            try:
+                done = {w.segment_id: w for w in spread([s.order for s in started])}
+            except Exception as err:
+                log.warning("the rewrite's parts could not be written", exc_info=True)
+                done = {
+                    s.segment.segment_id: WorkResult(s.segment.segment_id, error=_text(err))
+                    for s in started
+                }
+            return [
+                r
+                if isinstance(r, GroupResult)
+                else self._settle(r, done, kept[r.segment.segment_id])
+                for r in results
+            ]
+
+    def start(self, group: RewriteGroup) -> Started | GroupResult:
+        """Record ``group``'s intent, then its multipart upload (invariant 1); ``changed``
+        when a source moved since the plan (nothing recorded). An error after the intent
+        fails the rewrite (keys queued) and is raised."""
         segment_id = str(uuid.uuid4())
         data_key, index_key = segment_object_keys(segment_id)
+        target = StoreRef(self.runtime.stores.default_id(), self.runtime.stores.default_location)
         try:
             segment = self.metadata.rewrites.begin(
                 group.topic,
                 segment_id=segment_id,
                 data_key=data_key,
                 index_key=index_key,
-                store_id=self.runtime.stores.default_id(),
+                store_id=target.store_id,
                 owner=self.owner,
                 lease_ms=int(self.lease_seconds * 1000),
                 ledgers=group.ledgers,
@@ -142,6 +224,7 @@ class Rewriter:
         except CommitFailedError as err:
             return GroupResult.of(group, CHANGED, detail=str(err))
         failpoints.reach("rewrite-after-begin")
+        store = self.runtime.objects
         upload: MultipartUpload | None = None
         try:
             upload = store.create_multipart(
@@ -149,79 +232,74 @@ class Rewriter:
             )
             failpoints.reach("rewrite-after-create-upload")
             segment = self.metadata.rewrites.record_upload(segment, upload.upload_id)
-            with RewriteLease(self.metadata, segment, self.lease_seconds) as lease:
-                written = self._write(group, store, upload, _first_part_hook(lease.check))
-                lease.check()
-                store.complete_multipart(upload, written.parts, if_none_match=True)
-                failpoints.reach("rewrite-after-complete")
-                meta = segment_user_metadata(group.topic, segment_id, "index")
-                store.put(index_key, written.index, metadata=meta, if_none_match=True)
-                failpoints.reach("rewrite-after-index")
-                self.metadata.rewrites.commit(
-                    segment,
-                    written.pieces,
-                    group.ledgers,
-                    group.segments,
-                    data_len=written.data_len,
-                    grace_ms=self.grace_ms,
-                )
-            failpoints.reach("rewrite-after-commit")
-        except CommitFailedError as err:  # a source moved, or the lease was lost
-            self._give_up(segment, store, upload, str(err))
-            return GroupResult.of(group, CHANGED, segment_id=segment_id, detail=str(err))
+            order = order_for(
+                self.metadata,
+                group,
+                segment,
+                upload,
+                target=target,
+                read_prefetch=self.runtime.settings.read_prefetch,
+                concurrency=self.runtime.settings.upload_concurrency,
+            )
         except Exception as err:
-            self._give_up(segment, store, upload, _text(err))
+            self._fail(segment, upload, _text(err))
             raise
+        return Started(group, segment, order)
+
+    def finish(self, started: Started, written: RewrittenData) -> GroupResult:
+        """Complete the upload, write the index, swap by compare-and-set (the caller holds
+        the lease and gives up on an error)."""
+        store = self.runtime.objects
+        group, segment = started.group, started.segment
+        store.complete_multipart(started.order.upload, written.parts, if_none_match=True)
+        failpoints.reach("rewrite-after-complete")
+        meta = segment_user_metadata(group.topic, segment.segment_id, "index")
+        store.put(segment.index_key, written.index, metadata=meta, if_none_match=True)
+        failpoints.reach("rewrite-after-index")
+        self.metadata.rewrites.commit(
+            segment,
+            written.pieces,
+            group.ledgers,
+            group.segments,
+            data_len=written.data_len,
+            grace_ms=self.grace_ms,
+        )
+        failpoints.reach("rewrite-after-commit")
         return GroupResult.of(
             group,
             REWRITTEN,
-            segment_id=segment_id,
+            segment_id=segment.segment_id,
             objects_after=2,
             bytes_after=written.data_len,
         )
 
-    def _write(
-        self,
-        group: RewriteGroup,
-        store: ObjectStore,
-        upload: MultipartUpload,
-        on_part: Callable[[PartInfo], None],
-    ) -> RewrittenData:
-        """The group's parts uploaded and its index built: v1 sources re-encoded here,
-        segments merged (rewrite/merge.py: copied server side where the store can), each
-        keeping exactly the ranges the metadata records for it."""
-        if group.kind != SEGMENT:
-            return encode_ledgers(
-                self.runtime, group.topic, group.ledgers, store, upload, on_part=on_part
-            )
-        recorded = self.metadata.rewrites.offloaded_pieces(group.topic)
-        sources = [
-            load_source(
-                self.runtime.stores.get(s.store_id, f"segment {s.segment_id}"),
-                s.data_key,
-                s.index_key,
-                s.data_len,
-                recorded.get(s.segment_id, []),
-            )
-            for s in group.segments
-        ]
-        ledgers = self.metadata.get_ledgers(group.topic, group.ledger_ids).values()
-        merged = merge_segments(
-            store,
-            upload,
-            sources,
-            on_part=on_part,
-            part_size=self.metadata.get_topic(group.topic).policy.min_part_bytes,
-            concurrency=self.runtime.settings.upload_concurrency,
-            ledger_times={
-                x.ledger_id: (x.created_ms, x.sealed_ms) for x in ledgers if x.sealed_ms is not None
-            },
-        )
-        return RewrittenData(merged.parts, merged.data_len, merged.index, merged.pieces)
+    def give_up(self, started: Started, detail: str) -> None:
+        """Fail ``started``'s rewrite (keys queued) and abort its upload."""
+        self._fail(started.segment, started.order.upload, detail)
 
-    def _give_up(
-        self, segment: Segment, store: ObjectStore, upload: MultipartUpload | None, detail: str
-    ) -> None:
+    def _settle(
+        self, started: Started, done: Mapping[str, WorkResult], lease: RewriteLease
+    ) -> GroupResult:
+        """A spread group's result finished and swapped, or given up."""
+        segment_id = started.segment.segment_id
+        result = done.get(segment_id) or WorkResult(segment_id, error="no result came back")
+        try:
+            if result.written is None:
+                raise RewriteWorkError(result.error or "no data came back")
+            lease.check()
+            return self.finish(started, result.written)
+        except CommitFailedError as err:
+            self.give_up(started, str(err))
+            return GroupResult.of(started.group, CHANGED, segment_id=segment_id, detail=str(err))
+        except Exception as err:
+            log.warning("rewrite of %s failed", started.group.describe(), exc_info=True)
+            self.give_up(started, _text(err))
+            return GroupResult.of(started.group, FAILED, segment_id=segment_id, detail=_text(err))
+
+    def _open(self, ref: StoreRef) -> ObjectStore:
+        return self.runtime.stores.get(ref.store_id, f"store {ref.location}")
+
+    def _fail(self, segment: Segment, upload: MultipartUpload | None, detail: str) -> None:
         """Fail the rewrite (keys queued) and abort its upload; the original error is what
         matters, so a failure here is only logged (the lease runs out, the GC recovers)."""
         try:
@@ -230,9 +308,13 @@ class Rewriter:
             log.warning("could not fail rewrite %s", segment.segment_id, exc_info=True)
         if upload is not None:
             try:
-                store.abort_multipart(upload)
+                self.runtime.objects.abort_multipart(upload)
             except Exception:
                 log.warning("could not abort the upload of %s", segment.segment_id, exc_info=True)
+
+
+class RewriteWorkError(Exception):
+    """A group's parts could not be written where they were sent (the text says why)."""
 
 
 def _first_part_hook(check: Callable[[], None]) -> Callable[[PartInfo], None]:

@@ -8,8 +8,7 @@ from collections.abc import Iterable
 
 from offloader.exceptions import StoreUnavailableError
 from offloader.objectstore import ObjectStore
-from offloader.objectstore.location import StoreLocation
-from offloader.objectstore.registry import open_location
+from offloader.objectstore.registry import OpenedLocations
 from offloader.scrub.check import LedgerScrubResult
 from offloader.scrub.run import scrub_ledger_in
 from offloader.scrub.targets import ScrubTarget
@@ -19,21 +18,17 @@ from offloader.settings import Settings
 def scrub_partition(targets: Iterable[ScrubTarget], settings: Settings) -> list[LedgerScrubResult]:
     """Scrub every target of one Spark partition; each store is opened once and closed at
     the end. ``settings``: :meth:`Settings.for_object_stores` (endpoint, keys, tuning)."""
-    stores: dict[StoreLocation, ObjectStore] = {}
+    stores = OpenedLocations(settings)
 
     def open_store(target: ScrubTarget) -> ObjectStore:
-        location = target.location
-        if location is None:
+        if target.location is None:
             raise StoreUnavailableError(
                 f"ledger {target.name} names no object store (written before revision 0002 "
                 "and not upgraded): run `offloader db upgrade`"
             )
-        if location not in stores:
-            stores[location] = open_location(location, settings)
-        return stores[location]
+        return stores.open(target.location)
 
     try:
         return [scrub_ledger_in(open_store, t) for t in targets]
     finally:
-        for store in stores.values():
-            store.close()
+        stores.close()

@@ -1,0 +1,141 @@
+"""A rewrite whose parts are written elsewhere (the Spark driver's path, without Spark): the
+work orders cross a pickle boundary to :func:`write_partition` with only the object-store
+settings, as they reach executors. The result equals a run here; a group that fails where
+it was sent, or a wave whose writing fails as a whole, is failed and cleaned up; the
+orders carry no secret and no database URL."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from fixtures.rewrites import (
+    T,
+    check_clean_store,
+    check_one_copy,
+    checksum,
+    entry_digests,
+    gc,
+    objects,
+    shape,
+    sweep_now,
+    v1_topic,
+)
+from offloader.metadata import SegmentOrigin, SegmentState
+from offloader.rewrite.params import COMPACT, TO_V2, RewriteParams
+from offloader.rewrite.plan import LEDGER, SEGMENT
+from offloader.rewrite.report import FAILED, REWRITTEN, RewriteReport
+from offloader.rewrite.run import Spread, run_rewrite
+from offloader.rewrite.work import WorkOrder, WorkResult, write_partition
+from offloader.runtime import Runtime
+
+
+def elsewhere(rt: Runtime, sent: list[WorkOrder] | None = None) -> Spread:
+    """Orders pickled and written with the executors' settings, one "task" per order."""
+    closure = rt.settings.for_object_stores()
+
+    def spread(orders: list[WorkOrder]) -> list[WorkResult]:
+        if sent is not None:
+            sent.extend(orders)
+        shipped = pickle.loads(pickle.dumps((orders, closure)))
+        return [r for order in shipped[0] for r in write_partition([order], shipped[1])]
+
+    return spread
+
+
+def spread_run(rt: Runtime, spread: Spread, *, wave: int = 2, **values: object) -> RewriteReport:
+    values.setdefault("target_bytes", shape(rt).target)
+    if values.get("mode", COMPACT) == COMPACT:
+        values.setdefault("small_bytes", shape(rt).target // 2)
+    params = RewriteParams.model_validate(values)
+    return run_rewrite(rt, params, owner="driver", lease_seconds=30, spread=spread, wave=wave)
+
+
+def test_spread_compaction_and_migration_equal_the_source_and_leave_no_orphan(
+    runtime: Runtime,
+) -> None:
+    rt = runtime
+    v1_topic(rt, 7)
+    before, digests = checksum(rt), entry_digests(rt)
+    sent: list[WorkOrder] = []
+
+    # v1 objects -> small v2 segments (re-encoded where the orders went), in waves of two
+    migrated = spread_run(rt, elsewhere(rt, sent), mode=TO_V2, target_bytes=shape(rt).target // 3)
+    assert {g.outcome for g in migrated.groups} == {REWRITTEN} and len(migrated.groups) >= 4
+    assert {g.kind for g in migrated.groups} == {LEDGER}
+    assert len(sent) == len(migrated.groups) and all(o.ledgers for o in sent)
+    # ... then the small segments merged into fewer (copied or downloaded where they went)
+    sent.clear()
+    compacted = spread_run(rt, elsewhere(rt, sent))
+    assert {g.outcome for g in compacted.groups} == {REWRITTEN}
+    assert {g.kind for g in compacted.groups} == {SEGMENT}
+    assert all(o.segments and not o.ledgers for o in sent)
+    assert len(compacted.groups) < len(migrated.groups)
+
+    assert checksum(rt) == before and entry_digests(rt) == digests
+    check_one_copy(rt)
+    live = rt.metadata.segments.list(T, [SegmentState.OFFLOADED])
+    assert {s.origin for s in live} == {SegmentOrigin.REWRITE}
+    gc(rt)
+    check_clean_store(rt)
+    assert len(objects(rt)) == 2 * len(live) < 14
+    again = spread_run(rt, elsewhere(rt))
+    assert again.groups == [] and checksum(rt) == before
+
+
+def test_a_group_failed_where_it_was_sent_is_given_up_and_the_others_swap(
+    runtime: Runtime,
+) -> None:
+    rt = runtime
+    v1_topic(rt, 7)
+    before = checksum(rt)
+    write = elsewhere(rt)
+
+    def first_fails(orders: list[WorkOrder]) -> list[WorkResult]:
+        results = write(orders)
+        results[0] = WorkResult(orders[0].segment_id, error="OSError: executor disk full")
+        return results
+
+    report = spread_run(rt, first_fails, mode=TO_V2, wave=10)
+    outcomes = [g.outcome for g in report.groups]
+    assert outcomes[0] == FAILED and set(outcomes[1:]) == {REWRITTEN} and len(outcomes) >= 2
+    assert "executor disk full" in (report.groups[0].detail or "")
+    failed = rt.metadata.segments.list(T, [SegmentState.FAILED])
+    assert [s.segment_id for s in failed] == [report.groups[0].segment_id]
+    assert checksum(rt) == before
+    check_one_copy(rt)
+    sweep_now(rt)  # the failed group's keys were queued, its upload aborted
+    check_clean_store(rt)
+
+
+def test_a_wave_whose_writing_fails_swaps_nothing_and_leaves_nothing(runtime: Runtime) -> None:
+    rt = runtime
+    v1_topic(rt, 7)
+    before, stored = checksum(rt), objects(rt)
+
+    def lost(orders: list[WorkOrder]) -> list[WorkResult]:
+        elsewhere(rt)(orders[:1])  # a part or two written, then the job is lost
+        raise RuntimeError("Job aborted due to stage failure: executor lost")
+
+    report = spread_run(rt, lost, mode=TO_V2, wave=10)
+    assert {g.outcome for g in report.groups} == {FAILED}
+    assert all("executor lost" in (g.detail or "") for g in report.groups)
+    assert rt.metadata.segments.list(T, [SegmentState.OFFLOADED]) == []
+    assert checksum(rt) == before
+    sweep_now(rt)
+    assert objects(rt) == stored and list(rt.objects.list_multipart_uploads()) == []
+    check_clean_store(rt)
+
+
+@pytest.mark.parametrize("backend_settings", ["s3-sqlite"], indirect=True)
+def test_work_orders_carry_no_secret_and_no_database(runtime: Runtime) -> None:
+    rt = runtime
+    v1_topic(rt, 3)
+    sent: list[WorkOrder] = []
+    spread_run(rt, elsewhere(rt, sent), mode=TO_V2)
+    assert sent
+    shipped = pickle.dumps(sent)
+    secret = rt.settings.s3_secret_access_key
+    assert secret is not None and secret.get_secret_value().encode() not in shipped
+    assert rt.settings.resolved_metadata_url.encode() not in shipped
