@@ -204,8 +204,9 @@ class Rewriter:
 
     def start(self, group: RewriteGroup) -> Started | GroupResult:
         """Record ``group``'s intent, then its multipart upload (invariant 1); ``changed``
-        when a source moved since the plan (nothing recorded). An error after the intent
-        fails the rewrite (keys queued) and is raised."""
+        when a source moved since the plan (nothing recorded) or the rewrite was recovered
+        before its upload was recorded. Another error after the intent fails the rewrite
+        (keys queued) and is raised."""
         segment_id = str(uuid.uuid4())
         data_key, index_key = segment_object_keys(segment_id)
         target = StoreRef(self.runtime.stores.default_id(), self.runtime.stores.default_location)
@@ -241,6 +242,9 @@ class Rewriter:
                 read_prefetch=self.runtime.settings.read_prefetch,
                 concurrency=self.runtime.settings.upload_concurrency,
             )
+        except CommitFailedError as err:  # recovered meanwhile (its lease ran out)
+            self._fail(segment, upload, str(err))
+            return GroupResult.of(group, CHANGED, segment_id=segment_id, detail=str(err))
         except Exception as err:
             self._fail(segment, upload, _text(err))
             raise

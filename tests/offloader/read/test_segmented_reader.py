@@ -321,3 +321,61 @@ def test_any_split_of_a_ledger_over_segments_reads_back_identical(
             assert r.read_entry(entry_id) == entries[entry_id][1]
         mid = len(entries) // 2
         assert list(r.read(mid // 2, mid)) == entries[mid // 2 : mid + 1]
+
+
+def test_a_piece_starting_inside_its_segment_and_the_readers_settings(
+    object_store: ObjectStore,
+) -> None:
+    """A piece may start after its segment's first entry of the ledger (an earlier segment
+    serves the head): its reader starts there too; each piece's reader gets the topic, the
+    index cache, the prefetch and the sequential range it was given."""
+    lay = layout(object_store)
+    entries = lay.entries[LEDGER]
+    # segment E holds 350..899, but B serves up to 599: E's piece starts at 600
+    e_keys = put_segment(object_store, [(LEDGER, e, p) for e, p in entries[350:]])
+    pieces = [*lay.pieces[:2], LedgerPiece(object_store, *e_keys, 600, len(entries) - 1)]
+    cache = IndexCache()
+    r = reader(pieces, index_cache=cache, sequential_range=1, prefetch=2)
+    assert (r.ledger_id, r.topic) == (LEDGER, TOPIC)
+    assert [x.first_entry_id for x in r.readers] == [0, 250, 600]
+    assert {x.topic for x in r.readers} == {TOPIC}
+    assert {(x.sequential_range, x.prefetch) for x in r.readers} == {(1, 2)}
+    assert list(r.read()) == entries
+    assert len(cache._items) == 3  # each segment's index fetched into the cache given
+    with pytest.raises(ValueError, match=r"entries 350\.\.600 are outside 600\.\.899"):
+        list(r.readers[2].read(350, 600))
+
+
+@pytest.mark.parametrize(
+    ("first", "last"),
+    [(0, 900), (-1, 5), (10, 5), (899, 898)],
+    ids=["past", "below", "10..5", "end"],
+)
+def test_a_range_outside_the_ledger_or_upside_down_is_refused(
+    object_store: ObjectStore, first: int, last: int
+) -> None:
+    r = reader(layout(object_store).pieces)
+    message = rf"entries {first}\.\.{last} are outside 0\.\.899 of ledger 7"
+    with pytest.raises(ValueError, match=message):
+        r.read_batches(first, last)
+
+
+@pytest.mark.parametrize(
+    ("bounds", "message"),
+    [
+        ([(0, 99), (0, 50)], r"they overlap on entries 0\.\.50"),
+        ([(0, 99), (99, 200)], r"they overlap on entries 99\.\.99"),
+        ([(0, 99), (100, 99)], r"holds entries 100\.\.99: not a range of entry ids"),
+    ],
+    ids=["same-first", "touching-last", "empty-piece"],
+)
+def test_the_edges_of_piece_checks(
+    tmp_path: Path, bounds: list[tuple[int, int]], message: str
+) -> None:
+    store = FilesystemObjectStore(tmp_path / "objects")
+    pieces = [
+        LedgerPiece(store, f"d{i}", f"d{i}-index", first, last)
+        for i, (first, last) in enumerate(bounds)
+    ]
+    with pytest.raises(ValueError, match=message):
+        SegmentedLedgerReader(pieces, ledger_id=LEDGER)

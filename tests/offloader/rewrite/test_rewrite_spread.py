@@ -139,3 +139,35 @@ def test_work_orders_carry_no_secret_and_no_database(runtime: Runtime) -> None:
     secret = rt.settings.s3_secret_access_key
     assert secret is not None and secret.get_secret_value().encode() not in shipped
     assert rt.settings.resolved_metadata_url.encode() not in shipped
+
+
+def test_a_rewrite_recovered_before_its_upload_was_recorded_is_changed(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver froze between creating the upload and recording it, long enough for the
+    GC to recover the rewrite: recording fails the CAS, the group is ``changed``, its
+    upload aborted, nothing swapped (the freeze is the one thing a test has to stage)."""
+    import time
+
+    from offloader.rewrite.report import CHANGED
+    from offloader.rewrite.run import recover_stale_rewrites
+
+    rt = runtime
+    v1_topic(rt, 3)
+    before = checksum(rt)
+    create = rt.objects.create_multipart
+
+    def frozen(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        upload = create(*args, **kwargs)  # type: ignore[arg-type]
+        time.sleep(1.2)
+        assert len(recover_stale_rewrites(rt)) == 1
+        return upload
+
+    monkeypatch.setattr(rt.objects, "create_multipart", frozen)
+    params = RewriteParams(mode=TO_V2, target_bytes=shape(rt).target, max_groups=1)
+    report = run_rewrite(rt, params, owner="driver", lease_seconds=1, spread=elsewhere(rt))
+    assert [g.outcome for g in report.groups] == [CHANGED]
+    assert rt.metadata.segments.list(T, [SegmentState.OFFLOADED]) == []
+    assert list(rt.objects.list_multipart_uploads()) == []
+    assert checksum(rt) == before
+    check_clean_store(rt)
