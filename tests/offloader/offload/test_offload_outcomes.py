@@ -183,9 +183,15 @@ def test_an_offload_whose_ledger_is_trimmed_meanwhile_is_lost(
     assert result.attempt_id is not None
     assert result == OffloadResult("orders", ids[0], Outcome.LOST, result.attempt_id)
     attempt = rt.metadata.get_attempt(result.attempt_id)
-    why = f"attempt {attempt.attempt_id} (epoch 1) no longer owns ledger orders/{ids[0]}"
+    # the commit's CAS finds the ledger gone, or the lease keeper's renewal found it first
+    # (it renews every third of the fixtures' 2 s lease): either way the offload is lost
+    why = {
+        f"attempt {attempt.attempt_id} (epoch 1) no longer owns ledger orders/{ids[0]}",
+        f"attempt {attempt.attempt_id} lost ledger orders/{ids[0]} to another attempt",
+    }
     assert (attempt.state, attempt.detail) == (AttemptState.SUPERSEDED, "its ledger was trimmed")
-    assert messages(caplog, logging.WARNING) == [f"offload of orders/{ids[0]} lost: {why}"]
+    (warning,) = messages(caplog, logging.WARNING)
+    assert warning in {f"offload of orders/{ids[0]} lost: {w}" for w in why}
     assert rt.metadata.get_ledger("orders", ids[0]).deletion_state is DeletionState.DELETING
     assert {attempt.data_key, attempt.index_key} <= {
         d.object_key for d in rt.metadata.pending_deletions()
