@@ -196,10 +196,17 @@ def test_a_piece_the_segment_does_not_hold_is_damage_of_its_index(
             r"ledger 7: piece 1 \(d1\) holds 7:0\.\.7:99, piece 0 \(d0\) 7:100\.\.7:200: "
             r"pieces out of entry order",
         ),
-        ([(0, 99), (100, 99)], r"ledger 7: piece 1 \(d1\) holds entries 100\.\.99"),
+        (
+            [(0, 99), (100, 99)],
+            r"ledger 7: piece 1 \(d1\) holds entries 100\.\.99: not a range of entry ids",
+        ),
         ([], r"ledger 7: no pieces"),
+        # the edges: the same first entry is an overlap (not out of order), and so is a
+        # piece starting on the previous one's last entry
+        ([(0, 99), (0, 50)], r"they overlap on entries 0\.\.50"),
+        ([(0, 99), (99, 200)], r"they overlap on entries 99\.\.99"),
     ],
-    ids=["gap", "overlap", "order", "empty-piece", "none"],
+    ids=["gap", "overlap", "order", "empty-piece", "none", "same-first", "touching-last"],
 )
 def test_pieces_that_do_not_tile_the_ledger_are_refused(
     tmp_path: Path, bounds: list[tuple[int, int]], message: str
@@ -358,24 +365,3 @@ def test_a_range_outside_the_ledger_or_upside_down_is_refused(
     message = rf"entries {first}\.\.{last} are outside 0\.\.899 of ledger 7"
     with pytest.raises(ValueError, match=message):
         r.read_batches(first, last)
-
-
-@pytest.mark.parametrize(
-    ("bounds", "message"),
-    [
-        ([(0, 99), (0, 50)], r"they overlap on entries 0\.\.50"),
-        ([(0, 99), (99, 200)], r"they overlap on entries 99\.\.99"),
-        ([(0, 99), (100, 99)], r"holds entries 100\.\.99: not a range of entry ids"),
-    ],
-    ids=["same-first", "touching-last", "empty-piece"],
-)
-def test_the_edges_of_piece_checks(
-    tmp_path: Path, bounds: list[tuple[int, int]], message: str
-) -> None:
-    store = FilesystemObjectStore(tmp_path / "objects")
-    pieces = [
-        LedgerPiece(store, f"d{i}", f"d{i}-index", first, last)
-        for i, (first, last) in enumerate(bounds)
-    ]
-    with pytest.raises(ValueError, match=message):
-        SegmentedLedgerReader(pieces, ledger_id=LEDGER)

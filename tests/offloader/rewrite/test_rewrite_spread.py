@@ -18,14 +18,15 @@ from fixtures.rewrites import (
     entry_digests,
     gc,
     objects,
+    rewrite,
     shape,
     sweep_now,
     v1_topic,
 )
 from offloader.metadata import SegmentOrigin, SegmentState
-from offloader.rewrite.params import COMPACT, TO_V2, RewriteParams
+from offloader.rewrite.params import TO_V2, RewriteParams
 from offloader.rewrite.plan import LEDGER, SEGMENT
-from offloader.rewrite.report import FAILED, REWRITTEN, RewriteReport
+from offloader.rewrite.report import FAILED, REWRITTEN
 from offloader.rewrite.run import Spread, run_rewrite
 from offloader.rewrite.work import WorkOrder, WorkResult, write_partition
 from offloader.runtime import Runtime
@@ -44,14 +45,6 @@ def elsewhere(rt: Runtime, sent: list[WorkOrder] | None = None) -> Spread:
     return spread
 
 
-def spread_run(rt: Runtime, spread: Spread, *, wave: int = 2, **values: object) -> RewriteReport:
-    values.setdefault("target_bytes", shape(rt).target)
-    if values.get("mode", COMPACT) == COMPACT:
-        values.setdefault("small_bytes", shape(rt).target // 2)
-    params = RewriteParams.model_validate(values)
-    return run_rewrite(rt, params, owner="driver", lease_seconds=30, spread=spread, wave=wave)
-
-
 def test_spread_compaction_and_migration_equal_the_source_and_leave_no_orphan(
     runtime: Runtime,
 ) -> None:
@@ -61,13 +54,15 @@ def test_spread_compaction_and_migration_equal_the_source_and_leave_no_orphan(
     sent: list[WorkOrder] = []
 
     # v1 objects -> small v2 segments (re-encoded where the orders went), in waves of two
-    migrated = spread_run(rt, elsewhere(rt, sent), mode=TO_V2, target_bytes=shape(rt).target // 3)
+    migrated = rewrite(
+        rt, spread=elsewhere(rt, sent), wave=2, mode=TO_V2, target_bytes=shape(rt).target // 3
+    )
     assert {g.outcome for g in migrated.groups} == {REWRITTEN} and len(migrated.groups) >= 4
     assert {g.kind for g in migrated.groups} == {LEDGER}
     assert len(sent) == len(migrated.groups) and all(o.ledgers for o in sent)
     # ... then the small segments merged into fewer (copied or downloaded where they went)
     sent.clear()
-    compacted = spread_run(rt, elsewhere(rt, sent))
+    compacted = rewrite(rt, spread=elsewhere(rt, sent), wave=2)
     assert {g.outcome for g in compacted.groups} == {REWRITTEN}
     assert {g.kind for g in compacted.groups} == {SEGMENT}
     assert all(o.segments and not o.ledgers for o in sent)
@@ -80,7 +75,7 @@ def test_spread_compaction_and_migration_equal_the_source_and_leave_no_orphan(
     gc(rt)
     check_clean_store(rt)
     assert len(objects(rt)) == 2 * len(live) < 14
-    again = spread_run(rt, elsewhere(rt))
+    again = rewrite(rt, spread=elsewhere(rt), wave=2)
     assert again.groups == [] and checksum(rt) == before
 
 
@@ -97,7 +92,7 @@ def test_a_group_failed_where_it_was_sent_is_given_up_and_the_others_swap(
         results[0] = WorkResult(orders[0].segment_id, error="OSError: executor disk full")
         return results
 
-    report = spread_run(rt, first_fails, mode=TO_V2, wave=10)
+    report = rewrite(rt, spread=first_fails, mode=TO_V2, wave=10)
     outcomes = [g.outcome for g in report.groups]
     assert outcomes[0] == FAILED and set(outcomes[1:]) == {REWRITTEN} and len(outcomes) >= 2
     assert "executor disk full" in (report.groups[0].detail or "")
@@ -118,7 +113,7 @@ def test_a_wave_whose_writing_fails_swaps_nothing_and_leaves_nothing(runtime: Ru
         elsewhere(rt)(orders[:1])  # a part or two written, then the job is lost
         raise RuntimeError("Job aborted due to stage failure: executor lost")
 
-    report = spread_run(rt, lost, mode=TO_V2, wave=10)
+    report = rewrite(rt, spread=lost, mode=TO_V2, wave=10)
     assert {g.outcome for g in report.groups} == {FAILED}
     assert all("executor lost" in (g.detail or "") for g in report.groups)
     assert rt.metadata.segments.list(T, [SegmentState.OFFLOADED]) == []
@@ -133,7 +128,7 @@ def test_work_orders_carry_no_secret_and_no_database(runtime: Runtime) -> None:
     rt = runtime
     v1_topic(rt, 3)
     sent: list[WorkOrder] = []
-    spread_run(rt, elsewhere(rt, sent), mode=TO_V2)
+    rewrite(rt, spread=elsewhere(rt, sent), wave=2, mode=TO_V2)
     assert sent
     shipped = pickle.dumps(sent)
     secret = rt.settings.s3_secret_access_key
