@@ -7,7 +7,7 @@ PYSPARK_VERSION := $(shell sed -n 's/^pyspark==//p' requirements.txt)
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install test test-long lint demo airflow bench constraints clean mutate mutate-smoke mutate-survivors mutate-docs \
+.PHONY: install test test-long lint demo airflow bench constraints clean mutate mutate-smoke mutate-survivors mutate-unchecked mutate-docs \
 	browser doc-screenshots
 
 install: $(VENV)/.installed
@@ -76,6 +76,10 @@ mutate: install
 # After adding tests: rerun only the mutants that survived (MUTANTS= narrows it by glob).
 mutate-survivors: install
 	$(BIN)/python scripts/mutation_run.py --retest-survivors --max-children $(MUTATE_CHILDREN) $(MUTANTS)
+
+# Only the mutants without a kept verdict (MUTANTS= narrows it by glob): a long run in pieces.
+mutate-unchecked: install
+	$(BIN)/python scripts/mutation_run.py --unchecked --max-children $(MUTATE_CHILDREN) $(MUTANTS)
 
 # The short run CI does before `make test`: proves the setup kills known mutants.
 mutate-smoke: install

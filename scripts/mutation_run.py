@@ -163,6 +163,21 @@ def smoke(stage: Path, max_children: int) -> None:
         sys.exit("mutation smoke failed:\n  " + "\n  ".join(problems))
 
 
+def unchecked_names(cache: mutation_cache.Cache, globs: list[str]) -> list[str]:
+    """The kept mutants with no verdict (or one of a function changed since), by exact name.
+
+    Names come from the kept file, so a function that gained mutants since its last run
+    has its new ones left out; they stay "not checked" in the report until a run names them.
+    """
+    current = mutation_cache.without_stale(cache, ROOT / "include").statuses()
+    return [
+        name
+        for module in current.values()
+        for name, code in module.items()
+        if code is None and (not globs or any(fnmatch(name, g) for g in globs))
+    ]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="the short CI run")
@@ -172,6 +187,12 @@ def main(argv: list[str] | None = None) -> None:
         "--retest-survivors",
         action="store_true",
         help="rerun only the mutants whose last verdict was not a kill (after adding tests)",
+    )
+    parser.add_argument(
+        "--unchecked",
+        action="store_true",
+        help="test only the mutants without a kept verdict (a glob names every mutant it "
+        "matches, and mutmut re-tests every mutant it is named)",
     )
     parser.add_argument("mutants", nargs="*", help="mutant names or globs (default: all)")
     args = parser.parse_args(argv)
@@ -197,11 +218,23 @@ def main(argv: list[str] | None = None) -> None:
         if not names:
             print("mutation: no survivors to retest")
             return
+    elif args.unchecked:
+        names = unchecked_names(cache, args.mutants)
+        if not names:
+            print("mutation: every selected mutant has a verdict")
+            return
+        print(f"mutation: {len(names)} mutants without a verdict", flush=True)
     before = mutation_cache.read_stage(stage)
     try:
         run_mutmut(stage, args.max_children, names)
     finally:  # a failed or interrupted run still leaves the verdicts it reached
-        target = "make mutate-survivors" if args.retest_survivors else "make mutate"
+        target = (
+            "make mutate-survivors"
+            if args.retest_survivors
+            else "make mutate-unchecked"
+            if args.unchecked
+            else "make mutate"
+        )
         command = target + (f' MUTANTS="{" ".join(args.mutants)}"' if args.mutants else "")
         after = mutation_cache.read_stage(stage)
         mutation_cache.record(cache, before, after, names, command).save()
