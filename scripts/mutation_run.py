@@ -120,7 +120,10 @@ def check_imports_mutated_copy(stage: Path) -> None:
 def run_mutmut(stage: Path, max_children: int, names: list[str]) -> None:
     mutmut = Path(sys.executable).with_name("mutmut")
     command = [str(mutmut), "run", "--max-children", str(max_children), *names]
-    print(f"mutation: {' '.join(command[1:])} (in {stage.relative_to(ROOT)})", flush=True)
+    shown = (
+        command[1:] if len(names) <= 8 else [*command[1:4], *names[:3], f"... {len(names)} names"]
+    )
+    print(f"mutation: {' '.join(shown)} (in {stage.relative_to(ROOT)})", flush=True)
     done = subprocess.run(command, cwd=stage, env=stage_env(stage), preexec_fn=limit_memory)
     if done.returncode != 0:
         sys.exit(f"mutation: mutmut exited with status {done.returncode}")

@@ -6,6 +6,7 @@ runs of the same sources leave exactly one winner."""
 from __future__ import annotations
 
 import itertools
+import threading
 
 import pytest
 
@@ -25,6 +26,7 @@ from fixtures.rewrites import (
     v1_topic,
 )
 from fixtures.streams import converge, crash_at, produce, run_pass, stream_topic
+from offloader import failpoints
 from offloader.format import decode_segment_index
 from offloader.metadata import OffloadMode, Position, SegmentOrigin, SegmentState
 from offloader.read.topic_reader import Source, TopicReader
@@ -188,12 +190,25 @@ def test_a_trim_between_the_upload_and_the_swap_fails_the_rewrite_and_queues_its
     check_one_copy(rt)
 
 
-def test_two_runs_of_the_same_sources_leave_exactly_one_winner(runtime: Runtime) -> None:
+def test_two_runs_of_the_same_sources_leave_exactly_one_winner(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
     rt = runtime
     v1_topic(rt, 3)
     before = checksum(rt)
     params = RewriteParams(target_bytes=10 * shape(rt).target, small_bytes=shape(rt).target)
     (group,) = plan_rewrite(rt.metadata, params)
+    # both intents recorded before either writes: otherwise a thread started late (a loaded
+    # machine) finds the sources already swapped and records nothing, a different race
+    both_begun = threading.Barrier(2, timeout=30)
+    real_reach = failpoints.reach
+
+    def reach(name: str) -> None:
+        real_reach(name)
+        if name == "rewrite-after-begin":
+            both_begun.wait()
+
+    monkeypatch.setattr(failpoints, "reach", reach)
     outcomes = []
     errors = run_in_threads(
         lambda: outcomes.append(Rewriter(rt, owner="t", lease_seconds=30).rewrite(group)), 2
