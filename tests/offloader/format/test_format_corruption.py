@@ -16,6 +16,7 @@ from offloader.format import (
     ChunkRef,
     LedgerIndex,
     LedgerMetadata,
+    block_offsets,
     decode_block,
     decode_chunk,
     decode_index,
@@ -485,6 +486,10 @@ def test_extension_must_tile_the_data_object() -> None:
     short = (replace(index.blocks[0], length=HEADER_LEN - 1),)
     error = refusal(reencoded(index, blocks=short, chunks=index.chunks[:1]))
     assert str(error) == f"block part 1 at 0+{HEADER_LEN - 1}, expected 0"
+    # a block of just a header passes the tiling check: its chunk is what refuses it
+    header_only = (replace(index.blocks[0], length=HEADER_LEN),)
+    error = refusal(reencoded(index, blocks=header_only, chunks=index.chunks[:1]))
+    assert str(error) == f"chunk at offset 0+{index.chunks[0].length} overruns its block"
     # v1 entry and extension agree on a shifted second block: the tiling check refuses it
     blocks_at = ext_at(raw) + 12
     moved = edit(edit(raw, ">q", 85 + 20 + 12, 4100, reseal=False), ">q", blocks_at + 28, 4100)
@@ -577,6 +582,11 @@ def test_chunk_refusals_name_absolute_offsets_sliced_and_in_place() -> None:
             f"{head.first_entry_id}",
             head.offset + 20,
         )
+    )
+    raw = bytearray(data[head.offset : head.end])
+    struct.pack_into(">I", raw, 0, 0xFBDBABCA)
+    cases.append(
+        (head, bytes(raw), f"bad block magic 0xFBDBABCA {where}, expected 0xFBDBABCB", head.offset)
     )
     raw = bytearray(data[head.offset : head.end])
     struct.pack_into(">q", raw, 4, 127)
@@ -712,6 +722,9 @@ def test_block_refusals_name_absolute_offsets() -> None:
     error = block_refusal(raw[:-10], **at)
     assert str(error) == f"truncated block: header says block_len 4096, got {b.length - 10} bytes"
     assert error.offset == b.offset + b.length - 10
+    with pytest.raises(FormatError) as raised:  # no offset given: offsets within the block
+        block_offsets(raw[:-10], entry_count=count)
+    assert raised.value.offset == b.length - 10
     error = block_refusal(raw + b"\xfe", **at)
     assert (
         str(error) == f"block length mismatch: header says block_len 4096, got {b.length + 1} bytes"

@@ -294,6 +294,7 @@ def test_the_batch_path_points_at_every_payload(ledger: Ledger) -> None:
         starts, lengths = chunk_offsets(data, chunk, at=chunk.offset, into=into)
         assert starts is into[0] and lengths is into[1]  # appended to, not replaced
         alone = chunk_offsets(data[chunk.offset : chunk.end], chunk)
+        assert [a.typecode for a in alone] == ["q", "q"]  # int64, as EntryBatch documents
         window = data[chunk.offset : chunk.end]
         assert at_offsets(window, *alone) == [p for _, p in parse_chunk(window, chunk)]
         # read in place from a view, parse_chunk still hands out bytes it owns

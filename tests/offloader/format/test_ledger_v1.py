@@ -469,6 +469,20 @@ def test_encoder_refusals_say_what_is_wrong() -> None:
         list(encode_blocks([(3, bytes(861))], max_block_size=1000))
 
 
+def test_an_entry_no_empty_block_takes_is_refused_not_looped_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The encoder's progress guard, behind the size check: were an oversized entry ever to
+    get past that check (disabled here, as no input can), a fresh block that takes no entry
+    is refused instead of being emitted empty, again and again."""
+    monkeypatch.setattr("offloader.format.blocks._check_fits", lambda *args: None)
+    with pytest.raises(
+        EntryTooLargeError,
+        match=r"^entry 3 of 861 bytes does not fit an empty block of max_block_size 1000$",
+    ):
+        next(encode_blocks([(3, bytes(861))], max_block_size=1000))
+
+
 @pytest.mark.parametrize(
     ("sizes", "block"),
     [

@@ -14,6 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from fixtures.backends import run_in_threads
+from fixtures.clock import stopped_sqlite_clock
 from fixtures.metadata import begin, sealed_ledger
 from offloader.exceptions import AlreadyExistsError, CommitFailedError, NotFoundError
 from offloader.metadata import (
@@ -383,7 +384,22 @@ def test_queued_deletions_record_reason_and_attempt(store: MetadataStore) -> Non
     assert before <= row.enqueued_ms == row.next_try_ms <= now_ms()
 
 
+def unordered_selects_reversed(store: MetadataStore) -> None:
+    """On SQLite, rows of a query without ORDER BY come back in the reverse of the plan's
+    order (``reverse_unordered_selects``): an order that only the index gave is lost, so
+    the test sees whether the store asks for it. PostgreSQL is left as it is."""
+    if store.engine.dialect.name != "sqlite":
+        return
+    sa.event.listen(
+        store.engine,
+        "connect",
+        lambda dbapi_conn, _record: dbapi_conn.execute("PRAGMA reverse_unordered_selects = ON"),
+    )
+    store.engine.dispose()
+
+
 def test_due_deletions_come_soonest_first_up_to_the_limit(store: MetadataStore) -> None:
+    unordered_selects_reversed(store)
     store.enqueue_deletions(["a", "b", "c", "d"], "test", store_id=objects_store(store))
     a, b, _, _ = store.pending_deletions()
     store.retry_deletion_later(a, "later", delay_ms=2 * 3_600_000)
@@ -395,6 +411,44 @@ def test_due_deletions_come_soonest_first_up_to_the_limit(store: MetadataStore) 
     at = {x.object_key: x.next_try_ms for x in store.pending_deletions()}["a"]
     assert [x.object_key for x in store.due_deletions(10, at_ms=at)] == ["c", "d", "b", "a"]
     assert [x.object_key for x in store.due_deletions(10, at_ms=at - 1)] == ["c", "d", "b"]
+
+
+def test_the_backlog_lists_the_most_tried_items_first_then_the_oldest(
+    store: MetadataStore,
+) -> None:
+    keys = [f"k{n:02}" for n in range(22)]
+    store.enqueue_deletions(keys, "test", store_id=objects_store(store))
+    rows = store.pending_deletions()
+    # retried in id order with shrinking delays, so the next tries run against the ids:
+    # the index on next_try_ms hands the failing rows over in the reverse of their id order
+    store.retry_deletions_later([(d, "once", (30 - n) * 60_000) for n, d in enumerate(rows)][1:])
+    store.retry_deletions_later([(rows[n], "twice", (30 - n) * 60_000) for n in (3, 5)])
+
+    twice = store.deletion_backlog(failing_tries=2)
+    assert (twice.pending, twice.due, twice.failing_tries, twice.failing_count) == (22, 1, 2, 2)
+    assert [(d.object_key, d.tries, d.last_error) for d in twice.failing] == [
+        ("k03", 2, "twice"),
+        ("k05", 2, "twice"),
+    ]
+    # 21 items failed at least once (not k00): 20 are listed unless told otherwise
+    once = store.deletion_backlog(failing_tries=1)
+    assert once.failing_count == 21
+    once_only = [k for k in keys[1:] if k not in ("k03", "k05")]
+    assert [d.object_key for d in once.failing] == ["k03", "k05", *once_only[:18]]
+
+
+@pytest.mark.parametrize("metadata_url", ["sqlite"], indirect=True)  # SQLite's clock stops
+@pytest.mark.parametrize(("offset_ms", "age_ms"), [(7, 7), (0, 0), (-1_000, 0)])
+def test_the_oldest_items_age_is_never_negative(
+    store: MetadataStore, offset_ms: int, age_ms: int
+) -> None:
+    """An item queued this very millisecond is 0 ms old, and so is one whose time is ahead
+    of the database's clock (the clock stepped back since)."""
+    store.enqueue_deletions(["a"], "test", store_id=objects_store(store))
+    (row,) = store.pending_deletions()
+    with stopped_sqlite_clock(store.engine, row.enqueued_ms + offset_ms):
+        backlog = store.deletion_backlog(failing_tries=1)
+    assert (backlog.oldest_enqueued_ms, backlog.oldest_age_ms) == (row.enqueued_ms, age_ms)
 
 
 def queue_rows(store: MetadataStore) -> dict[str, dict]:

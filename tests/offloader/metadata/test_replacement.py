@@ -56,6 +56,19 @@ def test_a_replacement_swaps_the_objects_and_queues_the_old_ones(store: Metadata
     assert len(store.pending_deletions()) == 2
 
 
+def test_the_batch_commit_does_not_take_a_replacement_either(store: MetadataStore) -> None:
+    """commit_offloads (a batch's first offloads) loses a replacement attempt, as
+    commit_offload does: only commit_replacement swaps objects and queues the old ones."""
+    ledger = offloaded(store)
+    _, attempt = begin(store, ledger, "a2", replace=True)
+    assert store.commit_offloads([(attempt, 5)]) == set()
+    after = store.get_ledger("t", ledger.ledger_id)
+    assert (after.offload_uuid, after.data_key, after.data_len) == ("a1", "a1-d", 1000)
+    assert committed(store) == ["a1"]
+    assert store.get_attempt("a2").state is AttemptState.FAILED
+    assert set(queued(store)) == {"a2-d", "a2-i"}
+
+
 def test_only_an_offloaded_ledger_with_its_hot_copy_is_replaced(store: MetadataStore) -> None:
     with pytest.raises(ValueError, match="cannot be offloaded again: it is none"):
         begin(store, sealed_ledger(store), "x", replace=True)

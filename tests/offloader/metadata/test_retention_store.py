@@ -67,7 +67,8 @@ def test_marking_is_batched_set_based_and_records_the_intent(store: MetadataStor
     # the attempt in flight lost its ledger: superseded, its keys queued, the ledger freed
     assert store.get_attempt("flying").state is AttemptState.SUPERSEDED
     ledger5 = store.get_ledger("t", 5)
-    assert (ledger5.attempt_id, ledger5.offload_state) == (None, OffloadState.NONE)
+    assert (ledger5.attempt_id, ledger5.attempt_lease_ms) == (None, None)
+    assert ledger5.offload_state is OffloadState.NONE
     with pytest.raises(CommitFailedError):
         store.commit_offload(in_flight, 10)
     queued = {(d.object_key, d.ledger_id, d.attempt_id) for d in store.pending_deletions()}

@@ -87,16 +87,18 @@ def test_a_lease_taken_over_makes_check_raise_and_stops_renewing(runtime: Runtim
     assert ledger.attempt_id == winner.attempt_id
 
 
-class RenewalFailsOnce:
-    """The real metadata store, except that the first lease renewal raises."""
+class RecordedRenewals:
+    """The real metadata store, recording each lease renewal asked of it (when, how long);
+    with ``fail_first`` the first one raises instead, a database hiccup."""
 
-    def __init__(self, metadata: MetadataStore) -> None:
+    def __init__(self, metadata: MetadataStore, *, fail_first: bool = False) -> None:
         self._metadata = metadata
-        self.calls = 0
+        self._fail_first = fail_first
+        self.calls: list[tuple[float, int]] = []  # (time.monotonic(), lease_ms)
 
     def renew_lease(self, attempt: Attempt, lease_ms: int) -> bool:
-        self.calls += 1
-        if self.calls == 1:
+        self.calls.append((time.monotonic(), lease_ms))
+        if self._fail_first and len(self.calls) == 1:
             raise ConnectionError("database connection lost")
         return self._metadata.renew_lease(attempt, lease_ms)
 
@@ -104,12 +106,30 @@ class RenewalFailsOnce:
 def test_a_failed_renewal_is_retried_at_the_next_interval(runtime: Runtime) -> None:
     rt = runtime
     attempt = begin(rt, int(LEASE_SECONDS * 1000))
-    flaky = RenewalFailsOnce(rt.metadata)
+    flaky = RecordedRenewals(rt.metadata, fail_first=True)
     with LeaseKeeper(flaky, attempt, LEASE_SECONDS) as keeper:  # type: ignore[arg-type]
         time.sleep(2.5 * LEASE_SECONDS)
         keeper.check()
-        assert flaky.calls >= 3
+        assert len(flaky.calls) >= 3
         assert_still_owned(rt, attempt)
+
+
+def test_each_renewal_asks_for_the_whole_lease_a_third_of_it_after_the_last(
+    runtime: Runtime,
+) -> None:
+    rt = runtime
+    attempt = begin(rt, int(LEASE_SECONDS * 1000))
+    renewals = RecordedRenewals(rt.metadata)
+    started = time.monotonic()
+    with LeaseKeeper(renewals, attempt, LEASE_SECONDS):  # type: ignore[arg-type]
+        deadline = time.monotonic() + 10
+        while len(renewals.calls) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert [lease_ms for _, lease_ms in renewals.calls[:2]] == [1000, 1000]  # LEASE_SECONDS
+    # the keeper waits a full third between renewals (a loaded machine only makes it later)
+    first, second = (at for at, _ in renewals.calls[:2])
+    assert first - started >= LEASE_SECONDS / 3 - 0.001
+    assert second - first >= LEASE_SECONDS / 3 - 0.001
 
 
 class RenewalHangs:

@@ -227,7 +227,13 @@ def test_the_epoch_itself_may_start_a_window() -> None:
 @pytest.mark.parametrize(
     ("start", "end", "error", "message"),
     [
-        (5, 5, ValueError, r"\[5, 5\) is empty"),
+        (
+            5,
+            5,
+            ValueError,
+            r"^the creation window \[5, 5\) is empty: its start must be before its end "
+            r"\(a zero-length data interval selects nothing\)$",
+        ),
         (6, 5, ValueError, "is empty"),
         (-1, 5, ValueError, "start_ms must be epoch milliseconds"),
         (True, 5, ValueError, "start_ms"),

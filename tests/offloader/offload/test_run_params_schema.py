@@ -12,7 +12,15 @@ from typing import Any
 import pytest
 from pydantic import Field
 
+from offloader.offload import params
 from offloader.offload.params import OffloadRunParams, RunParams, RunParamsError, form_schema
+
+
+@pytest.fixture(autouse=True)
+def _generated_afresh() -> None:
+    """Each test generates the schemas it reads: a schema cached by an earlier test (or
+    by anything run before in this process) would keep the generator out of its sight."""
+    params._field_schemas.cache_clear()
 
 
 def test_optional_fields_are_typed_nullable_for_the_form() -> None:

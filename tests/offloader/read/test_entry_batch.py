@@ -3,7 +3,12 @@ encoded payloads, and the Arrow form points into the same buffer."""
 
 from __future__ import annotations
 
+import mmap
 import random
+import sys
+from array import array
+from pathlib import Path
+from typing import cast
 
 import pyarrow as pa
 import pytest
@@ -91,3 +96,36 @@ def test_to_arrow_is_the_entries_over_the_same_buffer(
         data = table.column("payload").buffers()[2]
         assert data.address == pa.py_buffer(batch.buffer).address  # not a copy
         assert data.size == len(batch.buffer)
+
+
+@pytest.mark.parametrize("size", [2**31 - 1, 2**31], ids=["largest", "too-large"])
+def test_to_arrow_takes_buffers_whose_offsets_fit_int32(tmp_path: Path, size: int) -> None:
+    """Arrow views address the buffer with int32 offsets. A sparse file mapped into memory
+    is a buffer of that size without the memory; its last bytes are one entry."""
+    payload = b"the last entry of the buffer"
+    path = tmp_path / "sparse"
+    with path.open("wb") as f:
+        f.truncate(size)
+        f.seek(size - len(payload))
+        f.write(payload)
+    with path.open("rb") as f:
+        buffer = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    at, length = array("q", [size - len(payload)]), array("q", [len(payload)])
+    batch = EntryBatch(cast(bytes, buffer), 5, at, length)  # bytes-like: all to_arrow needs
+    if size > 2**31 - 1:
+        with pytest.raises(ValueError, match=rf"^a buffer of {size} bytes is too large for Arrow"):
+            batch.to_arrow()
+        return
+    table = batch.to_arrow()
+    assert table.column("entry_id").to_pylist() == [5]
+    assert table.column("payload").to_pylist() == [payload]
+
+
+def test_to_arrow_without_pyarrow_names_the_extra(
+    encoded: tuple[EntryBatch, list[tuple[int, bytes]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # what `import pyarrow` sees if absent
+    needs = r"^EntryBatch\.to_arrow needs pyarrow and numpy \(pip install 'offloader\[arrow\]'\): "
+    with pytest.raises(ImportError, match=needs + "import of pyarrow halted") as raised:
+        encoded[0].to_arrow()
+    assert isinstance(raised.value.__cause__, ImportError)  # the import's own error, kept

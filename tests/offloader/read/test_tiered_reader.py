@@ -1,6 +1,6 @@
 """The tiered reader's range planning (few large GETs for sequential reads, one small GET
-for a single entry, the same entries either way), its index cache, and the address its
-errors carry."""
+for a single entry, the same entries either way), its index cache, the share of a v2
+segment it serves, and the address its errors carry."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import pytest
 from fixtures.counting import CountingStore
 from fixtures.damage import flip, overwrite_object
 from fixtures.pulsar_v1 import pulsar_write_blocks, pulsar_write_index
+from fixtures.segments import Segment
 from offloader.exceptions import DamagedObjectError
 from offloader.format import (
     HEADER_LEN,
@@ -281,3 +282,64 @@ def test_frames_that_match_their_crcs_but_break_the_format_are_damage(tmp_path: 
     with pytest.raises(DamagedObjectError, match="^" + expected.replace(".", r"\.")) as raised:
         list(r.read())
     assert raised.value.offset == at
+
+
+HOLDS = "segment index holds entries 100..149 of ledger 7"
+
+
+@pytest.fixture
+def segment(tmp_path: Path) -> tuple[FilesystemObjectStore, list[tuple[int, bytes]]]:
+    """A v2 segment holding ledger 3's entries 0..19, then ledger 7's 100..149 (returned)."""
+    rng = random.Random(3)
+    entries = [(3, i, rng.randbytes(100)) for i in range(20)]
+    entries += [(7, i, rng.randbytes(rng.randint(0, 300))) for i in range(100, 150)]
+    store = FilesystemObjectStore(tmp_path / "objects")
+    encoded = Segment(entries, 4 * KiB, chunk_target=KiB)
+    store.put("data", encoded.data)
+    store.put("index", encoded.index(topic="t"))
+    return store, [(e, p) for ledger_id, e, p in entries if ledger_id == 7]
+
+
+@pytest.mark.parametrize(
+    ("ledger_id", "first", "last", "refused"),
+    [
+        (7, None, None, None),  # all the segment holds
+        (7, 110, None, None),
+        (7, None, 120, None),  # narrowed at the end only
+        (7, 110, 120, None),
+        (7, 90, 120, f"{HOLDS}, the metadata store says 90..120"),
+        (7, None, 150, f"{HOLDS}, the metadata store says 100..150"),
+        (7, 130, 120, f"{HOLDS}, the metadata store says 130..120"),
+        (8, None, None, "segment index: ledger 8 has no entries in this segment (ledgers 3, 7)"),
+    ],
+    ids=["all", "from", "to", "inside", "below", "past", "upside-down", "other-ledger"],
+)
+def test_a_segment_reader_serves_the_share_the_metadata_store_names(
+    segment: tuple[FilesystemObjectStore, list[tuple[int, bytes]]],
+    ledger_id: int,
+    first: int | None,
+    last: int | None,
+    refused: str | None,
+) -> None:
+    """``first_entry_id``/``last_entry_id`` narrow the ledger's entries in the segment; a
+    share the segment does not hold is damage of its index, at offset 0."""
+    store, held = segment
+    r = reader(
+        store,
+        segment=True,
+        topic="orders",
+        ledger_id=ledger_id,
+        first_entry_id=first,
+        last_entry_id=last,
+    )
+    if refused is not None:
+        with pytest.raises(DamagedObjectError) as raised:
+            list(r.read())
+        assert (raised.value.key, raised.value.offset) == ("index", 0)
+        assert (
+            str(raised.value) == f"topic orders ledger {ledger_id} object index offset 0: {refused}"
+        )
+        return
+    lo, hi = 100 if first is None else first, 149 if last is None else last
+    assert (r.first_entry_id, r.last_entry_id) == (lo, hi)
+    assert list(r.read()) == held[lo - 100 : hi - 100 + 1]

@@ -15,7 +15,10 @@ import pytest
 
 from fixtures.backends import make_topic, produce_ledgers
 from fixtures.counting import CountingStore
+from fixtures.damage import flip, overwrite_object
 from fixtures.faults import OnlyStore
+from fixtures.rewrites import gc
+from fixtures.streamed import streamed_topic
 from offloader.exceptions import (
     DamagedObjectError,
     HotLedgerMissingError,
@@ -25,22 +28,39 @@ from offloader.exceptions import (
     TrimmedError,
 )
 from offloader.hottier import HotLedgerStore
-from offloader.metadata import Position
+from offloader.metadata import OffloadMode, Position, schema
 from offloader.objectstore import ObjectStore
 from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.ledger_offloader import LedgerOffloader
-from offloader.read.topic_reader import Checksum, Source, TopicReader
+from offloader.read.topic_reader import (
+    Checksum,
+    Source,
+    TopicReader,
+    ledger_object_reader,
+    tiered_ledger_reader,
+)
+from offloader.retention.deletion import finish_deleted_ledgers
 from offloader.retention.trim import delete_topic, trim_topic
+from offloader.rewrite.to_v1 import migrate_to_v1
 from offloader.runtime import Runtime
+from offloader.stream.offloader import StreamingOffloader
 
 Entries = list[tuple[int, bytes]]
 
 
-def offloaded_topic(rt: Runtime, read_priority: str) -> tuple[int, Entries]:
-    """One offloaded ledger of 12 entries whose hot copy is still there."""
-    make_topic(rt, read_priority=read_priority, deletion_lag_seconds=3600)
+def offloaded_topic(rt: Runtime, read_priority: str, mode: str = "ledger") -> tuple[int, Entries]:
+    """One offloaded ledger of 12 entries whose hot copy is still there: in objects of its
+    own, or (mode "stream") in a segment of the smallest parts the store allows."""
+    part = max(4096, rt.objects.capabilities.min_part_size)
+    streaming = dict(streaming=True, min_part_bytes=part, segment_max_bytes=2 * part)
+    policy = streaming if mode == "stream" else {}
+    make_topic(rt, read_priority=read_priority, deletion_lag_seconds=3600, **policy)
     (ledger_id,) = produce_ledgers(rt, "orders", [(12, 500)])
-    LedgerOffloader(rt).offload_ledger("orders", ledger_id)
+    if mode == "stream":
+        StreamingOffloader(rt).run_pass("orders", close_now=True)
+    else:
+        LedgerOffloader(rt).offload_ledger("orders", ledger_id)
+    assert rt.metadata.get_ledger("orders", ledger_id).offload_mode == mode
     return ledger_id, list(rt.hot.read("orders", ledger_id))
 
 
@@ -133,12 +153,17 @@ def test_a_read_that_loses_the_hot_copy_midway_resumes_from_the_tiered_one(
     assert vanishing.started_at == [2]
 
 
-def test_a_store_that_cannot_be_opened_falls_back_to_the_hot_copy(runtime: Runtime) -> None:
-    ledger_id, entries = offloaded_topic(runtime, "tiered-first")
+@pytest.mark.parametrize("mode", ["ledger", "stream"])
+def test_a_store_that_cannot_be_opened_falls_back_to_the_hot_copy(
+    runtime: Runtime, mode: str
+) -> None:
+    ledger_id, entries = offloaded_topic(runtime, "tiered-first", mode)
+    pieces = runtime.metadata.segments.pieces("orders", ledger_id)  # none in mode ledger
     rt = dataclasses.replace(runtime, stores=ClosedStores())  # type: ignore[arg-type]
     assert list(TopicReader(rt).read("orders", ledger_id)) == entries
-    # the registry is told which ledger wanted the store, so its error can name it
-    named = rf"^store \d+ for ledger orders/{ledger_id}: no credentials$"
+    # the registry is told which ledger (or segment) wanted the store, so its error can name it
+    wanted = f"segment {pieces[0].segment.segment_id}" if pieces else f"ledger orders/{ledger_id}"
+    named = rf"^store \d+ for {wanted}: no credentials$"
     with pytest.raises(StoreUnavailableError, match=named):
         list(TopicReader(rt).read("orders", ledger_id, source=Source.TIERED))
 
@@ -222,18 +247,21 @@ def test_read_entry_returns_that_entry_from_the_asked_copy(
         reader.read_entry("orders", ledger_id, 12, source)
 
 
-@pytest.mark.parametrize("prefetch", [0, 1])
+@pytest.mark.parametrize(("mode", "prefetch"), [("ledger", 0), ("ledger", 1), ("stream", 0)])
 def test_the_read_prefetch_setting_decides_which_threads_fetch(
-    runtime: Runtime, prefetch: int
+    runtime: Runtime, mode: str, prefetch: int
 ) -> None:
-    """read_prefetch reaches the tiered reader: 0 fetches in the reading thread, 1 in one
-    read-ahead worker (the reader's own default is 4 workers)."""
-    make_topic(runtime)
+    """read_prefetch reaches the tiered reader, of a segment too: 0 fetches in the reading
+    thread, 1 in one read-ahead worker (the reader's own default is 4 workers)."""
+    make_topic(runtime, streaming=mode == "stream")  # a segment of 8 MiB parts: one piece
     (ledger_id,) = produce_ledgers(runtime, "orders", [(24, 1_000_000)])  # about 12 MB
-    LedgerOffloader(runtime).offload_ledger("orders", ledger_id)
+    if mode == "stream":
+        StreamingOffloader(runtime).run_pass("orders", close_now=True)
+    else:
+        LedgerOffloader(runtime).offload_ledger("orders", ledger_id)
+    assert runtime.metadata.get_ledger("orders", ledger_id).offload_mode == mode
     entries = list(runtime.hot.read("orders", ledger_id))
-    store_id = runtime.metadata.get_ledger("orders", ledger_id).store_id
-    counting = CountingStore(runtime.stores.get(store_id, "test"))
+    counting = CountingStore(runtime.objects)  # where new offloads and segments go
     settings = runtime.settings.model_copy(update={"read_prefetch": prefetch})
     rt = dataclasses.replace(runtime, stores=OnlyStore(counting), settings=settings)  # type: ignore[arg-type]
     assert list(TopicReader(rt).read("orders", ledger_id, source=Source.TIERED)) == entries
@@ -343,3 +371,95 @@ def test_an_index_that_disagrees_with_the_ledger_row_is_refused(runtime: Runtime
     message = f"^{re.escape(address)}: index says last entry 7, the metadata store 4$"
     with pytest.raises(DamagedObjectError, match=message):
         list(TopicReader(runtime).read("orders", ids[0], source=Source.TIERED))
+
+
+@pytest.mark.parametrize("missing", [["data_key"], ["index_key"], ["data_key", "index_key"]])
+def test_a_ledger_without_both_objects_of_its_own_gets_no_object_reader(
+    runtime: Runtime, missing: list[str]
+) -> None:
+    """Either key missing is refused at once (both missing: a streamed ledger's row)."""
+    ledger_id, _ = offloaded_topic(runtime, "tiered-first")
+    ledger = runtime.metadata.get_ledger("orders", ledger_id)
+    row = ledger.model_copy(update=dict.fromkeys(missing))
+    store = runtime.stores.get(ledger.store_id, "test")
+    message = rf"^ledger orders/{ledger_id} has no objects of its own$"
+    with pytest.raises(ValueError, match=message):
+        ledger_object_reader(store, row, 0)
+
+
+def test_a_damaged_segment_index_is_named_with_the_topic_and_ledger(runtime: Runtime) -> None:
+    """The segment's index fails its CRC before it says which topic it holds: the address
+    comes from the ledger row."""
+    ledger_id, _ = offloaded_topic(runtime, "tiered-first", "stream")
+    (piece,) = runtime.metadata.segments.pieces("orders", ledger_id)
+    key = piece.segment.index_key
+    overwrite_object(runtime.objects, key, flip(40))
+    address = rf"^topic orders ledger {ledger_id} object {re.escape(key)} offset \d+: "
+    with pytest.raises(DamagedObjectError, match=address):
+        list(TopicReader(runtime).read("orders", ledger_id, source=Source.TIERED))
+
+
+def test_a_streamed_ledger_whose_segments_are_gone_is_not_found(runtime: Runtime) -> None:
+    """A row read before the ledger was trimmed and its segment deleted: no segment holds
+    the ledger now and it has no objects of its own, which is named (not looked up again
+    and again)."""
+    ledger_id, _ = offloaded_topic(runtime, "tiered-first", "stream")
+    stale = runtime.metadata.get_ledger("orders", ledger_id)
+    (after,) = produce_ledgers(runtime, "orders", [(1, 10)], seed=2)
+    trim_topic(runtime, "orders", Position(ledger_id=after, entry_id=0))
+    assert finish_deleted_ledgers(runtime) == 1
+    message = f"^ledger orders/{ledger_id} is streamed but no offloaded segment holds it$"
+    with pytest.raises(ObjectNotFoundError, match=message):
+        tiered_ledger_reader(runtime, stale)
+
+
+# a ledger that lies in two segments needs parts smaller than its entries: the file store
+# takes 4 KiB parts, S3's 5 MiB minimum puts these small ledgers in one segment
+@pytest.mark.parametrize("backend_settings", ["fs-sqlite"], indirect=True)
+@pytest.mark.parametrize("cut", ["inside-a-piece", "where-a-piece-starts"])
+def test_a_streamed_ledger_reads_only_its_sealed_entries_when_a_segment_holds_more(
+    runtime: Runtime, cut: str
+) -> None:
+    """A ledger sealed shorter than what was streamed of it (a torn tail cut after a
+    crash; here the row is edited): the entries past its count, in the segment it shares
+    or in a segment of their own, count for nothing."""
+    ids = streamed_topic(runtime, "orders", 3)
+    ledger_id = next(i for i in ids if len(runtime.metadata.segments.pieces("orders", i)) == 2)
+    second = runtime.metadata.segments.pieces("orders", ledger_id)[1]
+    count = second.first_entry_id - (1 if cut == "inside-a-piece" else 0)
+    L = schema.ledgers
+    with runtime.metadata.transaction() as conn:
+        conn.execute(
+            L.update()
+            .where(L.c.topic == "orders", L.c.ledger_id == ledger_id)
+            .values(entry_count=count)
+        )
+    sealed = list(runtime.hot.read("orders", ledger_id))[:count]
+    reader = tiered_ledger_reader(runtime, runtime.metadata.get_ledger("orders", ledger_id))
+    assert reader.last_entry_id == count - 1
+    assert list(reader.read()) == sealed
+    assert list(TopicReader(runtime).read("orders", ledger_id, source=Source.TIERED)) == sealed
+
+
+@pytest.mark.parametrize("backend_settings", ["fs-sqlite"], indirect=True)  # as above
+def test_a_ledger_trimmed_while_it_is_read_is_not_followed_to_its_new_objects(
+    runtime: Runtime,
+) -> None:
+    """Mid-read, the ledger moves to v1 objects of its own, its segments are deleted and it
+    is trimmed: the read stops with the segment's ObjectNotFoundError instead of reading
+    the entries of a trimmed ledger from the objects still queued for deletion."""
+    ids = streamed_topic(runtime, "orders", 3)
+    ledger_id = next(i for i in ids if len(runtime.metadata.segments.pieces("orders", i)) == 2)
+    second = runtime.metadata.segments.pieces("orders", ledger_id)[1].segment
+    hot = list(runtime.hot.read("orders", ledger_id))
+    entries = TopicReader(runtime).read("orders", ledger_id, source=Source.TIERED)
+    assert next(entries) == hot[0]  # the first segment's share is fetched, not the second's
+    migrate_to_v1(runtime, ["orders"])
+    gc(runtime)  # no grace: the segments are gone
+    (after,) = produce_ledgers(runtime, "orders", [(1, 10)], seed=2)
+    trim_topic(runtime, "orders", Position(ledger_id=after, entry_id=0))
+    ledger = runtime.metadata.get_ledger("orders", ledger_id)
+    assert ledger.offload_mode is OffloadMode.LEDGER and not ledger.is_live
+    assert ledger.data_key in {info.key for info in runtime.objects.list()}
+    with pytest.raises(ObjectNotFoundError, match=re.escape(second.segment_id)):
+        list(entries)
