@@ -73,9 +73,11 @@ MUTATE_CHILDREN ?= 2
 mutate: install
 	$(BIN)/python scripts/mutation_run.py $(if $(FRESH),--fresh) --max-children $(MUTATE_CHILDREN) $(MUTANTS)
 
-# After adding tests: rerun only the mutants that survived (MUTANTS= narrows it by glob).
+# After adding tests: rerun only the mutants that survived (MUTANTS= narrows it by glob;
+# UNCHECKED=1 adds the mutants without a verdict, in the same run).
 mutate-survivors: install
-	$(BIN)/python scripts/mutation_run.py --retest-survivors --max-children $(MUTATE_CHILDREN) $(MUTANTS)
+	$(BIN)/python scripts/mutation_run.py --retest-survivors $(if $(UNCHECKED),--unchecked) \
+	    --max-children $(MUTATE_CHILDREN) $(MUTANTS)
 
 # Only the mutants without a kept verdict (MUTANTS= narrows it by glob): a long run in pieces.
 mutate-unchecked: install

@@ -209,30 +209,29 @@ def main(argv: list[str] | None = None) -> None:
     seeded = mutation_cache.seed(stage, cache)
     if seeded:
         print(f"mutation: {seeded} modules' verdicts from {CACHE_NAME}", flush=True)
-    names = args.mutants
-    if args.retest_survivors:
-        # a glob would rerun every mutant it names: pass the open verdicts by exact name
-        names = [
-            name
-            for module in load_results(stage).values()
-            for name, status in module.items()
-            if status in RETEST and (not args.mutants or any(fnmatch(name, g) for g in names))
-        ]
+    names, globs = args.mutants, args.mutants
+    if args.retest_survivors or args.unchecked:
+        # a glob would rerun every mutant it names: pass the wanted ones by exact name
+        names = []
+        if args.retest_survivors:
+            names += [
+                name
+                for module in load_results(stage).values()
+                for name, status in module.items()
+                if status in RETEST and (not globs or any(fnmatch(name, g) for g in globs))
+            ]
+        if args.unchecked:
+            names += unchecked_names(cache, globs)
         if not names:
-            print("mutation: no survivors to retest")
+            print("mutation: no survivor and no mutant without a verdict among those selected")
             return
-    elif args.unchecked:
-        names = unchecked_names(cache, args.mutants)
-        if not names:
-            print("mutation: every selected mutant has a verdict")
-            return
-        print(f"mutation: {len(names)} mutants without a verdict", flush=True)
+        print(f"mutation: {len(names)} mutants to test", flush=True)
     before = mutation_cache.read_stage(stage)
     try:
         run_mutmut(stage, args.max_children, names)
     finally:  # a failed or interrupted run still leaves the verdicts it reached
         target = (
-            "make mutate-survivors"
+            f"make mutate-survivors{' UNCHECKED=1' if args.unchecked else ''}"
             if args.retest_survivors
             else "make mutate-unchecked"
             if args.unchecked

@@ -13,8 +13,8 @@ import pytest
 
 from fixtures.backends import make_topic, produce_ledgers
 from offloader.gc.deletion_queue import process_deletions
-from offloader.gc.sweep import ORPHAN_REASON, sweep
-from offloader.metadata import schema
+from offloader.gc.sweep import ORPHAN_REASON, open_segment_uploads, sweep
+from offloader.metadata import Position, schema
 from offloader.metadata.records import SegmentState
 from offloader.offload.keys import (
     is_ledger_object_key,
@@ -176,3 +176,31 @@ def test_a_failed_segments_upload_is_aborted(rt: Runtime) -> None:
     (store,) = done.stores
     assert (store.orphans, store.stale_uploads, store.aborted_uploads) == (0, 1, 1)
     assert list(rt.objects.list_multipart_uploads()) == []
+
+
+def test_open_segment_uploads_answer_for_the_keys_asked_with_recorded_uploads(rt: Runtime) -> None:
+    """Only the keys asked about (one page of the listing), and only uploads recorded on
+    an open segment: one assigned whose pass died before creating its upload has none."""
+    segments = {}
+    for topic in ("recorded", "unrecorded"):
+        make_topic(rt, topic, streaming=True)
+        claim = rt.metadata.segments.claim(topic, "test", 60_000)
+        data, index = segment_object_keys(segment_id := str(uuid.uuid4()))
+        segment = rt.metadata.segments.assign(
+            claim,
+            segment_id=segment_id,
+            data_key=data,
+            index_key=index,
+            store_id=rt.stores.default_id(),
+            begin=Position(ledger_id=0, entry_id=0),
+        )
+        if topic == "recorded":
+            upload = rt.objects.create_multipart(data)
+            segment = rt.metadata.segments.record_upload(claim, segment, upload.upload_id)
+        segments[topic] = segment
+    recorded, unrecorded = segments["recorded"], segments["unrecorded"]
+    assert recorded.state is unrecorded.state is SegmentState.ASSIGNED
+    both = [recorded.data_key, unrecorded.data_key]
+    assert open_segment_uploads(rt.metadata, both) == {(recorded.data_key, upload.upload_id)}
+    assert open_segment_uploads(rt.metadata, [unrecorded.data_key]) == set()
+    rt.objects.abort_multipart(upload)

@@ -326,3 +326,8 @@ def test_marking_records_when_and_why_and_leaves_other_attempts_alone(
         ("flying-d", "attempt of a trimmed ledger", flying.attempt_id),
         ("flying-i", "attempt of a trimmed ledger", flying.attempt_id),
     }
+    # a marked ledger takes no new attempt, and the refusal says why
+    with pytest.raises(CommitFailedError) as raised:
+        begin(store, store.get_ledger("t", ids[1]), "late")
+    assert str(raised.value) == f"ledger t/{ids[1]} is deleting: trimmed"
+    assert store.get_ledger("t", ids[1]).attempt_id is None

@@ -4,23 +4,31 @@ old objects with every key of the new attempt queued."""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import re
+from collections.abc import Callable
+
 import pytest
 
 from fixtures.backends import unaccounted_objects
-from fixtures.faults import ServerErrors, with_objects
+from fixtures.clock import stopped_sqlite_clock
+from fixtures.faults import ServerErrors, _Delegating, with_objects
 from fixtures.metadata import begin
 from fixtures.scrub import offloaded_topic
 from fixtures.takeover import OnPut, take_over
 from offloader.exceptions import HotLedgerMissingError, ObjectStoreError
 from offloader.gc.deletion_queue import process_deletions
+from offloader.hottier import HotLedgerStore
 from offloader.metadata import AttemptState, Ledger, Position
-from offloader.offload.ledger_offloader import LedgerOffloader, Outcome
+from offloader.offload.ledger_offloader import LedgerOffloader, OffloadResult, Outcome
 from offloader.retention.trim import trim_topic
 from offloader.runtime import Runtime
 from offloader.scrub import Action, run_scrub
 from offloader.settings import Settings
 
 SMALL = [(40, 2000), (30, 2000)]
+LOGGER = "offloader.offload.ledger_offloader"
 
 
 def unchanged(rt: Runtime, ledger: Ledger) -> bool:
@@ -34,35 +42,66 @@ def test_what_a_replacement_refuses_to_touch(runtime: Runtime) -> None:
     assert first.offload_uuid is not None
     # objects the ledger no longer names: someone replaced it already
     result = off.replace_ledger("orders", first.ledger_id, "not-its-uuid", "r")
-    assert (result.outcome, result.attempt_id) == (Outcome.ALREADY_OFFLOADED, first.offload_uuid)
+    assert result == OffloadResult(
+        "orders", first.ledger_id, Outcome.ALREADY_OFFLOADED, first.offload_uuid
+    )
     assert unchanged(rt, first)
     # a hot copy the metadata says is present but is gone from disk
     rt.hot.delete("orders", second.ledger_id)
-    with pytest.raises(HotLedgerMissingError, match="has no hot copy"):
+    with pytest.raises(HotLedgerMissingError) as raised:
         off.replace_ledger("orders", second.ledger_id, second.offload_uuid or "", "r")
+    assert str(raised.value) == (
+        f"ledger orders/{second.ledger_id} has no hot copy (hot state present): "
+        "its damaged objects cannot be offloaded again"
+    )
     assert unchanged(rt, second) and rt.metadata.list_attempts("orders", AttemptState.STARTED) == []
     # a live replacement holds the ledger
     during, _ = begin(rt.metadata, first, "live", replace=True)
     result = off.replace_ledger("orders", first.ledger_id, first.offload_uuid, "r")
-    assert (result.outcome, result.attempt_id) == (Outcome.IN_PROGRESS, "live")
+    assert result == OffloadResult("orders", first.ledger_id, Outcome.IN_PROGRESS, "live")
     assert unchanged(rt, during)
-    # trimmed: nothing to repair
-    trim_topic(rt, "orders", Position(ledger_id=second.ledger_id, entry_id=0))
-    result = off.replace_ledger("orders", first.ledger_id, first.offload_uuid, "r")
-    assert result.outcome is Outcome.TRIMMED
+    # below the start: a trim that has moved the start but not yet marked the ledger (still
+    # live) is as final as a finished one
+    start = Position(ledger_id=second.ledger_id, entry_id=0)
+    rt.metadata.move_start(rt.metadata.get_topic("orders"), start)
+    assert rt.metadata.get_ledger("orders", first.ledger_id).is_live
+    trimmed = OffloadResult("orders", first.ledger_id, Outcome.TRIMMED)
+    assert off.replace_ledger("orders", first.ledger_id, first.offload_uuid, "r") == trimmed
+    trim_topic(rt, "orders", start)
+    assert off.replace_ledger("orders", first.ledger_id, first.offload_uuid, "r") == trimmed
     assert (
         rt.metadata.list_attempts("orders", AttemptState.COMMITTED)[0].attempt_id
         == first.offload_uuid
     )
 
 
-def test_a_stale_replacement_is_superseded_and_the_ledger_replaced(runtime: Runtime) -> None:
-    rt = runtime
+def test_a_stale_replacement_is_superseded_and_the_ledger_replaced(
+    runtime: Runtime, caplog: pytest.LogCaptureFixture
+) -> None:
+    check_stale_replacement_is_superseded(runtime, caplog, lease_ms=-1)
+
+
+# SQLite's clock is the one that can be stopped
+@pytest.mark.parametrize("backend_settings", ["fs-sqlite"], indirect=True)
+def test_a_replacement_whose_lease_ends_exactly_now_is_stale_too(
+    runtime: Runtime, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A lease ending exactly at the database's now is over (``attempt_lease_ms <= now``,
+    as in every lease check)."""
+    with stopped_sqlite_clock(runtime.metadata.engine, runtime.metadata.db_now_ms()):
+        check_stale_replacement_is_superseded(runtime, caplog, lease_ms=0)
+
+
+def check_stale_replacement_is_superseded(
+    rt: Runtime, caplog: pytest.LogCaptureFixture, *, lease_ms: int
+) -> None:
     first, _ = offloaded_topic(rt, shapes=SMALL)
-    begin(rt.metadata, first, "dead", lease_ms=-1, replace=True)
-    result = LedgerOffloader(rt).replace_ledger(
-        "orders", first.ledger_id, first.offload_uuid or "", "r"
-    )
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        begin(rt.metadata, first, "dead", lease_ms=lease_ms, replace=True)
+        result = LedgerOffloader(rt).replace_ledger(
+            "orders", first.ledger_id, first.offload_uuid or "", "r"
+        )
     assert result.outcome is Outcome.REPLACED and result.bytes > 0
     assert rt.metadata.get_attempt("dead").state is AttemptState.SUPERSEDED
     after = rt.metadata.get_ledger("orders", first.ledger_id)
@@ -70,6 +109,64 @@ def test_a_stale_replacement_is_superseded_and_the_ledger_replaced(runtime: Runt
     queued = {d.object_key for d in rt.metadata.pending_deletions()}
     assert queued == {"dead-d", "dead-i", first.data_key, first.index_key}
     assert unaccounted_objects(rt) == set()
+    (line,) = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    assert re.fullmatch(
+        rf"offloaded again \(replaced\) orders/{first.ledger_id}: {result.bytes} bytes in "
+        rf"\d+\.\d{{3}}s \(attempt {result.attempt_id}\)",
+        line,
+    )
+
+
+class RivalBeforeIntent(_Delegating):
+    """The hot tier; ``rival`` runs at the first ``exists``, which ``replace_ledger`` asks
+    after reading the ledger and before recording its intent."""
+
+    def __init__(self, hot: HotLedgerStore, rival: Callable[[], object]) -> None:
+        super().__init__(hot)
+        self._rival: Callable[[], object] | None = rival
+
+    def exists(self, topic: str, ledger_id: int) -> bool:
+        if self._rival is not None:
+            rival, self._rival = self._rival, None
+            rival()
+        return bool(self._inner.exists(topic, ledger_id))
+
+
+@pytest.mark.parametrize(
+    ("rival", "expected"),
+    [
+        ("began-replacing", (Outcome.IN_PROGRESS, "winner")),
+        ("replaced", (Outcome.ALREADY_OFFLOADED, None)),
+    ],
+    ids=["began-replacing", "replaced"],
+)
+def test_a_replacement_whose_intent_is_refused_says_what_holds_the_ledger(
+    runtime: Runtime, rival: str, expected: tuple[Outcome, str | None]
+) -> None:
+    """Another worker moves the ledger between ``replace_ledger``'s read and its intent: the
+    intent's CAS refuses ours (nothing of it is recorded). A replacement in flight makes it
+    IN_PROGRESS under that attempt, even though the ledger is offloaded; a finished one
+    ALREADY_OFFLOADED (nothing in flight to name)."""
+    rt = runtime
+    first, _ = offloaded_topic(rt, shapes=SMALL)
+
+    def other_worker() -> object:
+        if rival == "began-replacing":
+            return take_over(rt, "orders", first.ledger_id, "winner", replace=True)
+        done = LedgerOffloader(rt).replace_ledger(
+            "orders", first.ledger_id, first.offload_uuid, "rival"
+        )
+        assert done.outcome is Outcome.REPLACED
+        return done
+
+    racing = dataclasses.replace(rt, hot=RivalBeforeIntent(rt.hot, other_worker))
+    result = LedgerOffloader(racing).replace_ledger(
+        "orders", first.ledger_id, first.offload_uuid, "r"
+    )
+    assert result == OffloadResult("orders", first.ledger_id, *expected)
+    after = rt.metadata.get_ledger("orders", first.ledger_id)
+    recorded = {a.attempt_id for a in rt.metadata.list_attempts() if a.ledger_id == first.ledger_id}
+    assert recorded == {first.offload_uuid, after.attempt_id or after.offload_uuid}  # none ours
 
 
 def test_a_replacement_whose_upload_fails_keeps_the_old_objects(runtime: Runtime) -> None:
@@ -148,6 +245,10 @@ def test_the_replaced_objects_wait_out_the_grace(backend_settings: Settings) -> 
             "orders", old.ledger_id, old.offload_uuid or "", "crc mismatch"
         )
         assert replaced.outcome is Outcome.REPLACED
+        delays = {
+            d.object_key: d.next_try_ms - d.enqueued_ms for d in rt.metadata.pending_deletions()
+        }
+        assert delays == {old.data_key: 3_600_000, old.index_key: 3_600_000}
         gc = process_deletions(rt.metadata, rt.stores, rt.settings)
         assert (gc.deleted, gc.remaining) == (0, 2)
         store = rt.stores.get(old.store_id or 0, "test")

@@ -114,3 +114,14 @@ def test_parse_takes_defaults_and_normalises() -> None:
     assert (parsed.topic, parsed.batch_bytes, parsed.dry_run) == ("orders", None, True)
     assert OffloadRunParams.parse({"topic": "   "}).topic is None  # blank means every topic
     assert OffloadRunParams.parse({"batch_size": 10_000}).batch_size == 10_000
+
+
+def test_topic_names_are_stripped_1_to_512_characters_and_deduplicated() -> None:
+    """The ``topics`` rule the scrub, export and rewrite runs share."""
+    longest = "t" * 512
+    assert params.topic_names([f" {longest} ", "a", "a "]) == [longest, "a"]
+    assert params.topic_names([]) is None and params.topic_names(None) is None
+    for bad in (["a", "  "], ["t" * 513]):
+        with pytest.raises(ValueError) as raised:
+            params.topic_names(bad)
+        assert str(raised.value) == "topic names must be 1 to 512 characters, not blank"
