@@ -30,15 +30,17 @@ from offloader.gc.sweep import (
     StaleUpload,
     StoreSweep,
     SweepResult,
+    referenced_keys,
     sweep,
 )
-from offloader.metadata import Attempt, Ledger
+from offloader.metadata import Attempt, Ledger, Position
 from offloader.metadata.backup import MANIFEST_KEY, export_from, read_manifest
 from offloader.offload.keys import ledger_object_keys
 from offloader.offload.ledger_offloader import LedgerOffloader
 from offloader.read.topic_reader import TopicReader
 from offloader.runtime import Runtime
 from offloader.settings import Settings
+from offloader.stream.offloader import segment_object_keys
 
 GRACE = 2.0
 
@@ -216,6 +218,37 @@ def test_snapshots_survive_the_sweep_and_a_stray_one_does_not(swept: Runtime) ->
     assert {first.key, second.key, MANIFEST_KEY} <= present(rt)
     assert stray not in present(rt)
     assert [s.key for s in read_manifest(rt.objects)] == [first.key, second.key]
+
+
+def test_a_lookup_answers_for_the_keys_asked_and_only_those(swept: Runtime) -> None:
+    """One page's lookup finds each kind of reference (an offloaded ledger's keys, an attempt
+    in flight, an assigned segment, a pending deletion) and returns nothing it was not
+    asked about: a page's answer stays a page long, however much the metadata holds."""
+    rt = swept
+    store_id = rt.stores.default_id()
+    ledger = next(x for x in rt.metadata.list_ledgers("orders") if not x.is_offloaded)
+    started = begin(rt, ledger, lease_ms=3_600_000)
+    make_topic(rt, "stream", streaming=True)
+    claim = rt.metadata.segments.claim("stream", "test", 60_000)
+    data, index = segment_object_keys(segment_id := str(uuid.uuid4()))
+    rt.metadata.segments.assign(
+        claim,
+        segment_id=segment_id,
+        data_key=data,
+        index_key=index,
+        store_id=store_id,
+        begin=Position(ledger_id=0, entry_id=0),
+    )
+    (queued,) = plant(rt, 1)
+    rt.metadata.enqueue_deletions([queued], "test", store_id=store_id)
+    offloaded = [x for x in rt.metadata.list_ledgers("orders") if x.is_offloaded]
+    every = {k for x in offloaded for k in (x.data_key, x.index_key)}
+    every |= {started.data_key, started.index_key, data, index, queued}
+    assert len(every) == 2 * len(offloaded) + 5
+    stranger, _ = ledger_object_keys(str(uuid.uuid4()), 1)
+    assert referenced_keys(rt.metadata, [*every, stranger]) == every
+    # every branch of the union has rows here, and none of them is what was asked
+    assert referenced_keys(rt.metadata, [stranger]) == set()
 
 
 def test_paging_looks_up_every_page(swept: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
