@@ -237,7 +237,13 @@ def main(argv: list[str] | None = None) -> None:
             if args.unchecked
             else "make mutate"
         )
-        command = target + (f' MUTANTS="{" ".join(args.mutants)}"' if args.mutants else "")
+        command = target + (
+            f' MUTANTS="{" ".join(args.mutants)}"'
+            if 0 < len(args.mutants) <= 8
+            else f" with {len(args.mutants)} mutants named exactly"
+            if args.mutants
+            else ""
+        )
         after = mutation_cache.read_stage(stage)
         mutation_cache.record(cache, before, after, names, command).save()
         print(f"mutation: verdicts recorded in {CACHE_NAME}", flush=True)
