@@ -102,7 +102,7 @@ class RebuildResult:
     topics: list[str]
     ledgers: int  # offloaded ledgers recorded, of both modes
     skipped: list[str]  # index objects (or streamed ledgers) not used, each with the reason
-    segments: int = 0  # offloaded streaming segments recorded
+    segments: int = 0  # offloaded streaming segments recorded (those some ledger needs)
     streamed_ledgers: int = 0  # of ``ledgers``, those recorded in stream mode
 
 
@@ -457,10 +457,14 @@ def rebuild_from_objects(engine: Engine, store: ObjectStore, location: Any) -> R
     sources of a rewrite still waiting out their grace, a zombie's copy) is skipped, and a
     ledger whose pieces in the segments tile entries 0..N with no gap becomes a sealed
     ledger offloaded in stream mode with N + 1 entries, unless its own ledger objects are
-    newer than those segments (then they are its offload). Every copy not taken stays
-    unreferenced, for the sweep. Segments are rebuilt with the origin 'stream' (the objects
-    do not say who wrote them): the stream then continues after the last of them. Parts
-    are not rebuilt: only open segments need them, and the objects hold only completed ones.
+    newer than those segments (then they are its offload). A segment that no ledger needs
+    any more, every ledger it holds having newer objects of its own (released by a
+    migration back to v1 and still waiting out its grace), is skipped too. Every copy not
+    taken stays unreferenced, for the sweep. Segments are rebuilt with the origin 'stream'
+    (the objects do not say who wrote them): the stream then continues after the last of
+    them, or at the topic's start without one, and takes only ledgers not yet offloaded.
+    Parts are not rebuilt: only open segments need them, and the objects hold only
+    completed ones.
     """
     from offloader.gc.sweep import list_objects
 
@@ -537,7 +541,7 @@ def rebuild_from_objects(engine: Engine, store: ObjectStore, location: Any) -> R
         topics,
         len(found) + len(streamed.ledgers),
         skipped,
-        segments=len(segments),
+        segments=len(streamed.segments),
         streamed_ledgers=len(streamed.ledgers),
     )
 
@@ -623,52 +627,25 @@ def _stream_rows(
     now: int,
     skipped: list[str],
 ) -> _StreamRows:
-    """Rows of the segments (in stream order: ``seq`` 1, 2, ... per topic), their ledger
-    ranges, and the ledgers they hold whole (entries 0..N, no gap) that have no ledger
-    objects of their own. A ledger held only in part is reported: the stream began after a
-    trim inside it, or a segment is missing; its ranges are kept but it gets no row."""
+    """Rows of the segments still needed (in stream order: ``seq`` 1, 2, ... per topic),
+    their ledger ranges, and the ledgers they hold whole (entries 0..N, no gap) that have
+    no newer ledger objects of their own. A ledger held only in part is reported: the
+    stream began after a trim inside it, or a segment is missing; its ranges are kept but
+    it gets no row.
+
+    A segment is needed while one of its pieces serves a ledger recorded in stream mode or
+    a ledger held only in part without objects of its own (never lose data). One whose
+    every ledger has newer objects of its own (a migration back to v1 released it and the
+    rebuild came before the GC deleted it) is reported and not recorded: recorded, it
+    would be referenced forever and its objects never swept. Dropping it cannot move the
+    stream back onto data: the next pass starts after the last recorded segment (or at the
+    topic's start) but streams only ledgers not offloaded, and every ledger it held is."""
     rows = _StreamRows([], [], [])
-    seq: dict[str, int] = {}
     by_ledger: dict[tuple[str, int], list[tuple[_Piece, _FoundSegment]]] = {}
     for s in segments:
-        seq[s.topic] = seq.get(s.topic, 0) + 1
-        rows.segments.append(
-            dict(
-                segment_id=s.segment_id,
-                topic=s.topic,
-                seq=seq[s.topic],
-                version=1,
-                state=SegmentState.OFFLOADED,
-                epoch=0,  # no pass holds the stream yet: the next claim starts at epoch 1
-                assigned_ms=s.offloaded_ms,
-                offloaded_ms=s.offloaded_ms,
-                finished_ms=None,
-                detail="rebuilt from the objects",
-                begin_ledger_id=s.begin[0],
-                begin_entry_id=s.begin[1],
-                end_ledger_id=s.end[0],
-                end_entry_id=s.end[1],
-                planned_end_ledger_id=None,
-                planned_end_entry_id=None,
-                data_key=s.data_key,
-                index_key=s.index_key,
-                store_id=store_id,
-                upload_id=None,
-                data_len=s.data_len,
-                replaces=None,
-            )
-        )
         for p in s.pieces:
-            rows.pieces.append(
-                dict(
-                    segment_id=s.segment_id,
-                    ledger_id=p.ledger_id,
-                    topic=s.topic,
-                    first_entry_id=p.first_entry_id,
-                    last_entry_id=p.last_entry_id,
-                )
-            )
             by_ledger.setdefault((s.topic, p.ledger_id), []).append((p, s))
+    needs: set[tuple[str, int]] = set()  # ledgers whose entries the segments must serve
     for (topic, ledger_id), held in sorted(by_ledger.items()):
         expected = 0
         for piece, _ in held:
@@ -679,7 +656,7 @@ def _stream_rows(
             own = found.get((topic, ledger_id))
             newest = max(s.offloaded_ms for _, s in held)
             if own is not None and own.offloaded_ms >= newest:
-                continue  # its newer ledger objects are its offload; the ranges stay recorded
+                continue  # its newer objects are its offload; kept segments keep its ranges
             if own is not None:  # an older copy: the segments are its offload now
                 del found[(topic, ledger_id)]
                 skipped.append(
@@ -687,15 +664,66 @@ def _stream_rows(
                     f"{', '.join(sorted({s.segment_id for _, s in held}))}"
                 )
             rows.ledgers.append(_streamed_ledger_row(topic, ledger_id, held, now))
+            needs.add((topic, ledger_id))
             continue
         if (topic, ledger_id) in found:
-            continue  # its ledger objects are its offload; the segments' ranges stay recorded
+            continue  # its ledger objects are its offload; kept segments keep its ranges
+        needs.add((topic, ledger_id))  # no other copy is known: keep what there is
         ranges = ", ".join(f"{p.first_entry_id}..{p.last_entry_id}" for p, _ in held)
         skipped.append(
             f"ledger {ledger_id} of {topic!r}: its segments hold entries {ranges}, not 0..N "
             "without a gap: not recorded as offloaded"
         )
+    seq: dict[str, int] = {}
+    for s in segments:
+        if not any((s.topic, p.ledger_id) in needs for p in s.pieces):
+            ids = ", ".join(str(p.ledger_id) for p in s.pieces)
+            skipped.append(
+                f"{s.index_key}: segment {s.segment_id} of {s.topic!r} is needed by no "
+                f"ledger: each it holds ({ids}) has newer objects of its own; not recorded, "
+                "left for the sweep"
+            )
+            continue
+        seq[s.topic] = seq.get(s.topic, 0) + 1
+        rows.segments.append(_segment_row(s, seq[s.topic], store_id))
+        rows.pieces += [
+            dict(
+                segment_id=s.segment_id,
+                ledger_id=p.ledger_id,
+                topic=s.topic,
+                first_entry_id=p.first_entry_id,
+                last_entry_id=p.last_entry_id,
+            )
+            for p in s.pieces
+        ]
     return rows
+
+
+def _segment_row(s: _FoundSegment, seq: int, store_id: int) -> dict[str, Any]:
+    return dict(
+        segment_id=s.segment_id,
+        topic=s.topic,
+        seq=seq,
+        version=1,
+        state=SegmentState.OFFLOADED,
+        epoch=0,  # no pass holds the stream yet: the next claim starts at epoch 1
+        assigned_ms=s.offloaded_ms,
+        offloaded_ms=s.offloaded_ms,
+        finished_ms=None,
+        detail="rebuilt from the objects",
+        begin_ledger_id=s.begin[0],
+        begin_entry_id=s.begin[1],
+        end_ledger_id=s.end[0],
+        end_entry_id=s.end[1],
+        planned_end_ledger_id=None,
+        planned_end_entry_id=None,
+        data_key=s.data_key,
+        index_key=s.index_key,
+        store_id=store_id,
+        upload_id=None,
+        data_len=s.data_len,
+        replaces=None,
+    )
 
 
 def _streamed_ledger_row(

@@ -1,7 +1,8 @@
 """Metadata backup with streaming offload, on both pairings: the streaming tables and the
 ledgers' offload mode round-trip through export and import (an open segment goes on after
 the restore); a rebuild from the objects alone recovers offloaded segments and the ledgers
-they hold whole, skipping (with a reason) damaged, overlapping and partial ones."""
+they hold whole, skipping (with a reason) damaged, overlapping and partial ones, and the
+segments a migration back to v1 released while they wait out their grace."""
 
 from __future__ import annotations
 
@@ -12,12 +13,17 @@ import uuid
 import sqlalchemy as sa
 
 from fixtures.backends import Fresh, make_topic, produce_ledgers
+from fixtures.rewrites import check_clean_store
+from fixtures.streamed import ledgers_by_segment, shared_segment, streamed_topic
 from offloader.metadata import schema
 from offloader.metadata.backup import export_from, import_snapshot, rebuild_from_objects
 from offloader.metadata.records import HotState, OffloadMode, Segment, SegmentState
+from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.ledger_offloader import LedgerOffloader
 from offloader.read.topic_reader import Source, TopicReader
+from offloader.rewrite.to_v1 import ToV1Outcome, migrate_to_v1
 from offloader.runtime import Runtime
+from offloader.scrub import run_scrub
 from offloader.stream.offloader import StreamingOffloader, segment_object_keys
 
 STREAMED = "events"
@@ -179,3 +185,148 @@ def _ranges(rt: Runtime, segment: Segment) -> list[sa.Row]:
     query = sa.select(SL.c.ledger_id).where(SL.c.segment_id == segment.segment_id)
     with rt.metadata.engine.connect() as conn:
         return list(conn.execute(query))
+
+
+def _streamed_for_migration(rt: Runtime, ledgers: int) -> tuple[list[int], str]:
+    """``STREAMED`` streamed whole, hot copies gone (the tier is the only copy), replaced
+    objects kept an hour (a rebuild then finds released segments still in the store);
+    the ledger ids and the topic's checksum."""
+    rt.settings = rt.settings.model_copy(update={"replaced_object_grace_seconds": 3600})
+    ids = streamed_topic(rt, STREAMED, ledgers)
+    delete_hot_copies(rt.metadata, rt.hot, STREAMED)
+    checksum = TopicReader(rt).checksum(STREAMED, Source.TIERED).digest
+    time.sleep(1.1)  # S3 keeps LastModified to the second: the v1 objects are the newer
+    return ids, checksum
+
+
+def _rebuild(rt: Runtime, fresh: Fresh) -> tuple[Runtime, list[str]]:
+    rebuilt = fresh()
+    result = rebuild_from_objects(
+        rebuilt.metadata.engine, rebuilt.objects, rebuilt.stores.default_location
+    )
+    assert result.segments == len(rebuilt.metadata.segments.list(STREAMED))
+    return rebuilt, result.skipped
+
+
+def _offloaded_segments(rt: Runtime) -> set[str]:
+    return {s.segment_id for s in rt.metadata.segments.list(STREAMED, [SegmentState.OFFLOADED])}
+
+
+def _modes(rt: Runtime) -> dict[int, OffloadMode]:
+    return {x.ledger_id: x.offload_mode for x in rt.metadata.list_ledgers(STREAMED)}
+
+
+def test_a_rebuild_during_the_grace_leaves_segments_released_by_a_migration_to_the_sweep(
+    runtime: Runtime, fresh: Fresh
+) -> None:
+    """Ledgers up to M went back to v1; the segments holding only them were released and
+    wait out the grace when the metadata is rebuilt. Those segments are not recorded (each
+    reported), so the sweep deletes them; a segment still holding a streamed ledger stays.
+    Every entry reads back the same throughout."""
+    rt = runtime
+    ids, checksum = _streamed_for_migration(rt, 8)
+    held = ledgers_by_segment(rt, STREAMED)
+    last = next(  # some segment holds only ledgers up to M, another M and a later one
+        m
+        for m in sorted(ids)
+        if any(max(h) <= m for h in held.values())
+        and any(min(h) <= m < max(h) for h in held.values())
+    )
+    digests = ledger_digests(rt, STREAMED)
+    done = migrate_to_v1(rt, [STREAMED], last_ledger=last)
+    assert {r.outcome for r in done} == {ToV1Outcome.MIGRATED}
+    released = {
+        s.segment_id: s for s in rt.metadata.segments.list(STREAMED, [SegmentState.DELETED])
+    }
+    assert released and set(released) == {s for s, h in held.items() if max(h) <= last}
+    released_keys = {k for s in released.values() for k in (s.data_key, s.index_key)}
+    assert released_keys <= {o.key for o in rt.objects.list()}  # waiting out the grace
+
+    rebuilt, skipped = _rebuild(rt, fresh)
+    assert _offloaded_segments(rebuilt) == _offloaded_segments(rt)
+    assert sorted(s.split(":")[0] for s in skipped) == sorted(
+        s.index_key for s in released.values()
+    ), skipped
+    assert all("needed by no ledger" in s and "for the sweep" in s for s in skipped), skipped
+    assert _modes(rebuilt) == {
+        n: OffloadMode.LEDGER if n <= last else OffloadMode.STREAM for n in ids
+    }
+    assert ledger_digests(rebuilt, STREAMED) == digests
+    assert TopicReader(rebuilt).checksum(STREAMED, Source.TIERED).digest == checksum
+
+    check_clean_store(rebuilt)  # the queue, then the sweep with no grace
+    assert not released_keys & {o.key for o in rebuilt.objects.list()}
+    assert ledger_digests(rebuilt, STREAMED) == digests
+    assert TopicReader(rebuilt).checksum(STREAMED, Source.TIERED).digest == checksum
+    report = run_scrub(rebuilt, [STREAMED])
+    # each v1 ledger and each recorded segment is scrubbed once; no released one is
+    targets = len([n for n in ids if n <= last]) + len(_offloaded_segments(rebuilt))
+    assert report.damaged == [] and report.counts.ledgers == targets
+
+
+def test_a_rebuild_keeps_a_segment_holding_a_migrated_and_a_streamed_ledger(
+    runtime: Runtime, fresh: Fresh
+) -> None:
+    """One ledger of a segment shared with still-streamed ledgers went back to v1: the
+    segment stays recorded through the rebuild and the sweep, and every ledger reads the
+    same entries (the migrated one from its own objects)."""
+    rt = runtime
+    ids, checksum = _streamed_for_migration(rt, 6)
+    shared = shared_segment(rt, STREAMED)
+    migrated, *streamed = sorted(ledgers_by_segment(rt, STREAMED)[shared.segment_id])
+    digests = ledger_digests(rt, STREAMED)
+    (done,) = migrate_to_v1(rt, [STREAMED], first_ledger=migrated, last_ledger=migrated)
+    assert done.outcome is ToV1Outcome.MIGRATED
+    assert shared.segment_id in _offloaded_segments(rt)
+
+    # a segment holding the migrated ledger alone (if any) is released, the shared one not
+    released = rt.metadata.segments.list(STREAMED, [SegmentState.DELETED])
+
+    rebuilt, skipped = _rebuild(rt, fresh)
+    assert _offloaded_segments(rebuilt) == _offloaded_segments(rt)
+    assert shared.segment_id in _offloaded_segments(rebuilt)
+    assert sorted(s.split(":")[0] for s in skipped) == sorted(s.index_key for s in released)
+    expected = {n: OffloadMode.STREAM for n in ids} | {migrated: OffloadMode.LEDGER}
+    assert streamed and _modes(rebuilt) == expected
+    assert ledger_digests(rebuilt, STREAMED) == digests
+
+    check_clean_store(rebuilt)
+    present = {o.key for o in rebuilt.objects.list()}
+    assert {shared.data_key, shared.index_key} <= present
+    assert ledger_digests(rebuilt, STREAMED) == digests
+    assert TopicReader(rebuilt).checksum(STREAMED, Source.TIERED).digest == checksum
+
+
+def test_a_rebuild_after_a_whole_migration_records_no_segment_and_the_stream_goes_on(
+    runtime: Runtime, fresh: Fresh
+) -> None:
+    """Every ledger went back to v1, the last segment's too: the rebuild records no
+    segment, the sweep deletes them all, and the next pass (starting from the topic's
+    start now that no segment is recorded) streams the new ledger alone."""
+    rt = runtime
+    ids, checksum = _streamed_for_migration(rt, 4)
+    segments = rt.metadata.segments.list(STREAMED)
+    digests = ledger_digests(rt, STREAMED)
+    assert {r.outcome for r in migrate_to_v1(rt, [STREAMED])} == {ToV1Outcome.MIGRATED}
+    assert _offloaded_segments(rt) == set()
+
+    rebuilt, skipped = _rebuild(rt, fresh)
+    assert rebuilt.metadata.segments.list(STREAMED) == []
+    assert sorted(s.split(":")[0] for s in skipped) == sorted(s.index_key for s in segments)
+    assert _modes(rebuilt) == dict.fromkeys(ids, OffloadMode.LEDGER)
+    check_clean_store(rebuilt)
+    keys = {k for s in segments for k in (s.data_key, s.index_key)}
+    assert not keys & {o.key for o in rebuilt.objects.list()}
+    assert ledger_digests(rebuilt, STREAMED) == digests
+    assert TopicReader(rebuilt).checksum(STREAMED, Source.TIERED).digest == checksum
+
+    topic = rebuilt.metadata.get_topic(STREAMED)
+    rebuilt.metadata.set_policy(topic, rt.metadata.get_topic(STREAMED).policy)
+    (new,) = produce_ledgers(rebuilt, STREAMED, [(5, 100)], seed=11)
+    assert new == max(ids) + 1
+    StreamingOffloader(rebuilt).run_pass(STREAMED, close_now=True)
+    assert list(ledgers_by_segment(rebuilt, STREAMED).values()) == [{new}]
+    pieces = rebuilt.metadata.segments.pieces(STREAMED, new)
+    assert [(p.first_entry_id, p.last_entry_id) for p in pieces] == [(0, 4)]
+    assert _modes(rebuilt)[new] is OffloadMode.STREAM
+    assert {n: d for n, d in ledger_digests(rebuilt, STREAMED).items() if n != new} == digests
