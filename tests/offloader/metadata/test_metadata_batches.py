@@ -51,11 +51,14 @@ def test_begin_attempts_records_each_intent_and_leases_on_the_database_clock(
     assert (other.offload_state, other.attempt_id) == (OffloadState.NONE, None)
 
 
-def test_begin_attempts_takes_over_only_ledgers_whose_lease_is_over(store: MetadataStore) -> None:
-    free, stale, live, moved = (sealed_ledger(store) for _ in range(4))
+def test_begin_attempts_takes_only_live_ledgers_whose_lease_is_over(store: MetadataStore) -> None:
+    trimmed, free, stale, live, moved = (sealed_ledger(store) for _ in range(5))
+    store.mark_ledgers_deleting("t", trimmed.ledger_id + 1, limit=10)
+    trimmed = store.get_ledger("t", trimmed.ledger_id)  # its version now: only trimmed
     stale, _ = begin(store, stale, "stale", lease_ms=-1)
     live, _ = begin(store, live, "live")
     intents = [intent(free, "n1"), intent(stale, "n2"), intent(live, "n3"), intent(moved, "n4")]
+    intents.append(intent(trimmed, "n0"))
     store.begin_attempt(moved, "mover", "m-d", "m-i", "other", 60_000, store_id=store_id(store))
     started = store.begin_attempts(intents, "me", 60_000, store_id=store_id(store))
     assert sorted(started) == [free.ledger_id, stale.ledger_id]
@@ -66,6 +69,7 @@ def test_begin_attempts_takes_over_only_ledgers_whose_lease_is_over(store: Metad
     assert sorted(d.object_key for d in store.pending_deletions()) == ["stale-d", "stale-i"]
     assert store.get_ledger("t", live.ledger_id).attempt_id == "live"
     assert store.get_ledger("t", moved.ledger_id).attempt_id == "mover"
+    assert store.get_ledger("t", trimmed.ledger_id) == trimmed
 
 
 def test_renew_leases_extends_the_owned_and_names_the_lost(store: MetadataStore) -> None:

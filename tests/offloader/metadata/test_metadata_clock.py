@@ -129,3 +129,18 @@ def test_the_deletion_lag_ends_exactly_at_commit_plus_lag(store: MetadataStore) 
         store.mark_hot_deleting(ledger, deletion_lag_ms=lag)
     with stopped_sqlite_clock(store.engine, ledger.offloaded_ms + lag):
         assert store.mark_hot_deleting(ledger, deletion_lag_ms=lag).hot_state is HotState.DELETING
+
+
+@pytest.mark.parametrize("metadata_url", ["sqlite"], indirect=True)  # SQLite's clock stops
+def test_a_lease_ends_exactly_at_its_recorded_end(store: MetadataStore) -> None:
+    """A lease is over once the database's now reaches its end, not one millisecond later."""
+    ledger, _ = begin(store, sealed_ledger(store), "old")
+    assert ledger.attempt_lease_ms is not None
+    with (
+        stopped_sqlite_clock(store.engine, ledger.attempt_lease_ms - 1),
+        pytest.raises(CommitFailedError, match="in flight until its lease ends"),
+    ):
+        begin(store, ledger, "early")
+    with stopped_sqlite_clock(store.engine, ledger.attempt_lease_ms):
+        assert begin(store, ledger, "new")[0].attempt_id == "new"
+    assert store.get_attempt("old").state is AttemptState.SUPERSEDED

@@ -14,7 +14,7 @@ import pytest
 from fixtures.backends import make_topic, produce_ledgers, unaccounted_objects
 from fixtures.faults import with_objects
 from fixtures.takeover import OnPut, take_over
-from offloader.exceptions import CommitFailedError
+from offloader.exceptions import CommitFailedError, ObjectExistsError
 from offloader.hottier.writer import ManagedLedgerWriter
 from offloader.metadata import AttemptState, DeletionState, Position
 from offloader.offload.keys import ledger_object_keys
@@ -215,6 +215,25 @@ def test_an_upload_longer_than_the_lease_keeps_its_ledger(runtime: Runtime) -> N
     result = LedgerOffloader(with_objects(rt, objects)).offload_ledger("orders", ledger_id)
     assert result.outcome is Outcome.OFFLOADED
     assert seen == [OffloadResult("orders", ledger_id, Outcome.IN_PROGRESS, result.attempt_id)]
+
+
+def test_an_index_key_already_taken_is_not_overwritten(runtime: Runtime) -> None:
+    """The index is written only if its key is free: an object already there (written
+    while the data uploaded) stays as it is, and the attempt fails with its keys queued."""
+    rt = runtime
+    (ledger_id,) = sealed(rt)
+
+    def squat(key: str) -> None:
+        if key.endswith("-index"):
+            rt.objects.put(key, b"not ours")
+
+    objects = OnPut(rt.objects, before=squat)
+    with pytest.raises(ObjectExistsError):
+        LedgerOffloader(with_objects(rt, objects)).offload_ledger("orders", ledger_id)
+    (failed,) = rt.metadata.list_attempts("orders")
+    assert failed.state is AttemptState.FAILED
+    assert rt.objects.get(failed.index_key) == b"not ours"
+    assert rt.metadata.get_ledger("orders", ledger_id).offload_uuid is None
 
 
 def test_an_interrupted_upload_fails_its_attempt_and_is_raised(runtime: Runtime) -> None:
