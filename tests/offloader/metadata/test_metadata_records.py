@@ -349,12 +349,26 @@ def test_a_stale_ledger_version_is_named(store: MetadataStore) -> None:
     ledger = sealed_ledger(store)
     _, attempt = begin(store, ledger, "a1")
     offloaded = store.commit_offload(attempt, 1)
-    store.mark_hot_deleting(offloaded)
+    deleting = store.mark_hot_deleting(offloaded)
     with pytest.raises(CommitFailedError) as raised:
         store.mark_hot_deleting(offloaded)
     assert str(raised.value) == (
         f"ledger t/{ledger.ledger_id} changed since version {offloaded.version}: someone else moved"
     )
+    store.mark_hot_deleted(deleting)  # the plain CAS of a ledger row names it the same way
+    with pytest.raises(CommitFailedError) as raised:
+        store.mark_hot_deleted(deleting)
+    assert str(raised.value) == (
+        f"ledger t/{ledger.ledger_id} changed since version {deleting.version}: someone else moved"
+    )
+
+
+def test_several_ledgers_come_in_one_query_exactly_those_asked(store: MetadataStore) -> None:
+    ids = [sealed_ledger(store).ledger_id for _ in range(3)]
+    assert list(store.get_ledgers("t", [ids[2], ids[0]])) in ([ids[0], ids[2]], [ids[2], ids[0]])
+    assert store.get_ledgers("t", []) == {}
+    with pytest.raises(NotFoundError, match=r"^ledgers \[99\] of topic 't' do not exist$"):
+        store.get_ledgers("t", [ids[1], 99])
 
 
 def test_hot_copies_are_marked_with_their_deletion_time(store: MetadataStore) -> None:

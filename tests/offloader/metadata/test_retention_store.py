@@ -77,6 +77,18 @@ def test_marking_is_batched_set_based_and_records_the_intent(store: MetadataStor
     assert all(d.store_id is not None for d in store.pending_deletions())
 
 
+def test_a_ledger_below_a_moved_start_is_not_live_before_it_is_marked(
+    store: MetadataStore,
+) -> None:
+    """Between a trim's two steps (the start moved, nothing marked yet: the
+    after-trim-start-moved failpoint) the ledgers below the start are already history."""
+    ids = topic_of(store, "t", 3, offloaded=set())
+    store.move_start(store.get_topic("t"), Position(ledger_id=ids[1], entry_id=0))
+    assert store.get_ledger("t", ids[0]).deletion_state is DeletionState.NONE
+    assert [x.ledger_id for x in store.list_ledgers("t", live=True)] == ids[1:]
+    assert [x.ledger_id for x in store.list_ledgers("t")] == ids
+
+
 def test_marking_costs_the_same_statements_for_10_or_100_ledgers(store: MetadataStore) -> None:
     """Selection in SQL: the statements of one batch do not grow with the ledgers it marks."""
     costs = []
