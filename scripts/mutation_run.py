@@ -53,6 +53,8 @@ MEMORY_LIMIT_BYTES = 8 << 30
 RETEST = {"survived", "no tests", "suspicious", "timeout", "segfault"}
 CACHE_NAME = str(mutation_cache.CACHE.relative_to(ROOT))
 BAD_STATUSES = {"suspicious", "no tests", "not checked", "segfault"}
+# past this many mutant names, the printed command and the recorded run give their count
+NAMES_SHOWN = 8
 
 
 def stage_dir(profile: str, fresh: bool, tests: tuple[str, ...] = ()) -> Path:
@@ -121,7 +123,9 @@ def run_mutmut(stage: Path, max_children: int, names: list[str]) -> None:
     mutmut = Path(sys.executable).with_name("mutmut")
     command = [str(mutmut), "run", "--max-children", str(max_children), *names]
     shown = (
-        command[1:] if len(names) <= 8 else [*command[1:4], *names[:3], f"... {len(names)} names"]
+        command[1:]
+        if len(names) <= NAMES_SHOWN
+        else [*command[1:4], *names[:3], f"... {len(names)} names"]
     )
     print(f"mutation: {' '.join(shown)} (in {stage.relative_to(ROOT)})", flush=True)
     done = subprocess.run(command, cwd=stage, env=stage_env(stage), preexec_fn=limit_memory)
@@ -239,7 +243,7 @@ def main(argv: list[str] | None = None) -> None:
         )
         command = target + (
             f' MUTANTS="{" ".join(args.mutants)}"'
-            if 0 < len(args.mutants) <= 8
+            if 0 < len(args.mutants) <= NAMES_SHOWN
             else f" with {len(args.mutants)} mutants named exactly"
             if args.mutants
             else ""
