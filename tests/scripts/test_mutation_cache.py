@@ -147,3 +147,32 @@ def test_verdicts_of_a_changed_function_are_not_shown_as_current(tmp_path: Path)
     assert current["x_changed"]["codes"] == [None]
     assert current["x_gone"]["codes"] == [None]
     assert cache.modules[MODULE]["x_changed"]["codes"] == [1]  # the kept file is untouched
+
+
+def test_unchecked_names_are_the_mutants_without_a_current_verdict() -> None:
+    """A verdict counts only while its function's source is unchanged; globs narrow."""
+    import mutation_run
+    from mutmut.mutation.file_mutation import compute_function_hashes
+
+    module = "offloader/offload/keys.py"
+    hashes = compute_function_hashes((mutation_run.ROOT / "include" / module).read_text())
+    current, other = sorted(hashes)[:2]
+    cache = Cache(
+        {},
+        {
+            module: {
+                current: {"hash": hashes[current], "codes": [1, None], "run": "r"},
+                other: {"hash": "changed since", "codes": [1, 0], "run": "r"},
+            }
+        },
+    )
+    prefix = "offloader.offload.keys."
+    assert mutation_run.unchecked_names(cache, []) == [
+        f"{prefix}{current}__mutmut_2",
+        f"{prefix}{other}__mutmut_1",
+        f"{prefix}{other}__mutmut_2",
+    ]
+    assert mutation_run.unchecked_names(cache, [f"{prefix}{other}__*"]) == [
+        f"{prefix}{other}__mutmut_1",
+        f"{prefix}{other}__mutmut_2",
+    ]
