@@ -23,6 +23,7 @@ SMOKE = export_scaling.Config(ledgers=2, ledger_mib=2, slice_mib=1, repeats=1)
 
 
 @pytest.mark.spark
+@pytest.mark.long  # the short form: the bulk_export DAG tests (tests/spark) run the same job
 def test_export_scaling_benchmark_smoke() -> None:
     require_postgres()
     result = export_scaling.run(cfg=SMOKE)

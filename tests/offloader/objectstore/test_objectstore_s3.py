@@ -10,6 +10,8 @@ from typing import Any
 
 import psutil
 import pytest
+from botocore.exceptions import ClientError
+from pydantic import SecretStr
 
 from fixtures.seaweedfs import SeaweedS3
 from offloader.exceptions import ObjectExistsError, ObjectNotFoundError, ObjectStoreError
@@ -90,6 +92,23 @@ def test_client_configuration(s3_server: SeaweedS3) -> None:
     assert config.connect_timeout and config.read_timeout
     assert client.meta.endpoint_url == s3_server.endpoint_url
     client.close()
+
+
+def test_clients_share_parsed_models_but_not_credentials(s3_server: SeaweedS3) -> None:
+    """Clients are built from one process-wide loader of botocore's data files; each keeps
+    the keys it was given and works with them (a wrong key is refused)."""
+    good = s3_server.make_settings("keys")
+    wrong = good.model_copy(update={"s3_secret_access_key": SecretStr("not-the-secret")})
+    ok, refused = build_client(good), build_client(wrong)
+    bucket = _bucket(good)
+    try:
+        assert ok.list_objects_v2(Bucket=bucket)["KeyCount"] == 0
+        with pytest.raises(ClientError, match="SignatureDoesNotMatch"):
+            refused.list_objects_v2(Bucket=bucket)
+        assert ok.list_objects_v2(Bucket=bucket)["KeyCount"] == 0
+    finally:
+        ok.close()
+        refused.close()
 
 
 def test_read_range_sends_a_range_header(s3_store: S3ObjectStore) -> None:
