@@ -103,6 +103,8 @@ def test_compaction_keeps_every_entry_in_fewer_objects_and_no_secret_leaks(
     )
 
 
+@pytest.mark.long  # the short form: the compaction run here, the same submission; the spread
+# migration both ways in tests/offloader/rewrite/test_rewrite_spread.py
 @pytest.mark.usefixtures("airflow_db", "airflow_connections")
 def test_v1_to_v2_and_back_keeps_every_entry(
     runtime: Runtime, rewrite_dag: DagFile, spark_local: SparkSetup

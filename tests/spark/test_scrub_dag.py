@@ -121,6 +121,8 @@ def test_damage_with_a_hot_copy_is_repaired_and_reported(
     assert report["counts"]["entries"] == ledgers[1].entry_count
 
 
+@pytest.mark.long  # the short form: a ledger repaired through this DAG; segment repairs in
+# tests/offloader/scrub/test_scrub_segment_repair.py and test_scrub_segment_crash.py
 @pytest.mark.usefixtures("airflow_db", "airflow_connections")
 def test_a_damaged_segment_is_repaired_on_the_driver(
     runtime: Runtime, scrub_dag: DagFile, spark_local: SparkSetup, tmp_path: Path

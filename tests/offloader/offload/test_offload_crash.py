@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from fixtures.backends import (
-    BACKENDS,
     END_TO_END,
+    crash_cases,
     make_topic,
     produce_ledgers,
     run_cli,
@@ -43,9 +43,11 @@ OFFLOAD_POINTS = (
     "after-commit",
     "after-mark-hot-deleting",
 )
-# every point on both main pairings; SeaweedFS + SQLite at the two points where the S3 path
-# differs most (mid-multipart, complete objects to recover), to keep the suite time in check
-POINT_CASES = [(b, p) for b in BACKENDS for p in OFFLOAD_POINTS] + [
+# every point on both main pairings (half of them on files + SQLite in the long form only:
+# crash_cases); SeaweedFS + SQLite at the two points where the S3 path differs most
+# (mid-multipart, complete objects to recover), to keep the suite time in check
+POINT_CASES = [
+    *crash_cases(OFFLOAD_POINTS),
     ("s3-sqlite", "after-first-part"),
     ("s3-sqlite", "after-index-upload"),
 ]

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from fixtures.backends import BACKENDS, run_cli, wait_stopped
+from fixtures.backends import BACKENDS, crash_cases, run_cli, wait_stopped
 from fixtures.cli import run_cli as run_cli_done
 from fixtures.rewrites import (
     T,
@@ -44,7 +44,7 @@ from offloader.runtime import Runtime
 # every point of the rewrite: a new one is crash-tested as soon as it is declared
 REWRITE_POINTS = tuple(p for p in failpoints.POINTS if "rewrite" in p)
 assert len(REWRITE_POINTS) == 7 and REWRITE_POINTS[-1] == "rewrite-after-commit", REWRITE_POINTS
-CASES = [(b, p) for b in BACKENDS for p in REWRITE_POINTS]
+CASES = crash_cases(REWRITE_POINTS)
 COMMITTED = REWRITE_POINTS.index("rewrite-after-commit")
 
 

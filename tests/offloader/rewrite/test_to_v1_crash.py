@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from fixtures.backends import BACKENDS, settings_env, unaccounted_objects
+from fixtures.backends import crash_cases, settings_env, unaccounted_objects
 from fixtures.streamed import SWAP_POINTS, ledgers_by_segment, streamed_topic
 from offloader.gc.deletion_queue import process_deletions
 from offloader.metadata import AttemptState, OffloadMode, SegmentState
@@ -25,7 +25,7 @@ from offloader.rewrite.to_v1 import ToV1Outcome, migrate_to_v1
 from offloader.runtime import Runtime
 
 T = "s"
-CASES = [(b, p) for b in BACKENDS for p in SWAP_POINTS]
+CASES = crash_cases(SWAP_POINTS)
 CHILD = (
     "import sys; from offloader.runtime import Runtime; "
     "from offloader.rewrite.to_v1 import migrate_to_v1; "

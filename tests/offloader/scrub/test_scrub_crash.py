@@ -14,7 +14,12 @@ import time
 
 import pytest
 
-from fixtures.backends import BACKENDS, run_cli, unaccounted_objects, uploads_not_of_dead_attempts
+from fixtures.backends import (
+    crash_cases,
+    run_cli,
+    unaccounted_objects,
+    uploads_not_of_dead_attempts,
+)
 from fixtures.scrub import DAMAGES, offloaded_topic
 from offloader.gc.deletion_queue import process_deletions
 from offloader.metadata import Attempt, AttemptState, Ledger
@@ -32,7 +37,7 @@ POINTS = (
     "mid-replacement-commit",
     "after-commit",
 )
-CASES = [(b, p) for b in BACKENDS for p in POINTS]
+CASES = crash_cases(POINTS)
 
 
 def digest(rt: Runtime, ledger: Ledger, source: Source) -> str:

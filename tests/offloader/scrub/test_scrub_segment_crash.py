@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from fixtures.backends import BACKENDS, run_cli, tiered_digests, unaccounted_objects
+from fixtures.backends import crash_cases, run_cli, tiered_digests, unaccounted_objects
 from fixtures.streamed import (
     flip_a_payload_byte,
     ledgers_by_segment,
@@ -27,7 +27,7 @@ from offloader.runtime import Runtime
 
 T = "events"
 POINTS = ("after-begin-attempt", "after-index-upload", "mid-replacement-commit", "after-commit")
-CASES = [(b, p) for b in BACKENDS for p in POINTS]
+CASES = crash_cases(POINTS)
 
 
 def scrub(rt: Runtime, failpoints: str = "") -> tuple[int, bytes]:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from fixtures.backends import BACKENDS, run_cli, settings_env
+from fixtures.backends import BACKENDS, crash_cases, run_cli, settings_env
 from fixtures.streams import (
     check_sealed_ledgers_streamed,
     converge,
@@ -46,7 +46,7 @@ T = "s"
 # every point of the streaming pass: a new one is crash-tested as soon as it is declared
 STREAM_POINTS = tuple(p for p in failpoints.POINTS if p.startswith("stream-"))
 assert len(STREAM_POINTS) == 8, STREAM_POINTS
-CASES = [(b, p) for b in BACKENDS for p in STREAM_POINTS]
+CASES = crash_cases(STREAM_POINTS)
 
 
 def setup_topic(rt: Runtime) -> None:
