@@ -29,5 +29,4 @@ pytest_plugins = [
     "fixtures.airflow_server",
     "fixtures.browser",
     "fixtures.spark",
-    "fixtures.scheduling",
 ]
