@@ -27,8 +27,8 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt pyproj
 # The short form (CI's): every case but the `long` ones, longer forms of cases it runs in
 # another form (docs/TESTING.md). `make test-long` runs them all.
 TEST_SELECT ?= not long
-# Three workers on the 2-core machine: the suite waits on child processes, servers and
-# leases for a third of its time (2026-11-28: 40 min on 2 workers, 33 on 3; docs/TESTING.md)
+# Three workers on the 2-core machine: on two, the suite left a third of the CPU idle while
+# it waited on child processes, servers and leases (docs/TESTING.md, "Suite time")
 TEST_WORKERS ?= 3
 test: install lint browser
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25 -m "$(TEST_SELECT)" $(PYTEST_ARGS)
