@@ -54,7 +54,6 @@ if TYPE_CHECKING:
     from offloader.metadata.store import MetadataStore
 
 G, SL, L, A = schema.segments, schema.segment_ledgers, schema.ledgers, schema.offload_attempts
-D = schema.deletion_queue
 REWRITE = G.c.origin == SegmentOrigin.REWRITE
 
 
@@ -313,8 +312,7 @@ class RewriteStore:
             for key in (x.data_key, x.index_key)
             if key is not None
         ]
-        queued = D.insert().values(enqueued_ms=db_now(), next_try_ms=db_now() + grace_ms)
-        conn.execute(queued, rows)
+        self.metadata._queue_rows(conn, rows, grace_ms)
         conn.execute(
             A.update()
             .where(

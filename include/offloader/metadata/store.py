@@ -958,10 +958,15 @@ class MetadataStore:
             )
             for k in keys
         ]
+        self._queue_rows(conn, rows, delay_ms)
+
+    @staticmethod
+    def _queue_rows(conn: Connection, rows: list[dict[str, object]], delay_ms: int) -> None:
+        """Insert deletion rows due ``delay_ms`` after the database's now, read once: two
+        readings of PostgreSQL's clock_timestamp() in one row can differ by a millisecond."""
         if rows:
-            conn.execute(
-                D.insert().values(enqueued_ms=db_now(), next_try_ms=db_now() + delay_ms), rows
-            )
+            now = db_now_ms(conn)
+            conn.execute(D.insert().values(enqueued_ms=now, next_try_ms=now + delay_ms), rows)
 
     # --- retention: stream cuts, the topic's start, ledger deletion -------------------
     def create_cut(self, topic: str) -> StreamCut:
