@@ -506,11 +506,14 @@ class MetadataStore:
         """
         what = f"attempt {attempt.attempt_id} (epoch {attempt.epoch})"
         with self.transaction() as conn:
+            # the row stays locked from this read to the swap: on PostgreSQL a writer that
+            # changed it in between (a hot deletion recording its end) would fail the CAS
+            # and waste a whole re-upload (SQLite's BEGIN IMMEDIATE holds every writer off)
             row = (
                 conn.execute(
-                    sa.select(L).where(
-                        _owned_by(attempt), L.c.offload_state == OffloadState.OFFLOADED
-                    )
+                    sa.select(L)
+                    .where(_owned_by(attempt), L.c.offload_state == OffloadState.OFFLOADED)
+                    .with_for_update()
                 )
                 .mappings()
                 .first()

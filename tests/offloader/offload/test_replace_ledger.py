@@ -253,3 +253,61 @@ def test_the_replaced_objects_wait_out_the_grace(backend_settings: Settings) -> 
         assert (gc.deleted, gc.remaining) == (0, 2)
         store = rt.stores.get(old.store_id or 0, "test")
         assert store.exists(old.data_key or "") and store.exists(old.index_key or "")
+
+
+def test_a_hot_deletion_finishing_inside_a_replacements_commit_waits_for_it(
+    runtime: Runtime,
+) -> None:
+    """The commit reads the ledger and swaps it in one transaction with the row locked: a
+    hot deletion recording its end right between the read and the swap waits, then loses
+    its CAS and is finished by the next pass. Before the lock, on PostgreSQL, the swap lost
+    instead (a whole re-upload wasted, the repair reported lost)."""
+    import threading
+
+    import sqlalchemy as sa
+
+    from offloader.exceptions import CommitFailedError
+    from offloader.metadata import HotState, MetadataStore
+    from offloader.offload.hot_deletion import delete_hot_copies
+    from offloader.offload.ledger_offloader import EntrySource
+
+    rt = runtime
+    first, _ = offloaded_topic(rt, shapes=SMALL)
+    rt.metadata.mark_hot_deleting(first)  # its hot copy is going: repaired from the tier
+    other = MetadataStore.open(rt.settings.resolved_metadata_url)
+    rival: dict[str, object] = {}
+
+    def finish_hot_deletion() -> None:
+        try:
+            rival["ledger"] = other.mark_hot_deleted(other.get_ledger("orders", first.ledger_id))
+        except CommitFailedError as err:
+            rival["error"] = err
+
+    def before_swap(conn, cursor, statement, parameters, context, executemany) -> None:  # type: ignore[no-untyped-def]
+        if "thread" in rival or not statement.startswith("UPDATE ledgers SET"):
+            return
+        if "offload_uuid=" not in statement:  # not the swap (the intent, a lease renewal)
+            return
+        rival["thread"] = thread = threading.Thread(target=finish_hot_deletion)
+        thread.start()
+        thread.join(timeout=1.0)
+        rival["waited"] = thread.is_alive()
+
+    sa.event.listen(rt.metadata.engine, "before_cursor_execute", before_swap)
+    try:
+        result = LedgerOffloader(rt).replace_ledger(
+            "orders", first.ledger_id, first.offload_uuid, "crc mismatch", source=EntrySource.TIER
+        )
+    finally:
+        sa.event.remove(rt.metadata.engine, "before_cursor_execute", before_swap)
+        rival["thread"].join(timeout=60)  # type: ignore[attr-defined]
+        other.close()
+    assert result.outcome is Outcome.REPLACED, result
+    assert rival["waited"] is True  # held off by the commit's lock (a row's, or SQLite's)
+    # then it either lost its CAS (PostgreSQL: it had read the row before the swap) or
+    # read the swapped row (SQLite); either way a pass finishes the hot deletion
+    assert "error" in rival or rival["ledger"].offload_uuid == result.attempt_id  # type: ignore[attr-defined]
+    assert rt.metadata.get_attempt(result.attempt_id or "").state is AttemptState.COMMITTED
+    delete_hot_copies(rt.metadata, rt.hot, "orders")
+    swapped = rt.metadata.get_ledger("orders", first.ledger_id)
+    assert (swapped.offload_uuid, swapped.hot_state) == (result.attempt_id, HotState.DELETED)
