@@ -8,6 +8,7 @@ whole rewrite, objects and all, is tests/offloader/rewrite/.
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -239,7 +240,7 @@ def test_commit_refuses_pieces_that_would_lose_entries(
     assert rt.metadata.segments.get("r") == segment
 
 
-@pytest.mark.parametrize("change", ["trimmed", "replaced", "rewritten"])
+@pytest.mark.parametrize("change", ["trimmed", "replaced", "repaired", "rewritten"])
 def test_a_source_that_moved_rolls_the_whole_swap_back(
     runtime: Runtime, ledgers: list[Ledger], change: str
 ) -> None:
@@ -257,6 +258,13 @@ def test_a_source_that_moved_rolls_the_whole_swap_back(
     elif change == "replaced":
         begin_attempt(rt.metadata, third, "repair", replace=True)
         expected = rf"ledger {T}/{third.ledger_id} has offload attempt repair in flight"
+    elif change == "repaired":  # scrub's repair swapped it onto new v1 objects meanwhile
+        _, attempt = begin_attempt(rt.metadata, third, "repair", replace=True)
+        rt.metadata.commit_replacement(attempt, 5, "crc mismatch")
+        expected = re.escape(
+            f"ledger {T}/{third.ledger_id} was offloaded again (attempt repair, "
+            f"was {third.offload_uuid}): the rewrite of it is called off"
+        )
     else:  # a concurrent rewrite of the last ledger won
         other = begin(rt, "other", [third])
         rt.metadata.rewrites.commit(other, whole([third]), [third], data_len=5)
@@ -270,6 +278,18 @@ def test_a_source_that_moved_rolls_the_whole_swap_back(
     after = table_rows(rt)
     assert after["ledgers"] == before["ledgers"]
     assert set(queued(rt)) - {d[1] for d in before["deletion_queue"]} == {"r-d", "r-i"}
+
+
+def test_a_moved_source_is_looked_up_in_its_own_topic(runtime: Runtime) -> None:
+    """The refusal describes the source ledger itself, not the ledger with the same id of
+    another topic (ids are per topic; that one was recorded first)."""
+    rt = runtime
+    offloaded_topic(rt, "aaa", SHAPES)
+    ledgers = offloaded_topic(rt, T, SHAPES)
+    segment = begin(rt, "r", ledgers)
+    begin_attempt(rt.metadata, ledgers[2], "repair", replace=True)
+    with pytest.raises(CommitFailedError, match=rf"ledger {T}/{ledgers[2].ledger_id} has offload"):
+        rt.metadata.rewrites.commit(segment, whole(ledgers), ledgers, data_len=10)
 
 
 def test_the_commit_crashing_inside_its_transaction_leaves_nothing(
@@ -308,11 +328,14 @@ def test_fail_queues_at_once_requeues_late_objects_and_refuses_a_committed_one(
 ) -> None:
     rt = runtime
     segment = rt.metadata.rewrites.record_upload(begin(rt, "r", ledgers[:1]), "up")
+    before_ms = rt.metadata.db_now_ms()
     failed = rt.metadata.rewrites.fail(segment, "boom " + "x" * 3000)
     assert (failed.state, failed.upload_id) == (SegmentState.FAILED, "up")
     assert failed.detail == ("boom " + "x" * 3000)[:2000]
+    assert failed.version == segment.version + 1
     now_ms = rt.metadata.db_now_ms()
-    assert all(d.next_try_ms <= now_ms for d in rt.metadata.pending_deletions())
+    assert failed.finished_ms is not None and before_ms <= failed.finished_ms <= now_ms
+    assert all(d.next_try_ms == d.enqueued_ms for d in rt.metadata.pending_deletions())
     assert queued(rt) == {"r-d": "failed rewrite", "r-i": "failed rewrite"}
     again = rt.metadata.rewrites.fail(segment, "late")
     assert again == failed
@@ -389,6 +412,40 @@ def test_a_segment_source_that_moved_or_holds_a_trimmed_ledger_is_refused(
         rt.metadata.rewrites.commit(
             segment, whole(streamed[:2]), segments=[first, second], data_len=1
         )
+    assert table_rows(rt) == before
+
+
+def test_a_segment_source_read_stale_or_never_recorded_is_refused_by_what_it_is_now(
+    runtime: Runtime, streamed: list[Ledger]
+) -> None:
+    rt = runtime
+    (first,) = stream_segments(rt, streamed[:1])
+    stale = first.model_copy(update={"version": first.version + 1})
+    expected = (
+        f"segment {first.segment_id} changed since it was read (offloaded at version "
+        f"{stale.version}, now offloaded at version {first.version}): the rewrite of it is "
+        "called off"
+    )
+    with pytest.raises(CommitFailedError, match=f"^{re.escape(expected)}$"):
+        begin(rt, "r", segments=[stale])
+    unknown = first.model_copy(update={"segment_id": "nowhere"})
+    expected = (
+        f"segment nowhere changed since it was read (offloaded at version {first.version}, "
+        "now gone): the rewrite of it is called off"
+    )
+    with pytest.raises(CommitFailedError, match=f"^{re.escape(expected)}$"):
+        begin(rt, "r", segments=[unknown])
+
+
+def test_only_a_rewrite_segment_is_failed_here(runtime: Runtime, streamed: list[Ledger]) -> None:
+    """A stream segment in flight belongs to the stream's pass: the rewrite's fail refuses
+    it and changes nothing."""
+    rt = runtime
+    claim = rt.metadata.segments.claim(T, "stream", 60_000)
+    open_segment = assign_stream_segment(rt.metadata, claim, "s", pos(streamed[0].ledger_id, 0))
+    before = table_rows(rt)
+    with pytest.raises(CommitFailedError, match="rewrite segment s is assigned: nothing to fail"):
+        rt.metadata.rewrites.fail(open_segment, "x")
     assert table_rows(rt) == before
 
 

@@ -383,6 +383,20 @@ def test_a_trim_works_in_batches_passing_each_crash_point_in_order(
     ]
 
 
+def test_a_trim_rerun_that_only_removes_hot_copies_reports_a_change(runtime: Runtime) -> None:
+    """A trim killed once its ledgers were marked, run again at the same start: it marks
+    nothing new, removes the hot copy left and says it changed something."""
+    rt = runtime
+    ids = mixed_topic(rt)
+    start = Position(ledger_id=ids[3], entry_id=0)
+    topic = rt.metadata.move_start(rt.metadata.get_topic("orders"), start)
+    assert mark_below_start(rt, topic).ledgers_deleting == ids[:3]
+    assert rt.hot.exists("orders", ids[2])
+    again = trim_topic(rt, "orders", start)
+    assert (again.ledgers_deleting, again.hot_deleted, again.changed) == ([], [ids[2]], True)
+    assert not rt.hot.exists("orders", ids[2])
+
+
 def test_the_gc_finishes_trims_cut_short_and_a_trim_finishes_only_its_topic(
     runtime: Runtime,
 ) -> None:

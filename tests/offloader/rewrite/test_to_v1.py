@@ -284,6 +284,27 @@ def test_the_released_segments_wait_out_the_grace(backend_settings: Settings) ->
         assert all(d.next_try_ms >= now + 3_500_000 for d in rt.metadata.pending_deletions())
 
 
+def test_retention_releases_a_segment_left_for_v1_after_the_settings_grace(
+    runtime: Runtime,
+) -> None:
+    """finish_deleted_ledgers passes replaced_object_grace_seconds, in milliseconds, to the
+    release of a segment some of whose ledgers moved to v1 objects of their own (a reader
+    may still be in it); a segment all of whose ledgers were deleted goes at once."""
+    import dataclasses
+
+    ids = streamed_topic(runtime, T, 6)
+    trim_topic(runtime, T, Position(ledger_id=ids[2], entry_id=5))
+    migrate_to_v1(runtime, [T])
+    before = {d.id for d in runtime.metadata.pending_deletions()}
+    settings = runtime.settings.model_copy(update={"replaced_object_grace_seconds": 7.0})
+    rt = dataclasses.replace(runtime, settings=settings)
+    finish_deleted_ledgers(rt)
+    released = [
+        d.next_try_ms - d.enqueued_ms for d in rt.metadata.pending_deletions() if d.id not in before
+    ]
+    assert 7_000 in released and set(released) <= {0, 7_000}
+
+
 def test_a_tier_that_disagrees_with_the_metadata_fails_the_ledger_and_changes_nothing(
     runtime: Runtime,
 ) -> None:

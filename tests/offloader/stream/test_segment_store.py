@@ -225,11 +225,13 @@ def test_a_failed_segment_queues_its_keys_and_is_replaced(rt: Runtime, store: Se
     claim = store.claim(T, "p", 60_000)
     segment = store.record_upload(claim, assign(rt, claim, "a", pos(ids[0], 3)), "up")
     segment = add_part(store, claim, segment, pos(ids[0], 9))
-    failed = store.fail(claim, segment, "upload gone")
-    assert failed.state is SegmentState.FAILED and failed.detail == "upload gone"
+    detail = "upload gone " + "x" * 3000  # a long detail is cut to the column's 2,000
+    failed = store.fail(claim, segment, detail)
+    assert failed.state is SegmentState.FAILED and failed.detail == detail[:2000]
     assert failed.finished_ms is not None
-    queued = {(d.object_key, d.store_id) for d in rt.metadata.pending_deletions()}
-    assert queued == {("a-d", rt.stores.default_id()), ("a-i", rt.stores.default_id())}
+    queued = {(d.object_key, d.store_id, d.reason) for d in rt.metadata.pending_deletions()}
+    home = rt.stores.default_id()
+    assert queued == {("a-d", home, "failed segment"), ("a-i", home, "failed segment")}
     assert store.current(T) == failed  # waiting to be replaced
     with pytest.raises(CommitFailedError, match="changed since"):
         store.fail(claim, segment, "again")  # an old version: no second queueing
