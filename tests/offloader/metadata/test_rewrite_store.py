@@ -9,24 +9,31 @@ whole rewrite, objects and all, is tests/offloader/rewrite/.
 from __future__ import annotations
 
 import re
+import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
+import sqlalchemy as sa
 
 from fixtures.backends import produce_ledgers
 from fixtures.metadata import begin as begin_attempt
-from fixtures.rewrites import assign_stream_segment, stream_segment, table_rows
+from fixtures.rewrites import assign_stream_segment, stream_segment, stream_segment_of, table_rows
 from fixtures.scrub import offloaded_topic
 from fixtures.streams import crash_at
+from offloader import failpoints
 from offloader.exceptions import CommitFailedError, TopicDeletedError
 from offloader.metadata import (
     AttemptState,
     Ledger,
+    MetadataStore,
     OffloadMode,
     Position,
     Segment,
     SegmentOrigin,
     SegmentState,
+    schema,
 )
 from offloader.metadata.segments import PieceRange
 from offloader.policy import OffloadPolicy
@@ -80,6 +87,46 @@ def wait_past_lease(rt: Runtime, segment: Segment) -> None:
     while rt.metadata.db_now_ms() <= segment.lease_until_ms:
         assert time.monotonic() < deadline
         time.sleep(0.05)
+
+
+@contextmanager
+def rival_inside_commit(
+    rt: Runtime, table: str, column: str, rival: Callable[[MetadataStore], object]
+) -> Iterator[dict[str, object]]:
+    """Run ``rival`` (on a store of its own, in a thread) when a commit inside the block is
+    about to update ``table`` setting ``column``, after it read its sources. PostgreSQL
+    lets the rival commit in between (waited for to the end); SQLite's BEGIN IMMEDIATE
+    holds it off until that commit is done (waited for half a second only). Yields what
+    the rival returned ("result") or raised ("error") once the block is left, and whether
+    it was still waiting when the commit went on ("waited")."""
+    wait_s = 60.0 if rt.metadata.engine.dialect.name == "postgresql" else 0.5
+    other = MetadataStore.open(rt.settings.resolved_metadata_url)
+    outcome: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = rival(other)
+        except CommitFailedError as err:
+            outcome["error"] = err
+
+    def before(conn, cursor, statement, parameters, context, executemany) -> None:  # type: ignore[no-untyped-def]
+        if "thread" in outcome or not statement.startswith(f"UPDATE {table} SET"):
+            return
+        if f"{column}=" not in statement:
+            return
+        outcome["thread"] = thread = threading.Thread(target=run)
+        thread.start()
+        thread.join(timeout=wait_s)
+        outcome["waited"] = thread.is_alive()
+
+    sa.event.listen(rt.metadata.engine, "before_cursor_execute", before)
+    try:
+        yield outcome
+    finally:
+        sa.event.remove(rt.metadata.engine, "before_cursor_execute", before)
+        if "thread" in outcome:
+            outcome["thread"].join(timeout=60)  # type: ignore[attr-defined]
+        other.close()
 
 
 # --- the intent ----------------------------------------------------------------------------
@@ -137,6 +184,16 @@ def test_begin_refuses_sources_not_as_planned_and_writes_nothing(
         begin(rt, "r", [first.model_copy(update={"topic": "other"})])
     assert table_rows(rt)["segments"] == before["segments"] == []
     assert table_rows(rt)["deletion_queue"] == before["deletion_queue"]
+    # read as they are now (no stale version): in flight, trimmed
+    with pytest.raises(CommitFailedError, match=rf"{T}/{second.ledger_id} has offload attempt"):
+        begin(rt, "r", [rt.metadata.get_ledger(T, second.ledger_id)])
+    rt.metadata.move_start(rt.metadata.get_topic(T), pos(second.ledger_id, 0))
+    rt.metadata.mark_ledgers_deleting(T, second.ledger_id, 100)
+    trimmed = rt.metadata.get_ledger(T, first.ledger_id)
+    assert trimmed.is_offloaded
+    with pytest.raises(CommitFailedError, match=rf"{T}/{first.ledger_id} was trimmed \(deleting\)"):
+        begin(rt, "r", [trimmed])
+    assert rt.metadata.segments.list(T) == []
 
 
 def test_begin_refuses_a_deleted_topic(runtime: Runtime, ledgers: list[Ledger]) -> None:
@@ -147,6 +204,24 @@ def test_begin_refuses_a_deleted_topic(runtime: Runtime, ledgers: list[Ledger]) 
     assert rt.metadata.segments.list(T) == []
 
 
+def test_open_rewrites_are_the_assigned_rewrite_segments_oldest_first(
+    runtime: Runtime, streamed: list[Ledger]
+) -> None:
+    """Not the stream's open segment; by assignment time, then (same millisecond) by id."""
+    rt = runtime
+    first, second = stream_segments(rt, streamed[:2])
+    claim = rt.metadata.segments.claim(T, "stream", 60_000)
+    assign_stream_segment(rt.metadata, claim, "s", pos(streamed[2].ledger_id, 0))
+    later = begin(rt, "b", segments=[first])
+    while rt.metadata.db_now_ms() <= later.assigned_ms:
+        time.sleep(0.005)
+    assert begin(rt, "a", segments=[second]).assigned_ms > later.assigned_ms
+    assert [s.segment_id for s in rt.metadata.rewrites.open_rewrites()] == ["b", "a"]
+    with rt.metadata.engine.begin() as conn:
+        conn.execute(sa.update(schema.segments).values(assigned_ms=later.assigned_ms))
+    assert [s.segment_id for s in rt.metadata.rewrites.open_rewrites(T)] == ["a", "b"]
+
+
 # --- the lease -----------------------------------------------------------------------------
 def test_a_rewrite_whose_lease_ran_out_has_lost_its_segment(
     runtime: Runtime, ledgers: list[Ledger]
@@ -154,6 +229,7 @@ def test_a_rewrite_whose_lease_ran_out_has_lost_its_segment(
     rt = runtime
     live = begin(rt, "live", ledgers[:1])
     segment = rt.metadata.rewrites.record_upload(begin(rt, "r", ledgers[1:], lease_ms=300), "up-1")
+    other = begin(rt, "q", ledgers[2:], lease_ms=300)  # begun later, sorts first
     assert segment.upload_id == "up-1"
     assert rt.metadata.rewrites.renew(segment, 300)
     renewed = rt.metadata.segments.get(segment.segment_id)
@@ -166,35 +242,66 @@ def test_a_rewrite_whose_lease_ran_out_has_lost_its_segment(
         rt.metadata.rewrites.commit(segment, whole(ledgers[1:]), ledgers[1:], data_len=10)
     assert [rt.metadata.get_ledger(T, x.ledger_id) for x in ledgers] == ledgers
 
-    (stale,) = rt.metadata.rewrites.recover_stale()
+    wait_past_lease(rt, other)
+    before_ms = rt.metadata.db_now_ms()
+    stale_other, stale = rt.metadata.rewrites.recover_stale()
+    after_ms = rt.metadata.db_now_ms()
     assert (stale.segment_id, stale.state, stale.upload_id) == ("r", SegmentState.FAILED, "up-1")
+    assert (stale_other.segment_id, stale_other.version) == ("q", other.version + 1)
+    assert stale.version == renewed.version + 1
+    assert stale.finished_ms is not None and before_ms <= stale.finished_ms <= after_ms
     assert stale.detail is not None and stale.detail.endswith("recovered")
     assert "test-owner" in stale.detail
     assert queued(rt) == {
-        "r-d": "failed rewrite (lease ran out)",
-        "r-i": "failed rewrite (lease ran out)",
+        f"{name}-{key}": "failed rewrite (lease ran out)" for name in "qr" for key in "di"
     }
+    assert all(d.next_try_ms == d.enqueued_ms for d in rt.metadata.pending_deletions())
     assert rt.metadata.rewrites.recover_stale() == []  # once
     assert rt.metadata.segments.get("live").state is SegmentState.ASSIGNED
     assert rt.metadata.rewrites.open_rewrites() == [live]
+
+
+def test_a_run_holding_a_stale_or_failed_copy_of_its_segment_commits_nothing(
+    runtime: Runtime, ledgers: list[Ledger]
+) -> None:
+    """Each step of the open segment is a compare-and-set on its version: a run acting on
+    the segment as it was before a step is refused, as is one acting on a failed rewrite."""
+    rt = runtime
+    source = ledgers[:1]
+    segment = begin(rt, "r", source)
+    recorded = rt.metadata.rewrites.record_upload(segment, "up")
+    assert recorded.version == segment.version + 1
+    expected = (
+        f"rewrite segment r changed since version {segment.version}: this run commits nothing"
+    )
+    with pytest.raises(CommitFailedError, match=f"^{re.escape(expected)}$"):
+        rt.metadata.rewrites.commit(segment, whole(source), source, data_len=10)
+    assert rt.metadata.segments.get("r") == recorded
+    rt.metadata.rewrites.fail(recorded, "gave up")
+    expected = "rewrite segment r is rewrite segment failed: this run commits nothing"
+    with pytest.raises(CommitFailedError, match=f"^{re.escape(expected)}$"):
+        rt.metadata.rewrites.record_upload(recorded, "up-2")
 
 
 # --- the swap ------------------------------------------------------------------------------
 def test_commit_swaps_v1_ledgers_onto_the_segment_in_one_step(
     runtime: Runtime, ledgers: list[Ledger]
 ) -> None:
+    """The third ledger is no source: it keeps its v1 objects and its committed attempt."""
     rt = runtime
-    segment = rt.metadata.rewrites.record_upload(begin(rt, "r", ledgers), "up")
+    *sources, untouched = ledgers
+    segment = rt.metadata.rewrites.record_upload(begin(rt, "r", sources), "up")
     committed = rt.metadata.rewrites.commit(
-        segment, whole(ledgers), ledgers, data_len=4242, grace_ms=3_600_000
+        segment, whole(sources), sources, data_len=4242, grace_ms=3_600_000
     )
     assert committed.state is SegmentState.OFFLOADED and committed.offloaded_ms is not None
-    last = ledgers[-1]
+    last = sources[-1]
     assert committed.end == pos(last.ledger_id, last.entry_count - 1)
     assert (committed.data_len, committed.lease_until_ms) == (4242, None)
-    for old in ledgers:
+    for old in sources:
         now = rt.metadata.get_ledger(T, old.ledger_id)
         assert now.is_offloaded and now.offload_mode is OffloadMode.STREAM
+        assert now.version == old.version + 1
         assert (now.offload_uuid, now.data_key, now.index_key, now.data_len, now.store_id) == (
             None,
             None,
@@ -209,15 +316,19 @@ def test_commit_swaps_v1_ledgers_onto_the_segment_in_one_step(
         (piece,) = rt.metadata.segments.pieces(T, old.ledger_id)
         assert piece.segment.segment_id == "r"
         assert (piece.first_entry_id, piece.last_entry_id) == (0, old.entry_count - 1)
+    assert rt.metadata.get_ledger(T, untouched.ledger_id) == untouched
+    attempt = rt.metadata.get_attempt(untouched.offload_uuid or "")
+    assert attempt.state is AttemptState.COMMITTED
     # the old objects wait out the grace; the stream still has not moved
     now_ms = rt.metadata.db_now_ms()
     deletions = rt.metadata.pending_deletions()
     assert {d.object_key for d in deletions} == {
-        k for x in ledgers for k in (x.data_key, x.index_key)
+        k for x in sources for k in (x.data_key, x.index_key)
     }
     assert all(d.reason == "rewritten into segment r" for d in deletions)
     assert all(d.next_try_ms >= now_ms + 3_500_000 for d in deletions)
-    assert {d.attempt_id for d in deletions} == {x.offload_uuid for x in ledgers}
+    assert all(d.tries == 0 for d in deletions)
+    assert {d.attempt_id for d in deletions} == {x.offload_uuid for x in sources}
     assert rt.metadata.due_deletions(100) == []
     assert rt.metadata.segments.last_offloaded_end(T) is None
     # a second swap of the same sources finds them rewritten
@@ -231,8 +342,14 @@ def test_commit_refuses_pieces_that_would_lose_entries(
     rt = runtime
     segment = begin(rt, "r", ledgers[:2])
     short = [PieceRange(ledgers[0].ledger_id, 0, 3), *whole(ledgers[1:2])]
-    with pytest.raises(ValueError, match=r"does not hold ledger \d+ whole"):
+    expected = (
+        f"segment r does not hold ledger {ledgers[0].ledger_id} whole (entries "
+        f"0..{ledgers[0].entry_count - 1}): the swap would lose entries"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
         rt.metadata.rewrites.commit(segment, short, ledgers[:2], data_len=10)
+    with pytest.raises(ValueError, match=r"^segment r: a committed segment holds bytes$"):
+        rt.metadata.rewrites.commit(segment, whole(ledgers[:2]), ledgers[:2], data_len=0)
     with pytest.raises(ValueError, match="holds entries"):
         rt.metadata.rewrites.commit(segment, [], ledgers[:2], data_len=10)
     with pytest.raises(ValueError, match="rising ledger ids"):
@@ -292,6 +409,40 @@ def test_a_moved_source_is_looked_up_in_its_own_topic(runtime: Runtime) -> None:
         rt.metadata.rewrites.commit(segment, whole(ledgers), ledgers, data_len=10)
 
 
+def test_a_rival_swapping_a_ledger_inside_the_commit_calls_it_off(
+    runtime: Runtime, ledgers: list[Ledger]
+) -> None:
+    """Another rewrite of the same ledger commits between this commit's check of its
+    sources and its update of them (PostgreSQL): the update's compare-and-set finds the
+    ledger moved and rolls the swap back. On SQLite the rival waits and loses instead."""
+    rt = runtime
+    source = ledgers[:1]
+    mine, theirs = begin(rt, "a", source), begin(rt, "b", source)
+
+    def commit_theirs(other: MetadataStore) -> Segment:
+        return other.rewrites.commit(theirs, whole(source), source, data_len=5)
+
+    lost: CommitFailedError | None = None
+    with rival_inside_commit(rt, "ledgers", "offload_mode", commit_theirs) as rival:
+        try:
+            rt.metadata.rewrites.commit(mine, whole(source), source, data_len=10)
+        except CommitFailedError as err:
+            lost = err
+    winner = rt.metadata.segments.get("a" if lost is None else "b")
+    assert winner.state is SegmentState.OFFLOADED
+    (piece,) = rt.metadata.segments.pieces(T, source[0].ledger_id)
+    assert piece.segment.segment_id == winner.segment_id
+    if rt.metadata.engine.dialect.name == "postgresql":
+        assert rival["waited"] is False and rival["result"] == winner
+        assert str(lost) == "source ledgers of orders changed: rewritten into segment a is off"
+        assert rt.metadata.segments.get("a") == mine
+    else:
+        assert rival["waited"] is True and lost is None
+        assert re.match(
+            rf"ledger {T}/{source[0].ledger_id} is offloaded in mode stream", str(rival["error"])
+        )
+
+
 def test_the_commit_crashing_inside_its_transaction_leaves_nothing(
     runtime: Runtime, ledgers: list[Ledger], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -320,6 +471,8 @@ def test_two_rewrites_of_the_same_sources_one_wins(runtime: Runtime, ledgers: li
         p.segment.segment_id for x in ledgers for p in rt.metadata.segments.pieces(T, x.ledger_id)
     } == {"b"}
     assert {"a-d", "a-i"} <= set(queued(rt))
+    # b's commit was given no grace: the v1 objects are due at once
+    assert all(d.next_try_ms == d.enqueued_ms for d in rt.metadata.pending_deletions())
 
 
 # --- fail ----------------------------------------------------------------------------------
@@ -374,14 +527,20 @@ def test_segment_sources_are_retired_and_the_stream_still_continues_after_them(
     end = rt.metadata.segments.last_offloaded_end(T)
     segment = begin(rt, "r", segments=sources)
     assert segment.begin == sources[0].begin and segment.planned_end == sources[-1].end
+    before_ms = rt.metadata.db_now_ms()
     committed = rt.metadata.rewrites.commit(
-        segment, whole(streamed[:2]), segments=sources, data_len=200, grace_ms=0
+        segment, whole(streamed[:2]), segments=sources, data_len=200, grace_ms=60_000
     )
+    after_ms = rt.metadata.db_now_ms()
     assert committed.state is SegmentState.OFFLOADED
     for source in sources:
         now = rt.metadata.segments.get(source.segment_id)
         assert (now.state, now.detail) == (SegmentState.DELETED, "rewritten into segment r")
+        assert now.version == source.version + 1
+        assert source.finished_ms is None
+        assert now.finished_ms is not None and before_ms <= now.finished_ms <= after_ms
     assert set(queued(rt)) == {k for s in sources for k in (s.data_key, s.index_key)}
+    assert all(d.next_try_ms == d.enqueued_ms + 60_000 for d in rt.metadata.pending_deletions())
     for ledger in streamed[:2]:
         assert [p.segment.segment_id for p in rt.metadata.segments.pieces(T, ledger.ledger_id)] == [
             "r"
@@ -408,11 +567,37 @@ def test_a_segment_source_that_moved_or_holds_a_trimmed_ledger_is_refused(
     rt.metadata.move_start(topic, pos(streamed[1].ledger_id, 0))
     rt.metadata.mark_ledgers_deleting(T, streamed[1].ledger_id, 100)
     before = table_rows(rt)
-    with pytest.raises(CommitFailedError, match=rf"holds trimmed ledger {streamed[0].ledger_id}"):
+    expected = (
+        f"segment {first.segment_id} holds trimmed ledger {streamed[0].ledger_id}: the rewrite "
+        "of it is called off"
+    )
+    with pytest.raises(CommitFailedError, match=f"^{re.escape(expected)}$"):
         rt.metadata.rewrites.commit(
             segment, whole(streamed[:2]), segments=[first, second], data_len=1
         )
     assert table_rows(rt) == before
+
+
+def test_a_trimmed_ledger_refuses_only_the_segment_that_holds_it(
+    runtime: Runtime, streamed: list[Ledger]
+) -> None:
+    """The first ledger is trimmed, and so are the ledgers of another topic with the same
+    ids: the segments holding the other two ledgers of ``orders`` are still sources."""
+    rt = runtime
+    rt.metadata.create_topic("aaa", OffloadPolicy(streaming=True, min_part_bytes=1))
+    assert produce_ledgers(rt, "aaa", SHAPES) == [x.ledger_id for x in streamed]
+    rt.metadata.move_start(rt.metadata.get_topic("aaa"), pos(streamed[-1].ledger_id + 1, 0))
+    rt.metadata.mark_ledgers_deleting("aaa", streamed[-1].ledger_id + 1, 100)
+    trimmed, *sources = stream_segments(rt, streamed)
+    rt.metadata.move_start(rt.metadata.get_topic(T), pos(streamed[1].ledger_id, 0))
+    rt.metadata.mark_ledgers_deleting(T, streamed[1].ledger_id, 100)
+    with pytest.raises(CommitFailedError, match=rf"segment {trimmed.segment_id} holds trimmed"):
+        begin(rt, "other", segments=[trimmed])
+    segment = begin(rt, "r", segments=sources)
+    committed = rt.metadata.rewrites.commit(
+        segment, whole(streamed[1:]), segments=sources, data_len=200
+    )
+    assert committed.state is SegmentState.OFFLOADED
 
 
 def test_a_segment_source_read_stale_or_never_recorded_is_refused_by_what_it_is_now(
@@ -435,6 +620,42 @@ def test_a_segment_source_read_stale_or_never_recorded_is_refused_by_what_it_is_
     )
     with pytest.raises(CommitFailedError, match=f"^{re.escape(expected)}$"):
         begin(rt, "r", segments=[unknown])
+
+
+def test_a_rival_retiring_a_source_segment_inside_the_commit_calls_it_off(
+    runtime: Runtime, streamed: list[Ledger]
+) -> None:
+    """As for a v1 source: another rewrite of the same source segment retires it between
+    this commit's check and its update (PostgreSQL); the refusal says what it is now."""
+    rt = runtime
+    (source,) = sources = stream_segments(rt, streamed[:1])
+    mine, theirs = begin(rt, "a", segments=sources), begin(rt, "b", segments=sources)
+
+    def commit_theirs(other: MetadataStore) -> Segment:
+        return other.rewrites.commit(theirs, whole(streamed[:1]), segments=sources, data_len=5)
+
+    lost: CommitFailedError | None = None
+    with rival_inside_commit(rt, "segments", "finished_ms", commit_theirs) as rival:
+        try:
+            rt.metadata.rewrites.commit(mine, whole(streamed[:1]), segments=sources, data_len=9)
+        except CommitFailedError as err:
+            lost = err
+    retired = rt.metadata.segments.get(source.segment_id)
+    assert (retired.state, retired.version) == (SegmentState.DELETED, source.version + 1)
+    expected = (
+        f"segment {source.segment_id} changed since it was read (offloaded at version "
+        f"{source.version}, now deleted at version {source.version + 1}): the rewrite of it "
+        "is called off"
+    )
+    if rt.metadata.engine.dialect.name == "postgresql":
+        assert rival["waited"] is False
+        assert str(lost) == expected
+        assert rt.metadata.segments.get("a") == mine
+        assert retired.detail == "rewritten into segment b"
+    else:
+        assert rival["waited"] is True and lost is None
+        assert str(rival["error"]) == expected
+        assert retired.detail == "rewritten into segment a"
 
 
 def test_only_a_rewrite_segment_is_failed_here(runtime: Runtime, streamed: list[Ledger]) -> None:
@@ -468,12 +689,13 @@ def test_merged_pieces_must_be_exactly_what_the_source_segments_held(
 def test_a_ledger_split_over_two_source_segments_is_one_piece(
     runtime: Runtime, streamed: list[Ledger]
 ) -> None:
+    """The two halves are merged in entry order, whatever their ids (the tail's sorts first)."""
     rt = runtime
     ledger = streamed[0]
     half = ledger.entry_count // 2
-    head = stream_segment(rt.metadata, T, "head", ledger.ledger_id, half - 1)
+    head = stream_segment(rt.metadata, T, "s2", ledger.ledger_id, half - 1)
     tail = stream_segment(
-        rt.metadata, T, "tail", ledger.ledger_id, ledger.entry_count - 1, first=half
+        rt.metadata, T, "s1", ledger.ledger_id, ledger.entry_count - 1, first=half
     )
     assert rt.metadata.get_ledger(T, ledger.ledger_id).is_offloaded  # settled by the two
     segment = begin(rt, "r", segments=[head, tail])
@@ -488,3 +710,74 @@ def test_a_ledger_split_over_two_source_segments_is_one_piece(
         0,
         ledger.entry_count - 1,
     )
+
+
+def test_source_segments_that_skip_entries_are_refused_at_the_first_gap(
+    runtime: Runtime, streamed: list[Ledger]
+) -> None:
+    """Sources that do not overlap but skip segments in between: the swap would lose the
+    skipped entries. The refusal names the first ledger with a gap, in position order."""
+    rt = runtime
+    first, second, _ = (x.ledger_id for x in streamed)
+    end1, end2 = (x.entry_count - 1 for x in streamed[:2])
+    runs = [
+        [(first, 0, 2)],
+        [(first, 3, 5)],
+        [(first, 6, end1), (second, 0, 1)],
+        [(second, 2, 4)],
+        [(second, 5, end2)],
+    ]
+    a, _, c, _, e = (stream_segment_of(rt.metadata, T, f"s{i}", p) for i, p in enumerate(runs))
+    segment = begin(rt, "r", segments=[a, c, e])
+    before = table_rows(rt)
+    expected = (
+        f"segment r: the source segments hold ledger {first} with a gap or an overlap at "
+        "entry 6: not one run of sources"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
+        rt.metadata.rewrites.commit(segment, whole(streamed[:2]), segments=[a, c, e], data_len=1)
+    assert table_rows(rt) == before
+
+
+def test_the_crash_point_of_a_segment_swap_is_reached_once_after_the_first_source(
+    runtime: Runtime, streamed: list[Ledger], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With segment sources only, the swap's crash point follows the first source's
+    retirement: a crash there leaves nothing. A commit reaches it once, however many
+    sources (crash tests count commits by it)."""
+    rt = runtime
+    sources = stream_segments(rt, streamed[:2])
+    single = begin(rt, "one", segments=sources[:1])
+    before = table_rows(rt)
+    with crash_at(monkeypatch, "mid-rewrite-commit"):
+        rt.metadata.rewrites.commit(single, whole(streamed[:1]), segments=sources[:1], data_len=1)
+    assert table_rows(rt) == before
+    segment = begin(rt, "r", segments=sources)
+    reached: list[str] = []
+    monkeypatch.setattr(failpoints, "reach", reached.append)
+    rt.metadata.rewrites.commit(segment, whole(streamed[:2]), segments=sources, data_len=1)
+    assert reached == ["mid-rewrite-commit"]
+
+
+def test_offloaded_pieces_are_those_of_the_topics_offloaded_segments_by_id(
+    runtime: Runtime, streamed: list[Ledger]
+) -> None:
+    """Each offloaded segment's ranges in ledger order, segments in id order (here not
+    their position order); another topic's segments and retired ones are left out."""
+    rt = runtime
+    (l1, n1), (l2, n2), (l3, n3) = ((x.ledger_id, x.entry_count) for x in streamed)
+    stream_segment_of(rt.metadata, T, "b", [(l1, 0, n1 - 1), (l2, 0, 5)])
+    retired = stream_segment_of(rt.metadata, T, "c", [(l2, 6, n2 - 1)])
+    stream_segment_of(rt.metadata, T, "a", [(l3, 0, n3 - 1)])
+    rewrite = begin(rt, "d", segments=[retired])
+    rt.metadata.rewrites.commit(
+        rewrite, [PieceRange(l2, 6, n2 - 1)], segments=[retired], data_len=1
+    )
+    rt.metadata.create_topic("aaa", OffloadPolicy(streaming=True, min_part_bytes=1))
+    (other,) = produce_ledgers(rt, "aaa", SHAPES[:1])
+    stream_segment(rt.metadata, "aaa", "aa", other, SHAPES[0][0] - 1)
+    assert list(rt.metadata.rewrites.offloaded_pieces(T).items()) == [
+        ("a", [PieceRange(l3, 0, n3 - 1)]),
+        ("b", [PieceRange(l1, 0, n1 - 1), PieceRange(l2, 0, 5)]),
+        ("d", [PieceRange(l2, 6, n2 - 1)]),
+    ]
