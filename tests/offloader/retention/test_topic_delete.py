@@ -60,7 +60,9 @@ def test_deleting_a_topic_fences_its_writer_and_deletes_every_ledger(runtime: Ru
         TopicReader(rt).checksum("orders")
     with pytest.raises(TopicDeletedError):
         take_cut(rt, "orders")
-    with pytest.raises(TopicDeletedError):
+    with pytest.raises(
+        TopicDeletedError, match=r"^topic 'orders' was deleted; it cannot be trimmed$"
+    ):
         trim_topic(rt, "orders", Position(ledger_id=1, entry_id=0))
 
     # the queue drains, the ledgers become deleted, only the other topic's objects stay

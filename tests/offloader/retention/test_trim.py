@@ -4,6 +4,7 @@ below go through the deletion states and the queue, nothing is leaked. Both pair
 from __future__ import annotations
 
 import dataclasses
+import re
 import uuid
 
 import pytest
@@ -173,6 +174,20 @@ def test_trim_at_or_below_the_start_is_a_no_op_and_repeats_are_idempotent(
         assert snapshot(rt) == state
 
 
+def test_a_trim_at_the_start_takes_it_as_it_is(runtime: Runtime) -> None:
+    """A start just past a ledger's last entry (moved there by the metadata, not by a
+    trim): a trim at exactly the start is not normalized to the next ledger, so it moves
+    nothing; it only marks the ledger wholly below."""
+    rt = runtime
+    ids = mixed_topic(rt)
+    start = Position(ledger_id=ids[1], entry_id=4)  # 4 entries: ids 0..3
+    rt.metadata.move_start(rt.metadata.get_topic("orders"), start)
+    result = trim_topic(rt, "orders", start)
+    assert (result.start_before, result.start_after) == (start, start)
+    assert result.ledgers_deleting == ids[:1]
+    assert rt.metadata.get_topic("orders").start == start
+
+
 def test_a_position_past_a_ledgers_last_entry_is_the_next_ledger(runtime: Runtime) -> None:
     rt = runtime
     ids = mixed_topic(rt)
@@ -188,9 +203,17 @@ def test_a_trim_beyond_the_end_or_at_an_unknown_cut_is_refused_and_changes_nothi
     ids = mixed_topic(rt)
     state = snapshot(rt)
     end = f"{ids[-1] + 1}:0"
-    with pytest.raises(ValueError, match=rf"position {ids[-1] + 1}:1 is beyond the end .*\({end}"):
+    expected = (
+        f"position {ids[-1] + 1}:1 is beyond the end of topic 'orders' ({end}: the sealed "
+        "data ends there)"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
         trim_topic(rt, "orders", Position(ledger_id=ids[-1] + 1, entry_id=1))
-    with pytest.raises(ValueError, match=rf"beyond the end of ledger {ids[4]} .*4 entries"):
+    expected = (
+        f"position {ids[4]}:5 is beyond the end of ledger {ids[4]} of topic 'orders' "
+        "(4 entries, ids 0..3)"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
         trim_topic(rt, "orders", Position(ledger_id=ids[4], entry_id=5))
     with pytest.raises(NotFoundError, match="cut 99 of topic 'orders' does not exist"):
         resolve_target(rt, "orders", cut_id=99)
