@@ -137,6 +137,7 @@ def test_begin_records_a_rewrite_segment_the_stream_never_sees(
     before = rt.metadata.db_now_ms()
     segment = begin(rt, "r1", ledgers)
     assert segment.state is SegmentState.ASSIGNED and segment.origin is SegmentOrigin.REWRITE
+    assert (segment.version, segment.epoch) == (1, 0)  # no stream epoch: fenced by its lease
     assert (segment.data_key, segment.index_key, segment.store_id) == (
         "r1-d",
         "r1-i",
@@ -145,7 +146,8 @@ def test_begin_records_a_rewrite_segment_the_stream_never_sees(
     assert segment.begin == pos(ledgers[0].ledger_id, 0)
     assert segment.planned_end == pos(ledgers[-1].ledger_id, ledgers[-1].entry_count - 1)
     assert segment.end is None and segment.upload_id is None and segment.data_len == 0
-    assert segment.detail is not None and "test-owner" in segment.detail
+    ids = [x.ledger_id for x in ledgers]
+    assert segment.detail == f"rewrite by test-owner of 3 ledger object(s) {ids[0]}..{ids[-1]}"
     assert segment.lease_until_ms is not None
     assert before + 59_000 <= segment.lease_until_ms <= rt.metadata.db_now_ms() + 60_000
     # not the stream's open segment, and not where the stream continues
@@ -165,7 +167,7 @@ def test_begin_refuses_sources_not_as_planned_and_writes_nothing(
     rt = runtime
     first, second, third = ledgers
     before = table_rows(rt)
-    with pytest.raises(ValueError, match="at least one source"):
+    with pytest.raises(ValueError, match=r"^a rewrite needs at least one source$"):
         begin(rt, "r")
     with pytest.raises(ValueError, match=r"sources overlap"):
         begin(rt, "r", [first, first])
@@ -194,6 +196,50 @@ def test_begin_refuses_sources_not_as_planned_and_writes_nothing(
     with pytest.raises(CommitFailedError, match=rf"{T}/{first.ledger_id} was trimmed \(deleting\)"):
         begin(rt, "r", [trimmed])
     assert rt.metadata.segments.list(T) == []
+
+
+def test_begin_takes_mixed_sources_a_one_entry_ledger_and_a_lease_of_one_millisecond(
+    runtime: Runtime, ledgers: list[Ledger]
+) -> None:
+    """The rewrite begins where its first source begins, even when that is a segment over
+    two ledgers; its detail names v1 and segment sources and is cut at 2000 characters."""
+    rt = runtime
+    fourth, fifth = produce_ledgers(rt, T, [(5, 100), (6, 100)])
+    pair = stream_segment_of(rt.metadata, T, "pair", [(fourth, 0, 4), (fifth, 0, 5)])
+    started = begin(rt, "p", segments=[pair])
+    assert started.begin == pair.begin == pos(fourth, 0)
+    with pytest.raises(ValueError, match=r"^segment p holds no entries: not a source$"):
+        begin(rt, "x", segments=[started])
+    third = ledgers[2].ledger_id
+    mixed = begin(rt, "m", ledgers[2:], segments=[pair])
+    assert (
+        mixed.detail
+        == f"rewrite by test-owner of 1 ledger object(s) {third}..{third} and 1 segment(s) pair"
+    )
+    (one,) = offloaded_topic(rt, "one", [(1, 10)])
+
+    def begin_one(owner: str, lease_ms: int, sources: list[Ledger] | None = None) -> Segment:
+        store_id = rt.stores.default_id()
+        return rt.metadata.rewrites.begin(
+            "one",
+            segment_id="o",
+            data_key="d",
+            index_key="i",
+            store_id=store_id,
+            owner=owner,
+            lease_ms=lease_ms,
+            ledgers=sources or [one],
+        )
+
+    with pytest.raises(ValueError, match=r"^lease_ms must be positive, got 0$"):
+        begin_one("o", 0)
+    with pytest.raises(ValueError, match=rf"^ledger one/{one.ledger_id} is empty: not a source$"):
+        begin_one("o", 1, [one.model_copy(update={"entry_count": 0})])
+    with pytest.raises(ValueError, match=r"^sources overlap: "):  # one ends where the next begins
+        begin_one("o", 1, [one, one])
+    long = begin_one("o" * 3000, 1)
+    assert long.detail == ("rewrite by " + "o" * 3000)[:2000]
+    assert long.planned_end == pos(one.ledger_id, 0)
 
 
 def test_begin_refuses_a_deleted_topic(runtime: Runtime, ledgers: list[Ledger]) -> None:
@@ -527,6 +573,8 @@ def test_segment_sources_are_retired_and_the_stream_still_continues_after_them(
     end = rt.metadata.segments.last_offloaded_end(T)
     segment = begin(rt, "r", segments=sources)
     assert segment.begin == sources[0].begin and segment.planned_end == sources[-1].end
+    ids = ", ".join(s.segment_id for s in sources)
+    assert segment.detail == f"rewrite by test-owner of 2 segment(s) {ids}"
     before_ms = rt.metadata.db_now_ms()
     committed = rt.metadata.rewrites.commit(
         segment, whole(streamed[:2]), segments=sources, data_len=200, grace_ms=60_000
