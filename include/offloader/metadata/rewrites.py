@@ -280,7 +280,7 @@ class RewriteStore:
     ) -> None:
         """The v1 sources become stream mode: their entries are the new segment's from
         here. Set-based (a few statements however many ledgers), each ledger still a
-        compare-and-set on its version and committed attempt."""
+        compare-and-set on its committed attempt and state (``_v1_sources``)."""
         _check_ledgers(conn, ledgers)  # names the first one that moved
         result = conn.execute(
             L.update()
@@ -381,12 +381,15 @@ def _cas_open(conn: Connection, segment: Segment, **values: object) -> None:
 
 
 def _v1_sources(ledgers: Sequence[Ledger]) -> sa.ColumnElement[bool]:
-    """The ledgers (of one topic) are still the v1 sources they were read as: each at its
-    version and committed attempt, offloaded in its own objects, live, nothing in flight."""
+    """The ledgers (of one topic) are still the v1 sources they were read as: each on the
+    committed attempt it was read with (attempt ids are never reused), offloaded in those
+    objects, live, nothing in flight. Not their version: their hot copies may go meanwhile
+    (the routine hot deletion), which changes nothing the swap relies on, and a compare on
+    the version made it throw the whole rewrite away."""
     return sa.and_(
         L.c.topic == ledgers[0].topic,
-        sa.tuple_(L.c.ledger_id, L.c.version, L.c.offload_uuid).in_(
-            [(x.ledger_id, x.version, x.offload_uuid) for x in ledgers]
+        sa.tuple_(L.c.ledger_id, L.c.offload_uuid).in_(
+            [(x.ledger_id, x.offload_uuid) for x in ledgers]
         ),
         L.c.offload_state == OffloadState.OFFLOADED,
         L.c.offload_mode == OffloadMode.LEDGER,
@@ -428,10 +431,8 @@ def _ledger_change(conn: Connection, ledger: Ledger) -> str:
         why = f"has offload attempt {now.attempt_id} in flight"
     elif now.offload_mode is not OffloadMode.LEDGER or not now.is_offloaded:
         why = f"is {now.offload_state} in mode {now.offload_mode} (already rewritten?)"
-    elif now.offload_uuid != ledger.offload_uuid:
+    else:  # the only other way to stop being the source it was read as (_v1_sources)
         why = f"was offloaded again (attempt {now.offload_uuid}, was {ledger.offload_uuid})"
-    else:
-        why = f"changed since version {ledger.version} (now {now.version})"
     return f"{what} {why}: the rewrite of it is called off"
 
 
