@@ -18,6 +18,7 @@ import pytest
 import sqlalchemy as sa
 
 from fixtures.backends import produce_ledgers
+from fixtures.clock import stopped_sqlite_clock
 from fixtures.metadata import begin as begin_attempt
 from fixtures.rewrites import assign_stream_segment, stream_segment, stream_segment_of, table_rows
 from fixtures.scrub import offloaded_topic
@@ -165,7 +166,7 @@ def test_begin_refuses_sources_not_as_planned_and_writes_nothing(
     runtime: Runtime, ledgers: list[Ledger]
 ) -> None:
     rt = runtime
-    first, second, third = ledgers
+    first, second, _ = ledgers
     before = table_rows(rt)
     with pytest.raises(ValueError, match=r"^a rewrite needs at least one source$"):
         begin(rt, "r")
@@ -324,6 +325,25 @@ def test_a_run_holding_a_stale_or_failed_copy_of_its_segment_commits_nothing(
     expected = "rewrite segment r is rewrite segment failed: this run commits nothing"
     with pytest.raises(CommitFailedError, match=f"^{re.escape(expected)}$"):
         rt.metadata.rewrites.record_upload(recorded, "up-2")
+
+
+@pytest.mark.parametrize("backend_settings", ["fs-sqlite"], indirect=True)  # SQLite's clock stops
+def test_a_rewrite_lease_ends_exactly_at_its_recorded_end(
+    runtime: Runtime, ledgers: list[Ledger]
+) -> None:
+    """Once the database's now reaches the lease's end the run has lost its segment (no
+    renewal) and the recovery fails it; one millisecond before, neither."""
+    rt = runtime
+    segment = begin(rt, "r", ledgers[:1])
+    end = segment.lease_until_ms
+    assert end is not None
+    with stopped_sqlite_clock(rt.metadata.engine, end - 1):
+        assert rt.metadata.rewrites.renew(segment, 1)  # the same end again
+        assert rt.metadata.rewrites.recover_stale() == []
+    with stopped_sqlite_clock(rt.metadata.engine, end):
+        assert not rt.metadata.rewrites.renew(segment, 60_000)
+        (failed,) = rt.metadata.rewrites.recover_stale()
+    assert (failed.segment_id, failed.state) == ("r", SegmentState.FAILED)
 
 
 # --- the swap ------------------------------------------------------------------------------
