@@ -25,7 +25,7 @@ from offloader.metadata import (
     SegmentState,
     schema,
 )
-from offloader.metadata.segments import RELEASED_REASON, SegmentStore
+from offloader.metadata.segments import RELEASED_DETAIL, RELEASED_REASON, SegmentStore
 from offloader.runtime import Runtime
 
 T = "t"
@@ -162,6 +162,24 @@ def test_the_swap_of_the_last_ledger_that_needs_a_segment_releases_it(runtime: R
     assert queued(rt)["b-d"] == (reason, 0)
     committed = rt.metadata.list_attempts(T, AttemptState.COMMITTED)
     assert sorted(a.attempt_id for a in committed) == ["v1-0", "v1-1", "v1-2"]  # one each
+
+
+def test_a_swap_releases_only_the_segments_holding_its_ledger(runtime: Runtime) -> None:
+    """Segment b of the same topic needs no ledger either (its ledger was moved to its
+    own objects by hand, without a release), but it does not hold the swapped ledger:
+    the swap releases a alone, with the release's detail."""
+    rt = runtime
+    first, second = (x.ledger_id for x in ledgers(rt, 2))
+    claim = rt.metadata.segments.claim(T, "p", 60_000)
+    offloaded(rt, claim, "a", [(first, 0, 9)])
+    other = offloaded(rt, claim, "b", [(second, 0, 9)])
+    set_state(rt, second, "ledger-mode")
+    swap(rt, first, "v1-0")
+    released = rt.metadata.segments.get("a")
+    assert (released.state, released.detail) == (SegmentState.DELETED, RELEASED_DETAIL)
+    assert rt.metadata.segments.get("b") == other
+    reason = "segment released: migrated to v1"
+    assert queued(rt) == {"a-d": (reason, GRACE), "a-i": (reason, GRACE)}
 
 
 def test_a_replacement_in_flight_keeps_the_segments(runtime: Runtime) -> None:

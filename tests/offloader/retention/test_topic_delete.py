@@ -4,6 +4,7 @@ deleted through the queue, the name not reused. Both pairings."""
 from __future__ import annotations
 
 import contextlib
+import re
 
 import pytest
 

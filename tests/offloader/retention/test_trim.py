@@ -196,6 +196,28 @@ def test_a_position_past_a_ledgers_last_entry_is_the_next_ledger(runtime: Runtim
     assert result.ledgers_deleting == ids[:2]
 
 
+def test_a_trim_at_the_start_is_a_no_op_even_when_its_ledger_was_sealed_empty(
+    runtime: Runtime,
+) -> None:
+    """A trim to the end of the sealed data puts the start at the open ledger's entry 0;
+    a writer killed right after its rollover leaves that ledger sealed empty. A trim at
+    the start is still a no-op, dry or not: the start is not moved past the empty ledger
+    (a position above it would be)."""
+    rt = runtime
+    mixed_topic(rt)
+    epoch = rt.metadata.claim_writer("orders").writer_epoch
+    empty = rt.metadata.allocate_ledger("orders", epoch)
+    start = Position(ledger_id=empty.ledger_id, entry_id=0)
+    assert trim_topic(rt, "orders", start).start_after == start
+    rt.metadata.seal_ledger(empty, 0, 0, epoch)
+    state = snapshot(rt)
+    for dry_run in (True, False):
+        result = trim_topic(rt, "orders", start, dry_run=dry_run)
+        assert (result.changed, result.start_before, result.start_after) == (False, start, start)
+        assert (result.ledgers_deleting, result.queued_keys) == ([], 0)
+    assert snapshot(rt) == state
+
+
 def test_a_trim_beyond_the_end_or_at_an_unknown_cut_is_refused_and_changes_nothing(
     runtime: Runtime,
 ) -> None:
