@@ -85,7 +85,7 @@ def test_a_segment_is_released_only_when_no_ledger_needs_it(runtime: Runtime, ca
     states, released = CASES[case]
     ids = [x.ledger_id for x in ledgers(rt, len(states) + 1)]
     claim = rt.metadata.segments.claim(T, "p", 60_000)
-    offloaded(rt, claim, "a", [(n, 0, 9) for n in ids[:-1]])
+    before = offloaded(rt, claim, "a", [(n, 0, 9) for n in ids[:-1]])
     other = offloaded(rt, claim, "b", [(ids[-1], 0, 9)])  # of another ledger: never released
     for ledger_id, state in zip(ids, states, strict=False):
         set_state(rt, ledger_id, state)
@@ -95,10 +95,12 @@ def test_a_segment_is_released_only_when_no_ledger_needs_it(runtime: Runtime, ca
     segment = rt.metadata.segments.get("a")
     assert rt.metadata.segments.get("b") == other
     if released is None:
-        assert count == 0 and segment.state is SegmentState.OFFLOADED
+        assert count == 0 and segment == before
         assert queued(rt) == {}
         return
     assert count == 1 and segment.state is SegmentState.DELETED
+    assert segment.version == before.version + 1
+    assert segment.finished_ms is not None and segment.finished_ms >= segment.offloaded_ms
     if released == "at once":
         reason, detail, delay = "segment deleted", "every ledger it holds was deleted", 0
     else:
@@ -107,6 +109,45 @@ def test_a_segment_is_released_only_when_no_ledger_needs_it(runtime: Runtime, ca
     assert queued(rt) == {"a-d": (reason, delay), "a-i": (reason, delay)}
     with rt.metadata.transaction() as conn:
         assert rt.metadata.segments.release_deleted(conn, [T], GRACE) == 0  # once only
+
+
+def test_one_release_counts_the_segments_of_both_rules(runtime: Runtime) -> None:
+    """a's ledger was deleted, b's moved to its own objects: one call releases both (a at
+    once, b after the grace) and counts both. Topic u has ledgers of the same ids, still
+    needing segments of their own: ledger ids are per topic, so they hold nothing of t."""
+    rt = runtime
+    first, second = (x.ledger_id for x in ledgers(rt, 2))
+    assert [sealed_ledger(rt.metadata, "u").ledger_id for _ in range(2)] == [first, second]
+    claim = rt.metadata.segments.claim(T, "p", 60_000)
+    offloaded(rt, claim, "a", [(first, 0, 9)])
+    offloaded(rt, claim, "b", [(second, 0, 9)])
+    set_state(rt, first, "deleted")
+    set_state(rt, second, "ledger-mode")
+    with rt.metadata.transaction() as conn:
+        assert rt.metadata.segments.release_deleted(conn, [T], GRACE) == 2
+    assert {s.segment_id: s.state for s in rt.metadata.segments.list(T)} == {
+        "a": SegmentState.DELETED,
+        "b": SegmentState.DELETED,
+    }
+    assert queued(rt) == {
+        "a-d": ("segment deleted", 0),
+        "a-i": ("segment deleted", 0),
+        "b-d": (RELEASED_REASON, GRACE),
+        "b-i": (RELEASED_REASON, GRACE),
+    }
+
+
+def test_settling_releases_a_segment_no_ledger_needs_at_once(runtime: Runtime) -> None:
+    """settle_ledgers releases the segments no ledger needs (one committed after its
+    ledgers went) with no grace: here its only ledger has its own objects."""
+    rt = runtime
+    (lid,) = (x.ledger_id for x in ledgers(rt, 1))
+    claim = rt.metadata.segments.claim(T, "p", 60_000)
+    offloaded(rt, claim, "a", [(lid, 0, 9)])
+    set_state(rt, lid, "ledger-mode")
+    assert rt.metadata.segments.settle_ledgers(T) == []
+    assert rt.metadata.segments.get("a").state is SegmentState.DELETED
+    assert queued(rt) == {"a-d": (RELEASED_REASON, 0), "a-i": (RELEASED_REASON, 0)}
 
 
 def test_retention_releases_a_segment_its_other_ledgers_left_for_v1(runtime: Runtime) -> None:

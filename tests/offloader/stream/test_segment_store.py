@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from fixtures.backends import produce_ledgers
+from fixtures.backends import Fresh, produce_ledgers
 from fixtures.clock import database_time_ms
 from fixtures.segment_rows import add_part, assign, offloaded, pos
 from offloader.exceptions import (
@@ -22,13 +22,15 @@ from offloader.exceptions import (
 from offloader.hottier.writer import ManagedLedgerWriter
 from offloader.metadata import (
     DeletionState,
+    HotState,
     LedgerState,
     OffloadMode,
     OffloadState,
     SegmentState,
     schema,
 )
-from offloader.metadata.segments import PieceRange, SegmentStore
+from offloader.metadata.backup import export_from, import_snapshot
+from offloader.metadata.segments import PieceRange, SegmentStore, covers
 from offloader.policy import OffloadPolicy
 from offloader.runtime import Runtime
 
@@ -93,6 +95,23 @@ def test_a_live_claim_keeps_others_out_until_released(rt: Runtime, store: Segmen
     assert not store.release(first)  # fenced: releases nothing of the new holder's
     with pytest.raises(StreamBusyError):
         store.claim(T, "third", 60_000)
+
+
+def test_a_release_frees_only_its_own_topic_s_stream(rt: Runtime, store: SegmentStore) -> None:
+    """Epochs are per topic: topic o's stream is held at the same epoch 1 and stays held;
+    the released stream's row moves to its next version with no lease."""
+    rt.metadata.create_topic("o", OffloadPolicy(streaming=True, min_part_bytes=1))
+    first = store.claim(T, "first", 60_000)
+    assert store.claim("o", "other", 60_000).epoch == first.epoch == 1
+    S = schema.streams
+    query = sa.select(S.c.version, S.c.lease_until_ms).where(S.c.topic == T)
+    with rt.metadata.engine.connect() as conn:
+        version, _ = conn.execute(query).one()
+    assert store.release(first)
+    with rt.metadata.engine.connect() as conn:
+        assert tuple(conn.execute(query).one()) == (version + 1, None)
+    with pytest.raises(StreamBusyError, match=r"\(other, epoch 1\)"):
+        store.claim("o", "third", 60_000)
 
 
 def test_a_claim_needs_a_topic_and_a_lease(rt: Runtime, store: SegmentStore) -> None:
@@ -283,6 +302,26 @@ def test_commit_records_the_pieces_and_settles_exactly_the_covered_sealed_ledger
     ]
 
 
+@pytest.mark.parametrize(
+    ("ranges", "entry_count", "covered"),
+    [
+        ([], 0, True),  # an empty ledger needs no piece
+        ([], 1, False),
+        ([(0, 9)], 10, True),
+        ([(0, 8)], 10, False),  # the last entry missing
+        ([(1, 9)], 10, False),  # entry 0 missing
+        ([(0, 4), (5, 9)], 10, True),  # adjacent
+        ([(0, 4), (6, 9)], 10, False),  # entry 5 missing
+        ([(0, 6), (2, 3), (7, 9)], 10, True),  # a piece inside another moves nothing back
+        ([(0, 9), (11, 12)], 10, True),  # entries past the sealed count count for nothing
+    ],
+)
+def test_covers_asks_for_every_entry_of_the_ledger_with_no_gap(
+    ranges: list[tuple[int, int]], entry_count: int, covered: bool
+) -> None:
+    assert covers(ranges, entry_count) is covered
+
+
 def test_a_ledger_sealed_after_its_last_segment_is_settled_later(
     rt: Runtime, store: SegmentStore
 ) -> None:
@@ -302,6 +341,117 @@ def test_a_ledger_sealed_after_its_last_segment_is_settled_later(
     assert ledger.offload_state is OffloadState.OFFLOADED
     assert ledger.offload_mode is OffloadMode.STREAM
     assert store.settle_ledgers(T) == []
+
+
+def test_a_ledger_not_covered_does_not_keep_the_next_one_from_being_settled(
+    rt: Runtime, store: SegmentStore
+) -> None:
+    ids = ledger_ids(rt)
+    before = rt.metadata.get_ledger(T, ids[1])
+    claim = store.claim(T, "p", 60_000)
+    offloaded(rt, claim, "a", [(ids[0], 0, 4), (ids[1], 0, 9)])
+    assert rt.metadata.get_ledger(T, ids[0]).offload_state is OffloadState.NONE
+    settled = rt.metadata.get_ledger(T, ids[1])
+    assert (settled.offload_state, settled.offload_mode) == (
+        OffloadState.OFFLOADED,
+        OffloadMode.STREAM,
+    )
+    assert settled.version == before.version + 1
+
+
+def test_settling_takes_only_sealed_live_ledgers_not_offloaded_with_their_hot_copy(
+    rt: Runtime, store: SegmentStore
+) -> None:
+    """A segment holding a ledger already offloaded as its own objects, or one a trim
+    marked deleting, settles neither; of two sealed empty ledgers (settled with no
+    segment), the one whose hot copy was already let go is not settled."""
+    ids = ledger_ids(rt)
+    epoch = rt.metadata.claim_writer(T).writer_epoch
+    empty = [
+        rt.metadata.seal_ledger(rt.metadata.allocate_ledger(T, epoch), 0, 0, epoch)
+        for _ in range(2)
+    ]
+    assert rt.metadata.mark_hot_deleting(empty[1]).hot_state is HotState.DELETING
+    L = schema.ledgers
+    changes = {
+        ids[0]: dict(offload_state=OffloadState.OFFLOADED, offload_mode=OffloadMode.LEDGER),
+        ids[1]: dict(deletion_state=DeletionState.DELETING),
+    }
+    with rt.metadata.transaction() as conn:
+        for ledger_id, values in changes.items():
+            conn.execute(
+                L.update().where(L.c.topic == T, L.c.ledger_id == ledger_id).values(**values)
+            )
+    before = rt.metadata.list_ledgers(T)
+    claim = store.claim(T, "p", 60_000)
+    offloaded(rt, claim, "a", [(ids[0], 0, 9), (ids[1], 0, 9)])
+    assert rt.metadata.list_ledgers(T) == before
+    assert store.settle_ledgers(T) == [empty[0].ledger_id]
+    after = {x.ledger_id: x for x in rt.metadata.list_ledgers(T)}
+    assert after[empty[0].ledger_id].offload_mode is OffloadMode.STREAM
+    assert [after[x.ledger_id] for x in before if x.ledger_id != empty[0].ledger_id] == [
+        x for x in before if x.ledger_id != empty[0].ledger_id
+    ]
+
+
+def test_a_ledger_alone_in_the_topic_s_segments_is_settled_once_sealed(
+    rt: Runtime, store: SegmentStore
+) -> None:
+    with ManagedLedgerWriter(rt.metadata, rt.hot, T) as writer:
+        for n in range(5):
+            open_id, _ = writer.append(b"x%d" % n)
+        claim = store.claim(T, "p", 60_000)
+        offloaded(rt, claim, "a", [(open_id, 0, 4)])
+        assert store.settle_ledgers(T) == []  # still open
+    assert store.settle_ledgers(T) == [open_id]
+
+
+def test_settling_looks_at_the_topic_s_own_ledgers_and_segments(
+    rt: Runtime, store: SegmentStore
+) -> None:
+    """Ledger ids are per topic: topic o has ledgers of the same ids and versions (the
+    first of 5 entries only) and a segment holding entries 5..9 of the second. s's
+    segment holds entries 0..4 of its first two ledgers and all of its third: only that
+    third one is settled, and nothing of o."""
+    ids = ledger_ids(rt)
+    rt.metadata.create_topic("o", OffloadPolicy(streaming=True, min_part_bytes=1))
+    assert produce_ledgers(rt, "o", [(5, 50), (10, 50), (10, 50)]) == ids
+    offloaded(rt, store.claim("o", "p", 60_000), "o1", [(ids[1], 5, 9)])
+    others = rt.metadata.list_ledgers("o")
+    assert [x.version for x in others] == [x.version for x in rt.metadata.list_ledgers(T)]
+    claim = store.claim(T, "p", 60_000)
+    offloaded(rt, claim, "a", [(ids[0], 0, 4), (ids[1], 0, 4), (ids[2], 0, 9)])
+    assert [x.offload_state for x in rt.metadata.list_ledgers(T)] == [
+        OffloadState.NONE,
+        OffloadState.NONE,
+        OffloadState.OFFLOADED,
+    ]
+    assert rt.metadata.list_ledgers("o") == others
+    assert [p.segment.segment_id for p in store.pieces(T, ids[1])] == ["a"]
+
+
+def test_pieces_and_settling_go_by_entry_not_by_row_order(
+    rt: Runtime, store: SegmentStore, fresh: Fresh
+) -> None:
+    """A restore loads segment_ledgers by primary key, segment id first: segment b holds
+    entries 0..4 of the open ledger and a (committed after it) entries 5..7, so their rows
+    come back a first. pieces() still lists them by entry, and the ledger sealed after
+    the restore is settled."""
+    with ManagedLedgerWriter(rt.metadata, rt.hot, T) as writer:
+        for n in range(8):
+            open_id, _ = writer.append(b"x%d" % n)
+        claim = store.claim(T, "p", 60_000)
+        offloaded(rt, claim, "b", [(open_id, 0, 4)])
+        offloaded(rt, claim, "a", [(open_id, 5, 7)])
+        export_from(rt)
+    restored = fresh()
+    import_snapshot(restored.metadata.engine, restored.objects, None)
+    segments = restored.metadata.segments
+    pieces = [(p.segment.segment_id, p.first_entry_id) for p in segments.pieces(T, open_id)]
+    assert pieces == [("b", 0), ("a", 5)]
+    ledger = restored.metadata.get_ledger(T, open_id)
+    restored.metadata.seal_ledger(ledger, 8, ledger.size_bytes, None)
+    assert segments.settle_ledgers(T) == [open_id]
 
 
 def test_a_ledger_sealed_longer_than_its_streamed_entries_is_not_settled(
