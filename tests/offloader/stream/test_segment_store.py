@@ -4,6 +4,7 @@ what retention releases."""
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -27,6 +28,7 @@ from offloader.metadata import (
     OffloadMode,
     OffloadState,
     SegmentState,
+    StreamClaim,
     schema,
 )
 from offloader.metadata.backup import export_from, import_snapshot
@@ -114,6 +116,26 @@ def test_a_release_frees_only_its_own_topic_s_stream(rt: Runtime, store: Segment
         store.claim("o", "third", 60_000)
 
 
+def test_renew_moves_the_lease_on_and_a_claim_with_no_stream_is_fenced(
+    rt: Runtime, store: SegmentStore
+) -> None:
+    claim = store.claim(T, "p", 60_000)
+    S = schema.streams
+    query = sa.select(S.c.version, S.c.lease_until_ms).where(S.c.topic == T)
+    with rt.metadata.engine.connect() as conn:
+        version, lease_until = conn.execute(query).one()
+    time.sleep(0.05)
+    store.renew(claim)
+    with rt.metadata.engine.connect() as conn:
+        renewed, renewed_until = conn.execute(query).one()
+    assert renewed == version + 1 and renewed_until > lease_until
+    rt.metadata.create_topic("o", OffloadPolicy(streaming=True, min_part_bytes=1))
+    stray = StreamClaim(topic="o", epoch=1, owner="p", lease_ms=60_000)
+    refused = "topic 'o': this pass (epoch 1) lost the stream to nobody; it commits nothing more"
+    with pytest.raises(StreamFencedError, match=rf"^{re.escape(refused)}$"):
+        store.renew(stray)
+
+
 def test_a_claim_needs_a_topic_and_a_lease(rt: Runtime, store: SegmentStore) -> None:
     with pytest.raises(NotFoundError):
         store.claim("nope", "x", 1000)
@@ -184,6 +206,51 @@ def test_assign_records_the_keys_and_refuses_while_a_segment_is_open(
     with pytest.raises(ValueError, match="before the segment's begin"):
         assign(rt, claim, "c", pos(ids[2], 5), planned_end=pos(ids[2], 4))
     assert [s.segment_id for s in store.list(T)] == ["a"]
+
+
+def test_each_step_moves_only_its_segment_one_version_on(rt: Runtime, store: SegmentStore) -> None:
+    """A segment of topic o, in the same state at the same version, is never touched."""
+    ids = ledger_ids(rt)
+    rt.metadata.create_topic("o", OffloadPolicy(streaming=True, min_part_bytes=1))
+    other = assign(rt, store.claim("o", "p", 60_000), "o1", pos(ids[0], 0))
+    claim = store.claim(T, "p", 60_000)
+    segment = assign(rt, claim, "a", pos(ids[0], 0))
+    versions = [segment.version]
+    segment = store.record_upload(claim, segment, "up")
+    versions.append(segment.version)
+    segment = add_part(store, claim, segment, pos(ids[0], 9))
+    versions.append(segment.version)
+    segment = store.begin_close(claim, segment)
+    versions.append(segment.version)
+    segment = store.commit(claim, segment, [PieceRange(ids[0], 0, 9)])
+    assert [*versions, segment.version] == [1, 2, 3, 4, 5]
+    assert store.get("o1") == other and other.version == 1
+    refused = "segment a is no longer assigned at version 5: someone else moved"
+    with pytest.raises(CommitFailedError, match=rf"^{re.escape(refused)}$"):
+        store.record_upload(claim, segment, "again")
+
+
+def test_an_open_rewrite_segment_is_not_the_stream_s(rt: Runtime, store: SegmentStore) -> None:
+    """A compaction's segment (origin rewrite) opened after the stream's: the stream has
+    no open segment and assigns its next one."""
+    ids = ledger_ids(rt)
+    claim = store.claim(T, "p", 60_000)
+    committed = offloaded(rt, claim, "a", [(ids[0], 0, 9)])
+    rewrite = rt.metadata.rewrites.begin(
+        T,
+        segment_id="r",
+        data_key="r-d",
+        index_key="r-i",
+        store_id=rt.stores.default_id(),
+        owner="compaction",
+        lease_ms=60_000,
+        segments=[committed],
+    )
+    assert rewrite.is_open and rewrite.seq > committed.seq
+    assert store.current(T) is None
+    assert assign(rt, claim, "b", pos(ids[1], 0)).state is SegmentState.ASSIGNED
+    assert [x.segment_id for x in store.list(T)] == ["a", "r", "b"]
+    assert [x.segment_id for x in store.list(T, [SegmentState.OFFLOADED])] == ["a"]
 
 
 def test_assign_refuses_a_begin_at_or_below_the_committed_end(
