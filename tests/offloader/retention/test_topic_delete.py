@@ -4,7 +4,6 @@ deleted through the queue, the name not reused. Both pairings."""
 from __future__ import annotations
 
 import contextlib
-import re
 
 import pytest
 
