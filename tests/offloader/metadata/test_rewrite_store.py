@@ -9,10 +9,7 @@ whole rewrite, objects and all, is tests/offloader/rewrite/.
 from __future__ import annotations
 
 import re
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 
 import pytest
 import sqlalchemy as sa
@@ -20,6 +17,7 @@ import sqlalchemy as sa
 from fixtures.backends import produce_ledgers
 from fixtures.clock import stopped_sqlite_clock
 from fixtures.metadata import begin as begin_attempt
+from fixtures.races import rival_inside_commit
 from fixtures.rewrites import assign_stream_segment, stream_segment, stream_segment_of, table_rows
 from fixtures.scrub import offloaded_topic
 from fixtures.streams import crash_at
@@ -88,46 +86,6 @@ def wait_past_lease(rt: Runtime, segment: Segment) -> None:
     while rt.metadata.db_now_ms() <= segment.lease_until_ms:
         assert time.monotonic() < deadline
         time.sleep(0.05)
-
-
-@contextmanager
-def rival_inside_commit(
-    rt: Runtime, table: str, column: str, rival: Callable[[MetadataStore], object]
-) -> Iterator[dict[str, object]]:
-    """Run ``rival`` (on a store of its own, in a thread) when a commit inside the block is
-    about to update ``table`` setting ``column``, after it read its sources. PostgreSQL
-    lets the rival commit in between (waited for to the end); SQLite's BEGIN IMMEDIATE
-    holds it off until that commit is done (waited for half a second only). Yields what
-    the rival returned ("result") or raised ("error") once the block is left, and whether
-    it was still waiting when the commit went on ("waited")."""
-    wait_s = 60.0 if rt.metadata.engine.dialect.name == "postgresql" else 0.5
-    other = MetadataStore.open(rt.settings.resolved_metadata_url)
-    outcome: dict[str, object] = {}
-
-    def run() -> None:
-        try:
-            outcome["result"] = rival(other)
-        except CommitFailedError as err:
-            outcome["error"] = err
-
-    def before(conn, cursor, statement, parameters, context, executemany) -> None:  # type: ignore[no-untyped-def]
-        if "thread" in outcome or not statement.startswith(f"UPDATE {table} SET"):
-            return
-        if f"{column}=" not in statement:
-            return
-        outcome["thread"] = thread = threading.Thread(target=run)
-        thread.start()
-        thread.join(timeout=wait_s)
-        outcome["waited"] = thread.is_alive()
-
-    sa.event.listen(rt.metadata.engine, "before_cursor_execute", before)
-    try:
-        yield outcome
-    finally:
-        sa.event.remove(rt.metadata.engine, "before_cursor_execute", before)
-        if "thread" in outcome:
-            outcome["thread"].join(timeout=60)  # type: ignore[attr-defined]
-        other.close()
 
 
 # --- the intent ----------------------------------------------------------------------------

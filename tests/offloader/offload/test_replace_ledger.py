@@ -262,11 +262,7 @@ def test_a_hot_deletion_finishing_inside_a_replacements_commit_waits_for_it(
     hot deletion recording its end right between the read and the swap waits, then loses
     its CAS and is finished by the next pass. Before the lock, on PostgreSQL, the swap lost
     instead (a whole re-upload wasted, the repair reported lost)."""
-    import threading
-
-    import sqlalchemy as sa
-
-    from offloader.exceptions import CommitFailedError
+    from fixtures.races import rival_inside_commit
     from offloader.metadata import HotState, MetadataStore
     from offloader.offload.hot_deletion import delete_hot_copies
     from offloader.offload.ledger_offloader import EntrySource
@@ -274,39 +270,20 @@ def test_a_hot_deletion_finishing_inside_a_replacements_commit_waits_for_it(
     rt = runtime
     first, _ = offloaded_topic(rt, shapes=SMALL)
     rt.metadata.mark_hot_deleting(first)  # its hot copy is going: repaired from the tier
-    other = MetadataStore.open(rt.settings.resolved_metadata_url)
-    rival: dict[str, object] = {}
 
-    def finish_hot_deletion() -> None:
-        try:
-            rival["ledger"] = other.mark_hot_deleted(other.get_ledger("orders", first.ledger_id))
-        except CommitFailedError as err:
-            rival["error"] = err
+    def finish_hot_deletion(other: MetadataStore) -> Ledger:
+        return other.mark_hot_deleted(other.get_ledger("orders", first.ledger_id))
 
-    def before_swap(conn, cursor, statement, parameters, context, executemany) -> None:  # type: ignore[no-untyped-def]
-        if "thread" in rival or not statement.startswith("UPDATE ledgers SET"):
-            return
-        if "offload_uuid=" not in statement:  # not the swap (the intent, a lease renewal)
-            return
-        rival["thread"] = thread = threading.Thread(target=finish_hot_deletion)
-        thread.start()
-        thread.join(timeout=1.0)
-        rival["waited"] = thread.is_alive()
-
-    sa.event.listen(rt.metadata.engine, "before_cursor_execute", before_swap)
-    try:
+    # the swap is the UPDATE that sets offload_uuid (not the intent, not a lease renewal)
+    with rival_inside_commit(rt, "ledgers", "offload_uuid", finish_hot_deletion, 1.0) as rival:
         result = LedgerOffloader(rt).replace_ledger(
             "orders", first.ledger_id, first.offload_uuid, "crc mismatch", source=EntrySource.TIER
         )
-    finally:
-        sa.event.remove(rt.metadata.engine, "before_cursor_execute", before_swap)
-        rival["thread"].join(timeout=60)  # type: ignore[attr-defined]
-        other.close()
     assert result.outcome is Outcome.REPLACED, result
     assert rival["waited"] is True  # held off by the commit's lock (a row's, or SQLite's)
     # then it either lost its CAS (PostgreSQL: it had read the row before the swap) or
     # read the swapped row (SQLite); either way a pass finishes the hot deletion
-    assert "error" in rival or rival["ledger"].offload_uuid == result.attempt_id  # type: ignore[attr-defined]
+    assert "error" in rival or rival["result"].offload_uuid == result.attempt_id  # type: ignore[attr-defined]
     assert rt.metadata.get_attempt(result.attempt_id or "").state is AttemptState.COMMITTED
     delete_hot_copies(rt.metadata, rt.hot, "orders")
     swapped = rt.metadata.get_ledger("orders", first.ledger_id)
