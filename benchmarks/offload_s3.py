@@ -52,6 +52,7 @@ RANDOM_BLOCK = 64 * MiB
 READ_BUFFER = 1 * MiB
 TARGET_RATIO = 0.8
 TARGET_BATCH_RATIO = 0.85  # issue 10: the batch read API against raw ranged GETs
+READ_REPEATS_PER_LEDGER = 3  # reads take a fraction of a second: more samples, steadier medians
 TARGET_RANDOM_MIB = 1.1
 PULSAR_READS = 50  # each costs half a block on average: tens of MiB
 
@@ -201,14 +202,19 @@ def _bench_offload_and_read(
     ledger = rt.metadata.get_ledger("tput", ids[0])
     data_key = _full_key(store, ledger.data_key)
 
+    readers: list[TieredLedgerReader] = []
+
     def reader() -> TieredLedgerReader:
-        return TieredLedgerReader(
-            store,
-            ledger.data_key,
-            ledger.index_key,
-            prefetch=settings.read_prefetch,
-            index_cache=IndexCache(),
+        readers.append(
+            TieredLedgerReader(
+                store,
+                ledger.data_key,
+                ledger.index_key,
+                prefetch=settings.read_prefetch,
+                index_cache=IndexCache(),
+            )
         )
+        return readers[-1]
 
     def raw_read() -> tuple[int, int]:
         got = _raw_ranged_read(
@@ -227,7 +233,8 @@ def _bench_offload_and_read(
         (lambda: _read_batches(reader()), batch_read_s, (entries, payload_bytes)),
         (raw_read, raw_read_s, (object_bytes, object_bytes)),
     ]
-    for i in range(repeats):  # interleaved, each repetition starting with the next path
+    read_repeats = READ_REPEATS_PER_LEDGER * repeats
+    for i in range(read_repeats):  # interleaved, each repetition starting with the next path
         for read, times, expected in paths[i % 3 :] + paths[: i % 3]:
             seconds, counted = _timed(read)
             assert counted == expected, (counted, expected)
@@ -258,7 +265,11 @@ def _bench_offload_and_read(
         "entries": entries,
         "range_mib": DEFAULT_SEQUENTIAL_RANGE // MiB,
         "in_flight": settings.read_prefetch,
-        "repeats": repeats,
+        "repeats": read_repeats,
+        "gets": {
+            "ours": readers[-1].stats.requests,
+            "raw": -(-object_bytes // DEFAULT_SEQUENTIAL_RANGE),
+        },
         # the batch API is the sequential path bulk consumers use: its ratio is the row's
         **_comparison(batch_read_s, raw_read_s, object_bytes, TARGET_BATCH_RATIO),
         "read_tuples": _comparison(ours_read_s, raw_read_s, object_bytes),

@@ -222,10 +222,19 @@ def _sequential_rows(r: dict) -> list[tuple[str, str, str, str, str]]:
 
 def _sequential_prose(r: dict) -> str:
     batches, tuples = _sequential_paths(r)
+    if "gets" in r:  # since 2026-11-28 the plan follows the blocks (read/ranges.py)
+        plan = (
+            f"cuts each block (one multipart part) at chunk boundaries into pieces of about "
+            f"{r['range_mib']} MiB, from the block's start, merging small ones "
+            f"({r['gets']['ours']} GETs; raw: {r['gets']['raw']})"
+        )
+    else:
+        plan = (
+            f"merges chunks into ranges of about {r['range_mib']} MiB (at least that, plus "
+            "up to one chunk, stepping over small block padding)"
+        )
     text = (
-        "The reader merges chunks into ranges of about "
-        f"{r['range_mib']} MiB (at least that, plus up to one chunk, stepping over small "
-        f"block padding) with `prefetch` = {r['in_flight']} GETs in flight and CRC-checks "
+        f"The reader {plan} with `prefetch` = {r['in_flight']} GETs in flight and CRC-checks "
         "and parses every chunk; the baseline is raw ranged GETs of the same object in "
         f"{r['range_mib']} MiB ranges, {r['in_flight']} in flight, bodies read and dropped. "
     )

@@ -31,7 +31,6 @@ from offloader.format import (
     BLOCK_MAGIC,
     SEGMENT_BLOCK_MAGIC,
     BlockRef,
-    ChunkRef,
     LedgerIndex,
     SegmentIndex,
     block_offsets,
@@ -44,10 +43,7 @@ from offloader.format.parsing import offsets_arrays
 from offloader.format.segment_parsing import check_block_ledger
 from offloader.objectstore import ObjectStore
 from offloader.read.batch import EntryBatch
-
-MiB = 1024 * 1024
-DEFAULT_SEQUENTIAL_RANGE = 8 * MiB
-MAX_SKIPPED_GAP = 256 * 1024  # padding a sequential range may fetch rather than split on
+from offloader.read.ranges import DEFAULT_SEQUENTIAL_RANGE, Range, plan_ranges
 
 _Index = TypeVar("_Index", LedgerIndex, SegmentIndex)
 
@@ -99,13 +95,6 @@ class ReadStats:
         with self._lock:
             self.requests += 1
             self.bytes_fetched += nbytes
-
-
-@dataclass(frozen=True)
-class _Range:
-    offset: int
-    length: int
-    chunks: tuple[ChunkRef, ...]
 
 
 class TieredLedgerReader:
@@ -274,34 +263,19 @@ class TieredLedgerReader:
         for batch in self._fetch_ahead(self._plan(first, last)):
             yield batch.between(first, last)  # itself when inside the wanted entries
 
-    def _plan(self, first: int, last: int) -> list[_Range]:
-        """Merge neighbouring chunks into ranges of about ``sequential_range`` bytes.
+    def _plan(self, first: int, last: int) -> list[Range]:
+        """The ranged GETs for entries ``first..last`` (read/ranges.py): about
+        ``sequential_range`` bytes each, following the blocks (the object's parts)."""
+        return plan_ranges(self.index.chunks_between(first, last), self.sequential_range)
 
-        A range may step over a block's padding when it is small (fetching a few unused
-        bytes is cheaper than another request), so ranges match raw GETs of that size.
-        """
-        ranges: list[_Range] = []
-        group: list[ChunkRef] = []
-        for chunk in self.index.chunks_between(first, last):
-            if group:
-                end = group[-1].offset + group[-1].length
-                full = end - group[0].offset >= self.sequential_range
-                if full or chunk.offset - end > MAX_SKIPPED_GAP:
-                    ranges.append(_range_of(group))
-                    group = []
-            group.append(chunk)
-        if group:
-            ranges.append(_range_of(group))
-        return ranges
-
-    def _fetch(self, rng: _Range) -> bytes:
+    def _fetch(self, rng: Range) -> bytes:
         """GET a range: all a fetching thread does, so its next GET starts at once, as in a
         raw read with as many in flight."""
         data = self.store.read_range(self.data_key, rng.offset, rng.length)
         self.stats.add(len(data))
         return data
 
-    def _decode(self, rng: _Range, data: bytes) -> EntryBatch:
+    def _decode(self, rng: Range, data: bytes) -> EntryBatch:
         """The range's chunks, each CRC-checked (without the GIL: the fetching threads keep
         going) and parsed, as one batch over ``data`` (no payload copied)."""
         into = offsets_arrays()
@@ -316,7 +290,7 @@ class TieredLedgerReader:
                 raise self._damaged(err, self.data_key, chunk.offset) from err
         return EntryBatch(data, rng.chunks[0].first_entry_id, *into)
 
-    def _fetch_ahead(self, ranges: list[_Range]) -> Iterator[EntryBatch]:
+    def _fetch_ahead(self, ranges: list[Range]) -> Iterator[EntryBatch]:
         """Decoded ranges in order. Workers only fetch, so ``prefetch`` GETs stay in flight
         while this thread checks and parses; up to twice that many ranges are fetched
         ahead."""
@@ -326,7 +300,7 @@ class TieredLedgerReader:
             return
         window = 2 * self.prefetch
         with ThreadPoolExecutor(max_workers=self.prefetch, thread_name_prefix="read-ahead") as pool:
-            pending: deque[tuple[_Range, Future[bytes]]] = deque()
+            pending: deque[tuple[Range, Future[bytes]]] = deque()
             upcoming = iter(ranges)
             try:
                 for rng in itertools.islice(upcoming, window):
@@ -388,8 +362,3 @@ class TieredLedgerReader:
         if self.segment:
             assert self.ledger_id is not None
             check_block_ledger(data, at, self.ledger_id, origin)
-
-
-def _range_of(chunks: list[ChunkRef]) -> _Range:
-    end = chunks[-1].offset + chunks[-1].length
-    return _Range(chunks[0].offset, end - chunks[0].offset, tuple(chunks))

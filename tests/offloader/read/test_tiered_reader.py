@@ -28,7 +28,8 @@ from offloader.format import (
 )
 from offloader.objectstore import ObjectStore
 from offloader.objectstore.filesystem import FilesystemObjectStore
-from offloader.read.tiered import MAX_SKIPPED_GAP, IndexCache, TieredLedgerReader
+from offloader.read.ranges import MAX_SKIPPED_GAP
+from offloader.read.tiered import IndexCache, TieredLedgerReader
 
 KiB = 1024
 
@@ -79,17 +80,26 @@ def test_large_gaps_split_ranges(tmp_path: Path) -> None:
     assert r.stats.bytes_fetched == 12 * (128 + 12 + 600 * KiB)
 
 
-def test_a_range_is_full_at_exactly_sequential_range_bytes(tmp_path: Path) -> None:
-    # one block of four 16-entry chunks: the first holds the 128-byte header as well
-    store, entries = offloaded(tmp_path, [1000] * 64, block=1024 * KiB, chunk=16 * KiB)
-    chunks = reader(store).index.chunks
-    assert chunks is not None and [c.entry_count for c in chunks] == [16] * 4
-    assert chunks[0].length == 128 + 16 * 1012 and chunks[1].length == 16 * 1012
-    r = reader(store, sequential_range=chunks[0].length, prefetch=0)
+def test_sequential_gets_follow_the_blocks(tmp_path: Path) -> None:
+    # two blocks of four 16-entry chunks (the first of each holds the 128-byte header),
+    # read in ranges of two chunks: two GETs per block, from its start and its middle,
+    # none straddling the blocks' boundary (each block is one multipart part)
+    block = HEADER_LEN + 64 * 1012 + 1004  # 64 entries and a little padding
+    store, entries = offloaded(tmp_path, [1000] * 128, block=block, chunk=16 * KiB)
+    counting = CountingStore(store)
+    # a byte over two chunks: "at least sequential_range" would take a third chunk here
+    r = reader(counting, sequential_range=2 * 16 * 1012 + 1, prefetch=0)
+    chunks = r.index.chunks
+    assert chunks is not None and [c.entry_count for c in chunks] == [16] * 8
     assert list(r.read()) == entries
-    # [c0] is full at exactly sequential_range bytes, [c1, c2] passes it, [c3] is the rest
-    assert r.stats.requests == 3
-    assert r.stats.bytes_fetched == store.stat("data").size
+    gets = [(args[1], args[2]) for verb, args in counting.calls if verb == "read_range"]
+    starts = [b.offset for b in r.index.blocks]
+    assert gets == [
+        (starts[0], chunks[1].end - starts[0]),
+        (chunks[2].offset, chunks[3].end - chunks[2].offset),
+        (starts[1], chunks[5].end - starts[1]),
+        (chunks[6].offset, chunks[7].end - chunks[6].offset),
+    ]
 
 
 @pytest.mark.parametrize(("extra", "requests"), [(0, 1), (1, 3)], ids=["gap-at-limit", "gap-over"])
