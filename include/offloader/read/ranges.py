@@ -79,11 +79,13 @@ def _pieces(chunks: Iterable[ChunkRef], sequential_range: int) -> Iterator[Range
 
 def _piece_of(chunk: ChunkRef, block: list[ChunkRef], count: int) -> int:
     """Which of ``count`` equal pieces of the block's span the chunk's middle falls in: so
-    pieces start at the block's start and at the chunk ends nearest the cut points."""
+    pieces start at the block's start and at the chunk ends nearest the cut points. A
+    chunk's middle lies before the block's end (chunks have a length), so the result is
+    below ``count``."""
     base = block[0].offset
     twice_span = 2 * (block[-1].end - base)
     twice_middle = 2 * (chunk.offset - base) + chunk.length
-    return min(count - 1, twice_middle * count // twice_span)
+    return twice_middle * count // twice_span
 
 
 def _by_block(chunks: Iterable[ChunkRef]) -> Iterator[list[ChunkRef]]:

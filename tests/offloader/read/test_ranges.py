@@ -42,6 +42,13 @@ def test_the_number_of_pieces_is_the_block_span_over_the_range_rounded() -> None
     assert cuts(chunks, 2000) == [(0, 1000)]  # never fewer than one
 
 
+def test_each_block_is_pieced_by_its_own_span() -> None:
+    # the second block (offset 100, 1000 bytes) is 2.5 ranges: two pieces of 500, the
+    # first of which joins the 100-byte block before it
+    chunks = blocks_of((1, 100, 0), (10, 100, 0))
+    assert cuts(chunks, 400) == [(0, 600), (600, 500)]
+
+
 def test_a_chunk_goes_to_the_piece_its_middle_falls_in() -> None:
     # spans 0-300, 300-700 (middle 500), 700-1000: two pieces cut at 500, the middle
     # chunk's middle is exactly there and goes to the second piece
