@@ -304,6 +304,46 @@ def test_v2_chunks_and_blocks_are_not_v1_and_name_their_ledger() -> None:
     assert err.value.offset == b.offset + 28
 
 
+def test_a_magic_of_exactly_four_bytes_is_read() -> None:
+    # four bytes hold a magic: a wrong one is named, a v1 one goes on to decode_index
+    with pytest.raises(FormatError, match=r"^bad index magic 0x00000000, expected"):
+        decode_any_index(bytes(4))
+    with pytest.raises(FormatError) as err:
+        decode_any_index(bytes.fromhex("DE47DE47"))
+    assert "not even a magic" not in str(err.value)
+
+
+def test_decode_segment_block_checks_what_the_index_says() -> None:
+    segment = Segment(stream(8), 900, 1)
+    view = decode_segment_index(segment.index()).ledger(4)
+    b = view.blocks[0]
+    data = segment.data[b.offset : b.offset + b.length]
+    count = view.blocks[1].first_entry_id - b.first_entry_id
+    entries = decode_segment_block(data, ledger_id=4, entry_count=count, first_entry_id=0)
+    assert [e for e, _ in entries] == list(range(count))
+    with pytest.raises(FormatError, match=r"bytes after the last entry .* are not padding$"):
+        decode_segment_block(data, ledger_id=4, entry_count=count - 1)
+    with pytest.raises(FormatError, match=r"^block header first_entry_id 0, index says 1$"):
+        decode_segment_block(data, ledger_id=4, entry_count=count, first_entry_id=1)
+    with pytest.raises(FormatError, match=r"ledger_id 4 in block at offset 0 ") as err:
+        decode_segment_block(data, ledger_id=5, entry_count=count)  # offset: 0 by default
+    assert err.value.offset == 28
+
+
+def test_decode_segment_chunk_with_its_block_checks_the_block() -> None:
+    segment = Segment(stream(8), 900, 1)
+    view = decode_segment_index(segment.index()).ledger(4)
+    assert view.chunks is not None
+    c, b = view.chunks[0], view.blocks[0]
+    raw = segment.data[c.offset : c.end]
+    with pytest.raises(FormatError, match=rf"^block_len {b.length} .*, index says {b.length + 1}$"):
+        decode_segment_chunk(raw, c, ledger_id=4, block=replace(b, length=b.length + 1))
+    # with the block given, where the block starts decides, not the chunk's own flag
+    unflagged = replace(c, starts_block=False)
+    with pytest.raises(FormatError, match=r"ledger_id 4 .* index says 5$"):
+        decode_segment_chunk(raw, unflagged, ledger_id=5, block=b)
+
+
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
