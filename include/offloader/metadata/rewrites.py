@@ -503,6 +503,10 @@ def _check_pieces(
 ) -> None:
     if not pieces:
         raise ValueError(f"segment {segment.segment_id}: a committed segment holds entries")
+    named = [x.ledger_id for x in ledgers]
+    twice = sorted({i for i in named if named.count(i) > 1})
+    if twice:
+        raise ValueError(f"segment {segment.segment_id}: ledger(s) {twice} named twice as sources")
     held = {(p.ledger_id, p.first, p.last) for p in pieces}
     for ledger in ledgers:
         if (ledger.ledger_id, 0, ledger.entry_count - 1) not in held:

@@ -637,6 +637,9 @@ def _settle(conn: Connection, topic: str, ledger_ids: Sequence[int]) -> list[int
     """Of ``ledger_ids``, mark offloaded (stream mode) the sealed, live ledgers not yet
     offloaded whose entries 0..entry_count-1 are all in offloaded segments.
 
+    The hot copy must still be there, except for an empty ledger: it holds nothing to
+    lose, and hot deletion may let its copy go at once (``mark_hot_deleting``).
+
     Entries past a ledger's sealed count (read from an open ledger before a crash cut its
     torn tail) are in a segment but not in the ledger, and count for nothing."""
     if not ledger_ids:
@@ -648,7 +651,7 @@ def _settle(conn: Connection, topic: str, ledger_ids: Sequence[int]) -> list[int
             L.c.state == LedgerState.SEALED,
             L.c.offload_state == OffloadState.NONE,
             L.c.deletion_state == DeletionState.NONE,
-            L.c.hot_state == HotState.PRESENT,
+            sa.or_(L.c.hot_state == HotState.PRESENT, L.c.entry_count == 0),
         )
     ).all()
     settled = []

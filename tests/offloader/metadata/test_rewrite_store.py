@@ -396,6 +396,10 @@ def test_commit_refuses_pieces_that_would_lose_entries(
         rt.metadata.rewrites.commit(segment, [], ledgers[:2], data_len=10)
     with pytest.raises(ValueError, match="rising ledger ids"):
         rt.metadata.rewrites.commit(segment, whole(ledgers[:2])[::-1], ledgers[:2], data_len=10)
+    twice = [ledgers[0], *ledgers[:2]]
+    expected = f"segment r: ledger(s) [{ledgers[0].ledger_id}] named twice as sources"
+    with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
+        rt.metadata.rewrites.commit(segment, whole(ledgers[:2]), twice, data_len=10)
     assert rt.metadata.segments.get("r") == segment
 
 

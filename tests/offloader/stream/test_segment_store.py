@@ -429,9 +429,10 @@ def test_a_ledger_not_covered_does_not_keep_the_next_one_from_being_settled(
 def test_settling_takes_only_sealed_live_ledgers_not_offloaded_with_their_hot_copy(
     rt: Runtime, store: SegmentStore
 ) -> None:
-    """A segment holding a ledger already offloaded as its own objects, or one a trim
-    marked deleting, settles neither; of two sealed empty ledgers (settled with no
-    segment), the one whose hot copy was already let go is not settled."""
+    """A segment holding a ledger already offloaded as its own objects, one a trim
+    marked deleting, or one whose hot copy is going (lost, were it settled), settles
+    none of them; sealed empty ledgers are settled with no segment, also one whose hot
+    copy was already let go (it held nothing)."""
     ids = ledger_ids(rt)
     epoch = rt.metadata.claim_writer(T).writer_epoch
     empty = [
@@ -443,6 +444,7 @@ def test_settling_takes_only_sealed_live_ledgers_not_offloaded_with_their_hot_co
     changes = {
         ids[0]: dict(offload_state=OffloadState.OFFLOADED, offload_mode=OffloadMode.LEDGER),
         ids[1]: dict(deletion_state=DeletionState.DELETING),
+        ids[2]: dict(hot_state=HotState.DELETING),
     }
     with rt.metadata.transaction() as conn:
         for ledger_id, values in changes.items():
@@ -451,13 +453,15 @@ def test_settling_takes_only_sealed_live_ledgers_not_offloaded_with_their_hot_co
             )
     before = rt.metadata.list_ledgers(T)
     claim = store.claim(T, "p", 60_000)
-    offloaded(rt, claim, "a", [(ids[0], 0, 9), (ids[1], 0, 9)])
+    offloaded(rt, claim, "a", [(ids[0], 0, 9), (ids[1], 0, 9), (ids[2], 0, 9)])
     assert rt.metadata.list_ledgers(T) == before
-    assert store.settle_ledgers(T) == [empty[0].ledger_id]
+    settled = [x.ledger_id for x in empty]
+    assert store.settle_ledgers(T) == settled
     after = {x.ledger_id: x for x in rt.metadata.list_ledgers(T)}
-    assert after[empty[0].ledger_id].offload_mode is OffloadMode.STREAM
-    assert [after[x.ledger_id] for x in before if x.ledger_id != empty[0].ledger_id] == [
-        x for x in before if x.ledger_id != empty[0].ledger_id
+    assert [after[i].offload_mode for i in settled] == [OffloadMode.STREAM] * 2
+    assert after[settled[1]].hot_state is HotState.DELETING
+    assert [after[x.ledger_id] for x in before if x.ledger_id not in settled] == [
+        x for x in before if x.ledger_id not in settled
     ]
 
 
