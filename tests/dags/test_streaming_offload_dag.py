@@ -241,30 +241,3 @@ def test_bad_params_get_one_line_naming_the_field(values, message) -> None:
 def test_empty_topic_means_every_streaming_topic() -> None:
     assert StreamRunParams.parse({"topic": ""}) == StreamRunParams()
     assert StreamRunParams.parse({"topic": None, "close_now": True}).close_now is True
-
-
-def test_one_topics_failure_holds_no_other_back(
-    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The library's run over every streaming topic: a failed pass is reported, the next
-    topic still gets its pass."""
-    from offloader.stream.offloader import StreamingOffloader
-    from offloader.stream.runs import run_streaming
-
-    streaming_topic(runtime, "a")
-    streaming_topic(runtime, "b")
-    produce_ledgers(runtime, "b", [(10, 100)])
-    real = StreamingOffloader.run_pass
-
-    def run_pass(self, topic, *, close_now=False):  # type: ignore[no-untyped-def]
-        if topic == "a":
-            raise OSError("store unreachable")
-        return real(self, topic, close_now=close_now)
-
-    monkeypatch.setattr(StreamingOffloader, "run_pass", run_pass)
-    results = run_streaming(runtime, StreamRunParams(close_now=True), owner="test")
-    assert [(r["topic"], r["status"], r["detail"]) for r in results] == [
-        ("a", "failed", "OSError: store unreachable"),
-        ("b", "done", None),
-    ]
-    assert [s.state for s in runtime.metadata.segments.list("b")] == [SegmentState.OFFLOADED]
