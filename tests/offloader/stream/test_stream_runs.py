@@ -5,6 +5,8 @@ copies deleted after each pass."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from fixtures.streams import produce, stream_topic
@@ -86,11 +88,11 @@ def test_a_topic_another_pass_holds_is_busy_and_its_hot_copies_are_still_looked_
 
 
 def test_one_topic_failing_holds_no_other_back(
-    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A pass that raises is reported with the error's type and message; the hot copies
-    of that topic are left alone, and the next topic still gets its pass (with the
-    ``close_now`` of the run)."""
+    """A pass that raises is reported with the error's type and message, and logged with
+    its traceback; the hot copies of that topic are left alone, and the next topic still
+    gets its pass (with the ``close_now`` of the run)."""
     rt = runtime
     stream_topic(rt, "a", deletion_lag_seconds=0)
     stream_topic(rt, "b", deletion_lag_seconds=0)
@@ -105,7 +107,11 @@ def test_one_topic_failing_holds_no_other_back(
         return real(self, topic, close_now=close_now)
 
     monkeypatch.setattr(StreamingOffloader, "run_pass", run_pass)
-    results = run_streaming(rt, StreamRunParams(close_now=True), owner="run-7")
+    with caplog.at_level(logging.WARNING, logger="offloader.stream.runs"):
+        results = run_streaming(rt, StreamRunParams(close_now=True), owner="run-7")
+    [record] = caplog.records
+    assert record.getMessage() == "streaming pass of a failed"
+    assert record.exc_info is not None and record.exc_info[0] is OSError
     assert [(r["topic"], r["status"], r["detail"]) for r in results] == [
         ("a", "failed", "OSError: store unreachable"),
         ("b", "done", None),
