@@ -61,3 +61,20 @@ def test_a_run_id_that_cannot_name_an_export_is_refused() -> None:
     with pytest.raises(ValueError, match="export id 'a/b'"):
         ExportParams().with_defaults("a/b", "file:///x")
     assert check_export_id("scheduled__2026-01-01T00:00:00+00:00")
+
+
+@pytest.mark.parametrize(
+    "store_url", ["s3://b/tiered", "s3://b/tiered/", "s3://b/BOX", "file:///srv/TIER-X/"]
+)
+def test_the_default_output_is_exports_under_the_store(store_url: str) -> None:
+    """Whatever the store's path ends with (a slash or not, any letter), the default output
+    is its ``exports`` folder."""
+    filled = ExportParams().with_defaults("e1", store_url)
+    assert filled.output == store_url.removesuffix("/") + "/exports"
+
+
+@pytest.mark.parametrize("export_id", [".hidden", "-x", "_x"])
+def test_an_export_id_must_start_with_a_letter_or_digit(export_id: str) -> None:
+    with pytest.raises(ValueError, match="starting with a letter or digit") as raised:
+        check_export_id(export_id)
+    assert repr(export_id) in str(raised.value)

@@ -27,6 +27,7 @@ from offloader.metadata import Position, SegmentState, schema
 from offloader.offload.ledger_offloader import LedgerOffloader
 from offloader.retention.trim import trim_topic
 from offloader.runtime import Runtime
+from offloader.stream.offloader import StreamingOffloader
 
 STREAMED = "events"
 
@@ -61,6 +62,7 @@ def test_a_streamed_ledger_is_cut_piece_by_piece(runtime: Runtime) -> None:
             assert s.piece_first_entry_id == piece.first_entry_id
             assert s.ledger_last_entry_id == piece.last_entry_id
             assert s.store == rt.metadata.get_store(piece.segment.store_id)
+            assert s.created_ms == rt.metadata.get_ledger(STREAMED, ledger_id).created_ms
     assert not any(s.in_segment for s in plan.slices if s.topic == "orders")
 
 
@@ -113,5 +115,43 @@ def test_a_streamed_ledger_with_a_gap_in_its_segments_fails_the_plan(runtime: Ru
         rf"ledger {STREAMED}/{ledger_id} is offloaded by streaming, but its offloaded segments "
         rf"hold entries {re.escape(str(held))}, not \[\(0, {tail.last_entry_id}\)\]"
     )
-    with pytest.raises(ValueError, match=damaged):
+    with pytest.raises(ValueError, match=damaged) as raised:
         plan_export(rt.metadata, ExportParams(topics=[STREAMED]))
+    assert str(raised.value).endswith("run `offloader scrub`")  # what to do about it
+
+
+@pytest.mark.parametrize("backend_settings", ["fs-sqlite"], indirect=True)
+def test_a_start_on_a_pieces_last_entry_exports_that_entry(runtime: Runtime) -> None:
+    """The topic trimmed to the last entry of a streamed ledger's first piece: that entry
+    is the first exported, read from the first piece's segment."""
+    rt = runtime
+    streamed = topics(rt)
+    ledger_id = next(i for i in streamed if len(rt.metadata.segments.pieces(STREAMED, i)) > 1)
+    first = rt.metadata.segments.pieces(STREAMED, ledger_id)[0]
+    start = first.last_entry_id
+    trim_topic(rt, STREAMED, Position(ledger_id=ledger_id, entry_id=start))
+    plan = plan_export(rt.metadata, ExportParams(topics=[STREAMED], slice_bytes=5000))
+    slices = [s for s in plan.slices if s.ledger_id == ledger_id]
+    ids = [e for s in slices for e in range(s.first_entry_id, s.last_entry_id + 1)]
+    entry_count = rt.metadata.get_ledger(STREAMED, ledger_id).entry_count
+    assert ids == list(range(start, entry_count))
+    assert (slices[0].data_key, slices[0].entries) == (first.segment.data_key, 1)
+
+
+@pytest.mark.parametrize("backend_settings", ["fs-sqlite"], indirect=True)
+def test_an_empty_streamed_ledger_is_not_counted(runtime: Runtime) -> None:
+    """A writer that died before writing its ledger leaves it sealed empty, and the
+    streaming offloader settles it as offloaded: the plan passes over it (it counts no
+    ledger) and goes on with the ledgers after it."""
+    rt = runtime
+    part = max(4096, rt.objects.capabilities.min_part_size)
+    make_topic(rt, STREAMED, streaming=True, min_part_bytes=part, segment_max_bytes=2 * part)
+    dead = rt.metadata.allocate_ledger(STREAMED, rt.metadata.claim_writer(STREAMED).writer_epoch)
+    ids = produce_ledgers(rt, STREAMED, [(12, part // 4)] * 2)  # recovery seals ``dead`` empty
+    StreamingOffloader(rt).run_pass(STREAMED, close_now=True)
+    empty = rt.metadata.get_ledger(STREAMED, dead.ledger_id)
+    assert empty.is_offloaded and empty.entry_count == 0 and ids[0] > dead.ledger_id
+    plan = plan_export(rt.metadata, ExportParams())
+    assert plan.streamed == [(STREAMED, i) for i in ids]
+    assert plan.ledgers == 2 and plan.entries == 24
+    assert plan.bytes == sum(rt.metadata.get_ledger(STREAMED, i).size_bytes for i in ids)
