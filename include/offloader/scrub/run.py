@@ -197,6 +197,12 @@ def _settle_segment(runtime: Runtime, result: LedgerScrubResult, *, repair: bool
             Action.UNREADABLE,
             f"segment {t.segment_id}: the store could not be read; nothing was changed",
         )
+    if not t.pieces:  # its segment_ledgers rows are gone: whose entries it holds is unknown
+        return verdict(
+            Action.REPAIR_FAILED,
+            f"segment {t.segment_id} is damaged and the metadata store records no ledger "
+            "ranges for it: nothing can be repaired or released; nothing was changed",
+        )
     if not repair:
         return verdict(Action.NOT_REPAIRED, f"{name} is damaged; repair not requested")
     ledgers = tuple(
