@@ -631,7 +631,8 @@ def _stream_rows(
     their ledger ranges, and the ledgers they hold whole (entries 0..N, no gap) that have
     no newer ledger objects of their own. A ledger held only in part is reported: the
     stream began after a trim inside it, or a segment is missing; its ranges are kept but
-    it gets no row.
+    it gets no row (and the release rules then never release its segments:
+    ``SegmentStore._release``).
 
     A segment is needed while one of its pieces serves a ledger recorded in stream mode or
     a ledger held only in part without objects of its own (never lose data). One whose

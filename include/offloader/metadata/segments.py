@@ -480,13 +480,26 @@ class SegmentStore:
         grace_ms: int = 0,
     ) -> int:
         """Mark deleted the offloaded segments ``where`` selects that hold ledgers, none of
-        them ``held``, and queue their two keys ``grace_ms`` from now; how many."""
+        them ``held`` and each of them recorded, and queue their two keys ``grace_ms`` from
+        now; how many.
+
+        A piece whose ledger has no row keeps its segment: ledger rows are never removed,
+        so it comes from a rebuild that found a ledger held only in part and kept the only
+        copy of its entries without recording the ledger (``backup._stream_rows``). Nothing
+        can tell whether those entries are wanted, so they are not deleted."""
+        pieces = sa.select(SL.c.ledger_id).where(SL.c.segment_id == G.c.segment_id)
+        recorded = (
+            sa.select(L.c.ledger_id)
+            .where(L.c.topic == SL.c.topic, L.c.ledger_id == SL.c.ledger_id)
+            .exists()
+        )
         released = conn.execute(
             G.update()
             .where(
                 where,
                 G.c.state == SegmentState.OFFLOADED,
-                sa.select(SL.c.ledger_id).where(SL.c.segment_id == G.c.segment_id).exists(),
+                pieces.exists(),
+                ~pieces.where(~recorded).exists(),
                 ~held,
             )
             .values(

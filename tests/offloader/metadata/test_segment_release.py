@@ -137,6 +137,31 @@ def test_one_release_counts_the_segments_of_both_rules(runtime: Runtime) -> None
     }
 
 
+def test_a_piece_of_an_unrecorded_ledger_keeps_its_segment(runtime: Runtime) -> None:
+    """A rebuild from the objects keeps a segment holding a ledger only in part without
+    recording the ledger (metadata/backup.py): no rule may take such a segment for one
+    whose ledgers were all deleted, or it would delete the only copy of those entries.
+    Segment c, of a deleted ledger alone, shows the release did run."""
+    rt = runtime
+    gone, deleted, other = (x.ledger_id for x in ledgers(rt, 3))
+    unrecorded = other + 100
+    claim = rt.metadata.segments.claim(T, "p", 60_000)
+    offloaded(rt, claim, "c", [(gone, 0, 9)])
+    kept = [
+        offloaded(rt, claim, "a", [(deleted, 0, 9), (unrecorded, 0, 4)]),
+        offloaded(rt, claim, "b", [(unrecorded + 1, 5, 9)]),
+    ]
+    set_state(rt, deleted, "deleted")
+    set_state(rt, gone, "deleted")
+    with rt.metadata.transaction() as conn:
+        assert rt.metadata.segments.release_deleted(conn, [T], GRACE) == 1
+        assert rt.metadata.segments.release_moved(conn, T, unrecorded, "moved", 0) == 0
+    assert rt.metadata.segments.settle_ledgers(T) == []
+    assert [rt.metadata.segments.get(s.segment_id) for s in kept] == kept
+    assert rt.metadata.segments.get("c").state is SegmentState.DELETED
+    assert set(queued(rt)) == {"c-d", "c-i"}
+
+
 def test_settling_releases_a_segment_no_ledger_needs_at_once(runtime: Runtime) -> None:
     """settle_ledgers releases the segments no ledger needs (one committed after its
     ledgers went) with no grace: here its only ledger has its own objects."""
