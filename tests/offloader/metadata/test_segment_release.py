@@ -140,17 +140,24 @@ def test_one_release_counts_the_segments_of_both_rules(runtime: Runtime) -> None
 def test_a_piece_of_an_unrecorded_ledger_keeps_its_segment(runtime: Runtime) -> None:
     """A rebuild from the objects keeps a segment holding a ledger only in part without
     recording the ledger (metadata/backup.py): no rule may take such a segment for one
-    whose ledgers were all deleted, or it would delete the only copy of those entries.
-    Segment c, of a deleted ledger alone, shows the release did run."""
+    whose ledgers were all deleted, or it would delete the only copy of those entries
+    (ledger ids are per topic: topic u's ledger of that id is not this one). Segment d,
+    whose pieces are gone from the metadata altogether, is kept too. Segment c, of a
+    deleted ledger alone, shows the release did run."""
     rt = runtime
     gone, deleted, other = (x.ledger_id for x in ledgers(rt, 3))
-    unrecorded = other + 100
+    unrecorded = other + 1
+    assert [sealed_ledger(rt.metadata, "u").ledger_id for _ in range(4)][-1] == unrecorded
     claim = rt.metadata.segments.claim(T, "p", 60_000)
     offloaded(rt, claim, "c", [(gone, 0, 9)])
     kept = [
         offloaded(rt, claim, "a", [(deleted, 0, 9), (unrecorded, 0, 4)]),
         offloaded(rt, claim, "b", [(unrecorded + 1, 5, 9)]),
+        offloaded(rt, claim, "d", [(unrecorded + 2, 0, 9)]),
     ]
+    SL = schema.segment_ledgers
+    with rt.metadata.transaction() as conn:
+        conn.execute(SL.delete().where(SL.c.segment_id == "d"))
     set_state(rt, deleted, "deleted")
     set_state(rt, gone, "deleted")
     with rt.metadata.transaction() as conn:

@@ -61,7 +61,10 @@ def test_a_damaged_segment_with_hot_copies_is_repaired_and_released(runtime: Run
     action, ledgers = verdict_of(report, victim)
     assert action is Action.REPAIRED and ledgers == dict.fromkeys(ids, Action.REPAIRED)
     (verdict,) = report.damaged
-    assert "the segment was released" in verdict.detail
+    assert verdict.detail.endswith(
+        f"is damaged: ledgers {'; '.join(f'{i} repaired' for i in ids)}; the segment was "
+        "released (its keys queued for deletion)"
+    )
     for repair in verdict.ledgers:
         ledger = rt.metadata.get_ledger(T, repair.ledger_id)
         assert ledger.offload_mode is OffloadMode.LEDGER
