@@ -1,0 +1,236 @@
+"""The rules by which a rebuild from the objects alone picks, per streamed ledger, between
+its own (v1) objects and the segments holding it, and which segments it keeps: a tie goes
+to the own objects, an older own copy gives way to the segments (reported, naming each),
+a ledger held only in part keeps its segments and is reported with its ranges, and a
+segment whose every ledger has newer objects of its own is left for the sweep.
+
+Files + SQLite only: the tests set the objects' times with ``os.utime`` (the filesystem
+store's LastModified is the file's mtime), so ties and orderings need no sleeping."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+
+import pytest
+
+from fixtures.backends import Fresh, make_topic, produce_ledgers
+from fixtures.streamed import ledgers_by_segment, streamed_topic
+from offloader.metadata.backup import RebuildResult, rebuild_from_objects
+from offloader.metadata.records import OffloadMode, Segment
+from offloader.objectstore.filesystem import FilesystemObjectStore
+from offloader.offload.hot_deletion import delete_hot_copies
+from offloader.read.topic_reader import Source, TopicReader
+from offloader.rewrite.to_v1 import ToV1Outcome, migrate_to_v1
+from offloader.runtime import Runtime
+from offloader.stream.offloader import StreamingOffloader
+
+TOPIC = "events"
+FS_ONLY = pytest.mark.parametrize("backend_settings", ["fs-sqlite"], indirect=True)
+
+
+def _set_ms(rt: Runtime, key: str, ms: int) -> None:
+    """The object's LastModified, exactly (the file's mtime)."""
+    assert isinstance(rt.objects, FilesystemObjectStore)
+    os.utime(rt.objects.root / key, ns=(ms * 1_000_000, ms * 1_000_000))
+
+
+def _whole_second_ms() -> int:
+    """A time a float mtime holds exactly, so the rebuild reads back the same ms."""
+    return int(time.time()) * 1000
+
+
+def _digests(rt: Runtime) -> dict[int, str]:
+    """SHA-256 of each offloaded ledger's entries, read from the object store alone."""
+    digests = {}
+    for ledger in rt.metadata.list_ledgers(TOPIC):
+        if ledger.is_offloaded:
+            digest = hashlib.sha256()
+            for entry_id, payload in TopicReader(rt).read(
+                TOPIC, ledger.ledger_id, source=Source.TIERED
+            ):
+                digest.update(entry_id.to_bytes(8, "big") + payload)
+            digests[ledger.ledger_id] = digest.hexdigest()
+    return digests
+
+
+def _rebuild(fresh: Fresh) -> tuple[Runtime, RebuildResult, int, int]:
+    """A rebuild into a fresh database, with the wall-clock ms around it."""
+    rebuilt = fresh()
+    before = int(time.time() * 1000)
+    result = rebuild_from_objects(
+        rebuilt.metadata.engine, rebuilt.objects, rebuilt.stores.default_location
+    )
+    return rebuilt, result, before, int(time.time() * 1000) + 1
+
+
+def _modes(rt: Runtime) -> dict[int, OffloadMode]:
+    return {x.ledger_id: x.offload_mode for x in rt.metadata.list_ledgers(TOPIC)}
+
+
+def _segment_ids(rt: Runtime) -> list[str]:
+    return [s.segment_id for s in rt.metadata.segments.list(TOPIC)]
+
+
+def _migrated_whole(rt: Runtime, ledgers: int) -> tuple[list[int], list[Segment], dict[int, str]]:
+    """``TOPIC`` streamed whole, then every ledger migrated back to v1 with the released
+    segments kept in the store (an hour's grace): the ledger ids, the segments, the
+    digests. Both copies of every ledger are then in the store."""
+    rt.settings = rt.settings.model_copy(update={"replaced_object_grace_seconds": 3600})
+    ids = streamed_topic(rt, TOPIC, ledgers)
+    delete_hot_copies(rt.metadata, rt.hot, TOPIC)
+    segments = rt.metadata.segments.list(TOPIC)
+    digests = _digests(rt)
+    assert {r.outcome for r in migrate_to_v1(rt, [TOPIC])} == {ToV1Outcome.MIGRATED}
+    return ids, segments, digests
+
+
+@FS_ONLY
+def test_a_tie_between_own_objects_and_segments_goes_to_the_own_objects(
+    runtime: Runtime, fresh: Fresh
+) -> None:
+    """Every ledger's own objects are exactly as new as the segments holding it: the own
+    objects win (``>=``), every ledger is rebuilt in mode ledger, and each segment (holding
+    two or more ledgers) is reported word for word as needed by no ledger."""
+    rt = runtime
+    ids, segments, digests = _migrated_whole(rt, 4)
+    held = ledgers_by_segment(rt, TOPIC)
+    assert any(len(h) >= 2 for h in held.values()), held
+    tie = _whole_second_ms()
+    for s in segments:
+        _set_ms(rt, s.index_key, tie)
+    own = {n: rt.metadata.get_ledger(TOPIC, n) for n in ids}
+    for ledger in own.values():
+        assert ledger.index_key is not None
+        _set_ms(rt, ledger.index_key, tie)
+
+    rebuilt, result, _, _ = _rebuild(fresh)
+    assert (result.segments, result.streamed_ledgers, result.ledgers) == (0, 0, len(ids))
+    assert _segment_ids(rebuilt) == []
+    assert _modes(rebuilt) == dict.fromkeys(ids, OffloadMode.LEDGER)
+    for n, ledger in own.items():
+        got = rebuilt.metadata.get_ledger(TOPIC, n)
+        assert (got.index_key, got.offload_uuid, got.offloaded_ms) == (
+            ledger.index_key,
+            ledger.offload_uuid,
+            tie,
+        )
+    assert sorted(result.skipped) == sorted(
+        f"{s.index_key}: segment {s.segment_id} of {TOPIC!r} is needed by no ledger: each "
+        f"it holds ({', '.join(str(n) for n in sorted(held[s.segment_id]))}) has newer "
+        "objects of its own; not recorded, left for the sweep"
+        for s in segments
+    )
+    assert _digests(rebuilt) == digests
+
+
+@FS_ONLY
+def test_older_own_objects_give_way_to_the_segments_naming_each(
+    runtime: Runtime, fresh: Fresh
+) -> None:
+    """Every ledger's own objects are older than the segments: the segments are its
+    offload (mode stream, the hot copy marked deleted at the rebuild's time) and each
+    older copy is reported with all the segments holding it, sorted, comma-separated."""
+    rt = runtime
+    ids, segments, digests = _migrated_whole(rt, 4)
+    held = ledgers_by_segment(rt, TOPIC)
+    holders = {n: sorted(s for s, h in held.items() if n in h) for n in ids}
+    assert any(len(h) >= 2 for h in holders.values()), holders
+    newer = _whole_second_ms()
+    for s in segments:
+        _set_ms(rt, s.index_key, newer)
+    own = {n: rt.metadata.get_ledger(TOPIC, n).index_key for n in ids}
+    for key in own.values():
+        assert key is not None
+        _set_ms(rt, key, newer - 5000)
+
+    rebuilt, result, before, after = _rebuild(fresh)
+    assert sorted(result.skipped) == sorted(
+        f"{own[n]}: ledger {n} of {TOPIC!r} is in newer segment(s) {', '.join(holders[n])}"
+        for n in ids
+    )
+    assert (result.segments, result.streamed_ledgers) == (len(segments), len(ids))
+    assert _segment_ids(rebuilt) == [s.segment_id for s in segments]
+    assert _modes(rebuilt) == dict.fromkeys(ids, OffloadMode.STREAM)
+    for n in ids:
+        got = rebuilt.metadata.get_ledger(TOPIC, n)
+        assert (got.data_key, got.offload_uuid, got.offloaded_ms) == (None, None, newer)
+        assert got.hot_deleted_ms is not None and before <= got.hot_deleted_ms <= after
+    assert _digests(rebuilt) == digests
+
+
+@FS_ONLY
+def test_a_partly_held_ledger_with_own_objects_lets_the_later_ledgers_be_rebuilt(
+    runtime: Runtime, fresh: Fresh
+) -> None:
+    """The first segment's index is lost; the ledger it shared with the second went back to
+    v1 before. That ledger, held only in part by the segments, is its own objects' offload
+    (nothing reported); every later ledger is still rebuilt from its segments."""
+    rt = runtime
+    rt.settings = rt.settings.model_copy(update={"replaced_object_grace_seconds": 3600})
+    ids = streamed_topic(rt, TOPIC, 6)
+    delete_hot_copies(rt.metadata, rt.hot, TOPIC)
+    held = ledgers_by_segment(rt, TOPIC)
+    first, second, *rest = rt.metadata.segments.list(TOPIC)
+    (split,) = held[first.segment_id] & held[second.segment_id]
+    later = [n for n in ids if n > split]
+    assert later and all(n not in held[first.segment_id] for n in later)
+    digests = _digests(rt)
+    (done,) = migrate_to_v1(rt, [TOPIC], first_ledger=split, last_ledger=split)
+    assert done.outcome is ToV1Outcome.MIGRATED
+    assert [s.segment_id for s in rt.metadata.segments.list(TOPIC)] == [
+        s.segment_id for s in (first, second, *rest)
+    ]
+    rt.objects.delete_many([first.index_key])
+
+    rebuilt, result, before, after = _rebuild(fresh)
+    assert result.skipped == []
+    assert _segment_ids(rebuilt) == [s.segment_id for s in (second, *rest)]
+    assert _modes(rebuilt) == {split: OffloadMode.LEDGER} | dict.fromkeys(later, OffloadMode.STREAM)
+    assert result.streamed_ledgers == len(later)
+    for n in later:
+        got = rebuilt.metadata.get_ledger(TOPIC, n)
+        assert got.hot_deleted_ms is not None and before <= got.hot_deleted_ms <= after
+    pieces = rebuilt.metadata.segments.pieces(TOPIC, split)  # its ranges are kept
+    assert pieces and pieces[0].segment.segment_id == second.segment_id
+    assert _digests(rebuilt) == {n: digests[n] for n in (split, *later)}
+
+
+@FS_ONLY
+def test_a_ledger_held_only_in_part_keeps_every_segment_holding_it(
+    runtime: Runtime, fresh: Fresh
+) -> None:
+    """A ledger larger than a segment, its first segment's index lost, with no other copy:
+    it is reported with each range its segments still hold, and every one of them is kept,
+    the ones holding nothing else too (never lose data); the next ledger, whole, reads
+    back."""
+    rt = runtime
+    part = max(4096, rt.objects.capabilities.min_part_size)
+    make_topic(rt, TOPIC, streaming=True, min_part_bytes=part, segment_max_bytes=2 * part)
+    big, small = produce_ledgers(rt, TOPIC, [(120, part // 8), (12, part // 8)])
+    StreamingOffloader(rt).run_pass(TOPIC, close_now=True)
+    digests = _digests(rt)
+    pieces = rt.metadata.segments.pieces(TOPIC, big)
+    lost = pieces[0].segment
+    kept = [p for p in pieces if p.segment.segment_id != lost.segment_id]
+    assert len(kept) >= 2 and kept[0].first_entry_id > 0, pieces
+    held = ledgers_by_segment(rt, TOPIC)
+    alone = [p.segment.segment_id for p in kept if held[p.segment.segment_id] == {big}]
+    assert alone, held  # a segment holding nothing but a part of the big ledger
+    rt.objects.delete_many([lost.index_key])
+
+    rebuilt, result, _, _ = _rebuild(fresh)
+    ranges = ", ".join(f"{p.first_entry_id}..{p.last_entry_id}" for p in kept)
+    assert result.skipped == [
+        f"ledger {big} of {TOPIC!r}: its segments hold entries {ranges}, not 0..N without a "
+        "gap: not recorded as offloaded"
+    ]
+    expected = [s.segment_id for s in rt.metadata.segments.list(TOPIC)][1:]
+    assert _segment_ids(rebuilt) == expected and set(alone) <= set(expected)
+    assert _modes(rebuilt) == {small: OffloadMode.STREAM}
+    again = rebuilt.metadata.segments.pieces(TOPIC, big)
+    assert [(p.segment.segment_id, p.first_entry_id, p.last_entry_id) for p in again] == [
+        (p.segment.segment_id, p.first_entry_id, p.last_entry_id) for p in kept
+    ]
+    assert _digests(rebuilt) == {small: digests[small]}
