@@ -6,6 +6,7 @@ orders carry no secret and no database URL."""
 
 from __future__ import annotations
 
+import logging
 import pickle
 
 import pytest
@@ -165,4 +166,42 @@ def test_a_rewrite_recovered_before_its_upload_was_recorded_is_changed(
     assert rt.metadata.segments.list(T, [SegmentState.OFFLOADED]) == []
     assert list(rt.objects.list_multipart_uploads()) == []
     assert checksum(rt) == before
+    check_clean_store(rt)
+
+
+def test_an_order_failing_on_its_executor_comes_back_as_its_error(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The executor's function turns an order's exception into that order's result (its
+    segment id, ``Type: message``), so the other orders of the same Spark task still swap;
+    the driver's warning describes the group by its sources, first and last ledger."""
+    from offloader.rewrite import work
+
+    rt = runtime
+    v1_topic(rt, 7)
+    before = checksum(rt)
+    real, failing = work.write_order, []
+
+    def write_order(order: WorkOrder, *args: object) -> object:
+        if not failing:
+            failing.append(order.segment_id)
+            raise OSError("executor disk full")
+        return real(order, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(work, "write_order", write_order)
+    with caplog.at_level(logging.WARNING, logger="offloader.rewrite.run"):
+        report = rewrite(rt, spread=elsewhere(rt), mode=TO_V2, wave=10)
+    (failed,) = [g for g in report.groups if g.outcome == FAILED]
+    assert failed.segment_id == failing[0]
+    assert failed.detail == "RewriteWorkError: OSError: executor disk full"
+    assert len(failed.ledgers) >= 3  # first, second and last differ
+    (warning,) = [r for r in caplog.records if r.msg == "rewrite of %s failed"]
+    assert warning.args == (
+        f"{T}: {failed.sources} {failed.kind} object(s) of ledgers "
+        f"{failed.ledgers[0]}..{failed.ledgers[-1]} ({failed.bytes_before} bytes)",
+    )
+    assert {g.outcome for g in report.groups if g is not failed} == {REWRITTEN}
+    assert checksum(rt) == before
+    check_one_copy(rt)
+    sweep_now(rt)
     check_clean_store(rt)

@@ -6,6 +6,7 @@ nothing new does nothing."""
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections import Counter
@@ -501,12 +502,12 @@ def test_a_part_size_below_the_stores_minimum_is_refused_before_anything_changes
 # --- a segment whose upload is gone ----------------------------------------------------------
 @pytest.mark.parametrize("more_data", [False, True], ids=["closing", "more-parts"])
 def test_a_segment_whose_upload_vanished_is_failed_and_replaced(
-    runtime: Runtime, more_data: bool
+    runtime: Runtime, more_data: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The open segment's multipart upload is aborted behind the stream's back (a bucket
-    lifecycle rule, an operator): the segment fails, its keys are queued, and a new one
-    streams the same entries from its begin, whether the next pass closes the segment or
-    first has more parts to add to it."""
+    lifecycle rule, an operator): the segment fails with the reason in its detail and a
+    warning, its keys are queued, and a new one streams the same entries from its begin,
+    whether the next pass closes the segment or first has more parts to add to it."""
     rt = runtime
     p = stream_topic(rt, segment_max_bytes=profile(rt).segment_max * 4)
     produce(rt, T, ledgers_for(rt, 0.8))
@@ -517,10 +518,17 @@ def test_a_segment_whose_upload_vanished_is_failed_and_replaced(
     rt.objects.abort_multipart(MultipartUpload(key=segment.data_key, upload_id=segment.upload_id))
     if more_data:
         produce(rt, T, max(1, p.min_part // p.ledger_bytes + 1), seed=4)
-    result = run_pass(rt, close_now=True)
+    with caplog.at_level(logging.WARNING, logger="offloader.stream.offloader"):
+        result = run_pass(rt, close_now=True)
     assert result.failed == [segment.segment_id]
     failed = rt.metadata.segments.get(segment.segment_id)
     assert failed.state is SegmentState.REPLACED
+    why = "its upload "  # is gone (a part or the close found it so), or cannot be completed
+    assert (failed.detail or "").startswith(why), failed.detail
+    (warning,) = [r for r in caplog.records if r.msg.startswith("segment %s failed")]
+    assert warning.getMessage().startswith(
+        f"segment {segment.segment_id} failed, to be replaced: {why}"
+    )
     (replacement,) = rt.metadata.segments.list(T, [SegmentState.OFFLOADED])
     assert replacement.replaces == segment.segment_id and replacement.begin == segment.begin
     assert {d.object_key for d in rt.metadata.pending_deletions()} == {
