@@ -191,7 +191,19 @@ def test_damaged_or_foreign_snapshots_are_refused(populated: Runtime, fresh: Fre
         header["revision"] = "0001"
         return _resealed([json.dumps(header).encode() + b"\n", *lines[1:]])
 
+    def fewer_columns(lines: list[bytes]) -> list[bytes]:
+        """A hand-made snapshot at this revision whose ledgers lack their last column."""
+        header, *rows = (json.loads(line) for line in lines[:-1])
+        header["tables"]["ledgers"].pop()
+        for row in rows:
+            if row["t"] == "ledgers":
+                row["r"].pop()
+        return _resealed([*(json.dumps(x).encode() + b"\n" for x in (header, *rows)), lines[-1]])
+
     cases = {
+        _rewrite(rt, key, fewer_columns): (
+            "the columns of table 'ledgers' differ from this database's; nothing was imported$"
+        ),
         flipped: "is damaged",
         _rewrite(rt, key, tamper): "checksum mismatch",
         _rewrite(rt, key, lambda lines: lines[:-1]): "truncated",
