@@ -234,3 +234,44 @@ def test_a_ledger_held_only_in_part_keeps_every_segment_holding_it(
         (p.segment.segment_id, p.first_entry_id, p.last_entry_id) for p in kept
     ]
     assert _digests(rebuilt) == {small: digests[small]}
+
+
+@FS_ONLY
+def test_a_rebuilt_segment_is_the_committed_segment_as_its_objects_say(
+    runtime: Runtime, fresh: Fresh
+) -> None:
+    """Every field of a rebuilt segment row: offloaded (and assigned) when its index was
+    written, finished never, no planned end, no upload, replacing nothing, the rest as the
+    stream committed it (but for the first segment's begin: the stream began it at the
+    topic's start, 0:0, which the objects do not record, so it begins at its first
+    piece); its detail says where it came from."""
+    rt = runtime
+    streamed_topic(rt, TOPIC, 4)
+    originals = rt.metadata.segments.list(TOPIC)
+    assert len(originals) >= 2
+    stamp = _whole_second_ms() - 60_000
+    for n, segment in enumerate(originals):
+        _set_ms(rt, segment.index_key, stamp + n * 1000)
+    rebuilt, result, _, _ = _rebuild(fresh)
+    assert result.skipped == []
+    held = ledgers_by_segment(rt, TOPIC)
+    expected = [
+        s.model_copy(
+            update=dict(
+                begin_ledger_id=min(held[s.segment_id]) if n == 0 else s.begin_ledger_id,
+                version=1,
+                epoch=0,
+                assigned_ms=stamp + n * 1000,
+                offloaded_ms=stamp + n * 1000,
+                finished_ms=None,
+                detail="rebuilt from the objects",
+                planned_end_ledger_id=None,
+                planned_end_entry_id=None,
+                upload_id=None,
+                replaces=None,
+                store_id=rebuilt.stores.default_id(),
+            )
+        )
+        for n, s in enumerate(originals)
+    ]
+    assert rebuilt.metadata.segments.list(TOPIC) == expected

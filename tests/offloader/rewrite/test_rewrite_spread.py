@@ -105,7 +105,9 @@ def test_a_group_failed_where_it_was_sent_is_given_up_and_the_others_swap(
     check_clean_store(rt)
 
 
-def test_a_wave_whose_writing_fails_swaps_nothing_and_leaves_nothing(runtime: Runtime) -> None:
+def test_a_wave_whose_writing_fails_swaps_nothing_and_leaves_nothing(
+    runtime: Runtime, caplog: pytest.LogCaptureFixture
+) -> None:
     rt = runtime
     v1_topic(rt, 7)
     before, stored = checksum(rt), objects(rt)
@@ -114,9 +116,13 @@ def test_a_wave_whose_writing_fails_swaps_nothing_and_leaves_nothing(runtime: Ru
         elsewhere(rt)(orders[:1])  # a part or two written, then the job is lost
         raise RuntimeError("Job aborted due to stage failure: executor lost")
 
-    report = rewrite(rt, spread=lost, mode=TO_V2, wave=10)
+    with caplog.at_level(logging.WARNING, logger="offloader.rewrite.run"):
+        report = rewrite(rt, spread=lost, mode=TO_V2, wave=10)
     assert {g.outcome for g in report.groups} == {FAILED}
     assert all("executor lost" in (g.detail or "") for g in report.groups)
+    (lost_job,) = [r for r in caplog.records if "parts" in r.getMessage()]
+    assert lost_job.getMessage() == "the rewrite's parts could not be written"
+    assert lost_job.exc_info is not None and lost_job.exc_info[0] is RuntimeError
     assert rt.metadata.segments.list(T, [SegmentState.OFFLOADED]) == []
     assert checksum(rt) == before
     sweep_now(rt)

@@ -161,3 +161,24 @@ def test_a_segment_trimmed_meanwhile_is_changed(runtime: Runtime) -> None:
     report = finish_scrub(rt, results, topics=[STREAMED], repair=True, started_ms=started)
     (verdict,) = report.damaged
     assert verdict.action is Action.CHANGED and not report.failed
+
+
+def test_a_segment_target_carries_its_store_and_is_scrubbed_where_it_is_sent(
+    runtime: Runtime,
+) -> None:
+    """The plan's target for a segment names its store's location (the executors open
+    the store from it, with no database), its recorded pieces and their entries, and no
+    payload bytes (the index of a segment has no single length to compare)."""
+    from offloader.scrub.spread import scrub_partition
+
+    rt = runtime
+    segments = streamed_topic(rt)
+    targets = [t for t in plan_scrub(rt.metadata, [STREAMED]) if t.segment_id is not None]
+    assert [t.segment_id for t in targets] == [s.segment_id for s in segments]
+    for target, segment in zip(targets, segments, strict=True):
+        assert target.location == rt.stores.default_location
+        assert target.size_bytes == 0
+        assert target.entry_count == sum(last - first + 1 for _, first, last in target.pieces)
+        assert target.data_len == segment.data_len
+    results = scrub_partition(targets, rt.settings.for_object_stores())
+    assert [r.findings for r in results] == [()] * len(targets)
