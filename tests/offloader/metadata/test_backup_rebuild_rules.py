@@ -18,7 +18,7 @@ import pytest
 from fixtures.backends import Fresh, make_topic, produce_ledgers
 from fixtures.streamed import ledgers_by_segment, streamed_topic
 from offloader.metadata.backup import RebuildResult, rebuild_from_objects
-from offloader.metadata.records import OffloadMode, Segment
+from offloader.metadata.records import HotState, OffloadMode, Segment
 from offloader.objectstore.filesystem import FilesystemObjectStore
 from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.read.topic_reader import Source, TopicReader
@@ -275,3 +275,37 @@ def test_a_rebuilt_segment_is_the_committed_segment_as_its_objects_say(
         for n, s in enumerate(originals)
     ]
     assert rebuilt.metadata.segments.list(TOPIC) == expected
+
+
+@FS_ONLY
+def test_a_rebuilt_streamed_ledger_is_the_sealed_ledger_its_segments_describe(
+    runtime: Runtime, fresh: Fresh
+) -> None:
+    """Every field of a streamed ledger's rebuilt row: as the stream settled it (count,
+    bytes, created and sealed times from the segment index), offloaded when the newest
+    segment holding it was written, no objects or attempt of its own, and its hot copy
+    taken as gone when the rebuild ran (reads go to the store)."""
+    rt = runtime
+    streamed_topic(rt, TOPIC, 4)
+    stamp = _whole_second_ms() - 60_000
+    written = {}
+    for n, segment in enumerate(rt.metadata.segments.list(TOPIC)):
+        _set_ms(rt, segment.index_key, stamp + n * 1000)
+        written[segment.segment_id] = stamp + n * 1000
+    held = ledgers_by_segment(rt, TOPIC)
+    originals = rt.metadata.list_ledgers(TOPIC)
+    rebuilt, result, before, after = _rebuild(fresh)
+    rows = rebuilt.metadata.list_ledgers(TOPIC)
+    assert [x.ledger_id for x in rows] == [x.ledger_id for x in originals]
+    for row, original in zip(rows, originals, strict=True):
+        assert before <= (row.hot_deleted_ms or 0) <= after
+        newest = max(ms for s, ms in written.items() if original.ledger_id in held[s])
+        assert row == original.model_copy(
+            update=dict(
+                version=1,
+                offloaded_ms=newest,
+                hot_state=HotState.DELETED,
+                hot_deleted_ms=row.hot_deleted_ms,
+                offload_epoch=0,
+            )
+        )
