@@ -295,6 +295,7 @@ def test_a_rebuilt_streamed_ledger_is_the_sealed_ledger_its_segments_describe(
     held = ledgers_by_segment(rt, TOPIC)
     originals = rt.metadata.list_ledgers(TOPIC)
     rebuilt, result, before, after = _rebuild(fresh)
+    assert result.skipped == []
     rows = rebuilt.metadata.list_ledgers(TOPIC)
     assert [x.ledger_id for x in rows] == [x.ledger_id for x in originals]
     for row, original in zip(rows, originals, strict=True):
