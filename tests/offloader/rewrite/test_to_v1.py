@@ -6,6 +6,8 @@ test_to_v1_crash.py."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from fixtures.backends import make_topic, produce_ledgers, unaccounted_objects
@@ -306,11 +308,12 @@ def test_retention_releases_a_segment_left_for_v1_after_the_settings_grace(
 
 
 def test_a_tier_that_disagrees_with_the_metadata_fails_the_ledger_and_changes_nothing(
-    runtime: Runtime,
+    runtime: Runtime, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The entries read from the segments are held against the ledger's recorded count and
     bytes before an index is written: a mismatch fails that ledger only, its attempt's
-    keys queued, and it stays on its segments."""
+    keys queued, and it stays on its segments. The log has a line per ledger: an error
+    naming the failed one and why, the others' outcome and bytes."""
     from offloader.metadata import schema
 
     rt = runtime
@@ -322,13 +325,22 @@ def test_a_tier_that_disagrees_with_the_metadata_fails_the_ledger_and_changes_no
             .where(L.c.topic == T, L.c.ledger_id == ids[1])
             .values(size_bytes=L.c.size_bytes + 1)
         )
-    results = migrate_to_v1(rt, [T])
+    with caplog.at_level(logging.INFO, logger="offloader.rewrite.to_v1"):
+        results = migrate_to_v1(rt, [T])
     assert outcomes(results) == [
         (ids[0], ToV1Outcome.MIGRATED),
         (ids[1], ToV1Outcome.FAILED),
         (ids[2], ToV1Outcome.MIGRATED),
     ]
     assert results[1].failed and "the metadata store" in results[1].detail
+    assert results[1].topic == T and results[1].ledger_id == ids[1]
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records if " to v1" in r.getMessage()]
+    assert lines == [
+        (logging.INFO, f"{T}/{ids[0]} to v1: migrated ({results[0].bytes} bytes)"),
+        (logging.ERROR, f"migration of {T}/{ids[1]} to v1 failed: {results[1].detail}"),
+        (logging.INFO, f"{T}/{ids[2]} to v1: migrated ({results[2].bytes} bytes)"),
+    ]
+    assert results[0].bytes > 0
     ledger = rt.metadata.get_ledger(T, ids[1])
     assert ledger.offload_mode is OffloadMode.STREAM and ledger.attempt_id is None
     (failed,) = rt.metadata.list_attempts(T, AttemptState.FAILED)
