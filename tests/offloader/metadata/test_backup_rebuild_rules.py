@@ -310,3 +310,42 @@ def test_a_rebuilt_streamed_ledger_is_the_sealed_ledger_its_segments_describe(
                 offload_epoch=0,
             )
         )
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"format-version": "9"}, "unknown segment object format-version '9'"),
+        (
+            {"managed-ledger": "other%2Ftopic"},
+            "the index is of topic 'events', segment {id} by its key; its user metadata says "
+            "topic 'other/topic', segment {id}",
+        ),
+        (
+            {"segment-id": "not-this-one"},
+            "the index is of topic 'events', segment {id} by its key; its user metadata says "
+            "topic 'events', segment not-this-one",
+        ),
+    ],
+    ids=["format-version", "managed-ledger", "segment-id"],
+)
+@FS_ONLY
+def test_a_segment_index_whose_user_metadata_disagrees_is_not_trusted(
+    runtime: Runtime, fresh: Fresh, change: dict[str, str], message: str
+) -> None:
+    """The index object's user metadata (written with it: format version, managed ledger,
+    segment id) must agree with the index and its key; one that does not is reported by
+    its key and skipped, never recorded."""
+    rt = runtime
+    streamed_topic(rt, TOPIC, 4)
+    victim, following = rt.metadata.segments.list(TOPIC)[:2]
+    held = ledgers_by_segment(rt, TOPIC)
+    shared = sorted(held[victim.segment_id] & held[following.segment_id])
+    user = rt.objects.stat(victim.index_key).metadata
+    assert set(change) <= set(user)
+    rt.objects.put(victim.index_key, rt.objects.get(victim.index_key), metadata=user | change)
+    rebuilt, result, _, _ = _rebuild(fresh)
+    first, *partial = result.skipped  # and the ledger it shared with the next segment
+    assert first == f"{victim.index_key}: {message.format(id=victim.segment_id)}"
+    assert [p.split(":")[0] for p in partial] == [f"ledger {i} of {TOPIC!r}" for i in shared]
+    assert victim.segment_id not in _segment_ids(rebuilt)
