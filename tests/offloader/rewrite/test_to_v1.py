@@ -143,6 +143,7 @@ def test_only_the_selection_moves_and_a_dry_run_changes_nothing(runtime: Runtime
     produce_ledgers(rt, "orders", [(10, 100)])
     LedgerOffloader(rt).offload_topic("orders")
     rows = metadata_rows(rt)
+    assert plan_to_v1(rt.metadata, [T], first_ledger=0, last_ledger=0) == []  # 0 is an id
     dry = migrate_to_v1(rt, None, first_ledger=ids[1], last_ledger=ids[2], dry_run=True)
     assert [(r.topic, r.ledger_id, r.outcome) for r in dry] == [
         (T, n, ToV1Outcome.PLANNED) for n in ids[1:3]
