@@ -9,19 +9,17 @@ store's LastModified is the file's mtime), so ties and orderings need no sleepin
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 
 import pytest
 
-from fixtures.backends import Fresh, make_topic, produce_ledgers
+from fixtures.backends import Fresh, make_topic, produce_ledgers, tiered_digests
 from fixtures.streamed import ledgers_by_segment, streamed_topic
 from offloader.metadata.backup import RebuildResult, rebuild_from_objects
 from offloader.metadata.records import HotState, OffloadMode, Segment
 from offloader.objectstore.filesystem import FilesystemObjectStore
 from offloader.offload.hot_deletion import delete_hot_copies
-from offloader.read.topic_reader import Source, TopicReader
 from offloader.rewrite.to_v1 import ToV1Outcome, migrate_to_v1
 from offloader.runtime import Runtime
 from offloader.stream.offloader import StreamingOffloader
@@ -42,17 +40,8 @@ def _whole_second_ms() -> int:
 
 
 def _digests(rt: Runtime) -> dict[int, str]:
-    """SHA-256 of each offloaded ledger's entries, read from the object store alone."""
-    digests = {}
-    for ledger in rt.metadata.list_ledgers(TOPIC):
-        if ledger.is_offloaded:
-            digest = hashlib.sha256()
-            for entry_id, payload in TopicReader(rt).read(
-                TOPIC, ledger.ledger_id, source=Source.TIERED
-            ):
-                digest.update(entry_id.to_bytes(8, "big") + payload)
-            digests[ledger.ledger_id] = digest.hexdigest()
-    return digests
+    """Each offloaded ledger's digest of entries read from the store alone, by ledger id."""
+    return {ledger_id: d for (_, ledger_id), d in tiered_digests(rt).items()}
 
 
 def _rebuild(fresh: Fresh) -> tuple[Runtime, RebuildResult, int, int]:

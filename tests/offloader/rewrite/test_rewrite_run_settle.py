@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+from collections.abc import Callable
 
 import pytest
 
@@ -70,44 +71,37 @@ def check_failed_warning(
     assert record.exc_info is not None and isinstance(record.exc_info[1], error)
 
 
-def test_a_group_whose_result_never_came_back_is_failed_and_its_upload_aborted(
-    runtime: Runtime, caplog: pytest.LogCaptureFixture
+def _lost_result(rt: Runtime, orders: list[WorkOrder]) -> list[WorkResult]:
+    """The executors wrote the parts but returned no result for the order."""
+    written(rt, orders)
+    return []
+
+
+def _empty_result(rt: Runtime, orders: list[WorkOrder]) -> list[WorkResult]:
+    """A result for the order carrying neither data nor an error."""
+    return [WorkResult(r.segment_id) for r in written(rt, orders)]
+
+
+@pytest.mark.parametrize(
+    ("spread", "detail"),
+    [
+        (_lost_result, "RewriteWorkError: no result came back"),
+        (_empty_result, "RewriteWorkError: no data came back"),
+    ],
+    ids=["no-result", "no-data"],
+)
+def test_a_group_without_its_data_is_failed_and_its_upload_aborted(
+    runtime: Runtime,
+    caplog: pytest.LogCaptureFixture,
+    spread: Callable[[Runtime, list[WorkOrder]], list[WorkResult]],
+    detail: str,
 ) -> None:
-    """The executors wrote the parts but returned no result for the order: the driver
-    cannot complete what it does not know, so it gives the group up."""
+    """The driver cannot complete what it was not sent: it gives the group up, with a
+    text that says what was missing."""
     rt = runtime
     group, _ = one_group(rt)
-
-    def lost_result(orders: list[WorkOrder]) -> list[WorkResult]:
-        written(rt, orders)
-        return []
-
     caplog.set_level(logging.WARNING, LOGGER)
-    result, segment = settle(rt, group, lost_result)
-    detail = "RewriteWorkError: no result came back"
-    assert (result.outcome, result.segment_id, result.detail) == (
-        FAILED,
-        segment.segment_id,
-        detail,
-    )
-    given_up(rt, segment, detail)
-    check_failed_warning(caplog, group, RewriteWorkError)
-
-
-def test_a_result_without_data_or_error_is_failed_as_no_data(
-    runtime: Runtime, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A result carrying neither data nor an error still fails the group, with a text that
-    says what was missing."""
-    rt = runtime
-    group, _ = one_group(rt)
-
-    def empty(orders: list[WorkOrder]) -> list[WorkResult]:
-        return [WorkResult(r.segment_id) for r in written(rt, orders)]
-
-    caplog.set_level(logging.WARNING, LOGGER)
-    result, segment = settle(rt, group, empty)
-    detail = "RewriteWorkError: no data came back"
+    result, segment = settle(rt, group, lambda orders: spread(rt, orders))
     assert (result.outcome, result.segment_id, result.detail) == (
         FAILED,
         segment.segment_id,
