@@ -41,7 +41,7 @@ def _whole_second_ms() -> int:
 
 def _digests(rt: Runtime) -> dict[int, str]:
     """Each offloaded ledger's digest of entries read from the store alone, by ledger id."""
-    return {ledger_id: d for (_, ledger_id), d in tiered_digests(rt).items()}
+    return {ledger_id: d for (topic, ledger_id), d in tiered_digests(rt).items() if topic == TOPIC}
 
 
 def _rebuild(fresh: Fresh) -> tuple[Runtime, RebuildResult, int, int]:
