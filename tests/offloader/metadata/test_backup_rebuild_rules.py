@@ -2,7 +2,9 @@
 its own (v1) objects and the segments holding it, and which segments it keeps: a tie goes
 to the own objects, an older own copy gives way to the segments (reported, naming each),
 a ledger held only in part keeps its segments and is reported with its ranges, and a
-segment whose every ledger has newer objects of its own is left for the sweep.
+segment whose every ledger has newer objects of its own is left for the sweep. Of two
+segment copies of the same entries the newer wins, per topic (ledger ids are per topic);
+a ledger whose segment indexes give no created or sealed time takes its offload time.
 
 Files + SQLite only: the tests set the objects' times with ``os.utime`` (the filesystem
 store's LastModified is the file's mtime), so ties and orderings need no sleeping."""
@@ -11,18 +13,25 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 
 import pytest
 
 from fixtures.backends import Fresh, make_topic, produce_ledgers, tiered_digests
 from fixtures.streamed import ledgers_by_segment, streamed_topic
+from offloader.format import decode_segment_index
+from offloader.hottier.writer import ManagedLedgerWriter
 from offloader.metadata.backup import RebuildResult, rebuild_from_objects
 from offloader.metadata.records import HotState, OffloadMode, Segment
 from offloader.objectstore.filesystem import FilesystemObjectStore
 from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.rewrite.to_v1 import ToV1Outcome, migrate_to_v1
 from offloader.runtime import Runtime
-from offloader.stream.offloader import StreamingOffloader
+from offloader.stream.offloader import (
+    StreamingOffloader,
+    segment_object_keys,
+    segment_user_metadata,
+)
 
 TOPIC = "events"
 FS_ONLY = pytest.mark.parametrize("backend_settings", ["fs-sqlite"], indirect=True)
@@ -338,3 +347,142 @@ def test_a_segment_index_whose_user_metadata_disagrees_is_not_trusted(
     assert first == f"{victim.index_key}: {message.format(id=victim.segment_id)}"
     assert [p.split(":")[0] for p in partial] == [f"ledger {i} of {TOPIC!r}" for i in shared]
     assert victim.segment_id not in _segment_ids(rebuilt)
+
+
+@FS_ONLY
+def test_a_segment_whose_data_object_has_another_length_than_its_index_is_not_trusted(
+    runtime: Runtime, fresh: Fresh
+) -> None:
+    """A segment's data object cut short (a partial copy, a damaged disk) no longer holds
+    what its index describes: the index is reported by its key with both lengths and
+    skipped, never recorded."""
+    rt = runtime
+    streamed_topic(rt, TOPIC, 4)
+    victim, following = rt.metadata.segments.list(TOPIC)[:2]
+    held = ledgers_by_segment(rt, TOPIC)
+    shared = sorted(held[victim.segment_id] & held[following.segment_id])
+    data = rt.objects.get(victim.data_key)
+    assert len(data) == victim.data_len
+    rt.objects.put(victim.data_key, data[:-100])
+    rebuilt, result, _, _ = _rebuild(fresh)
+    first, *partial = result.skipped  # and the ledger it shared with the next segment
+    assert first == (
+        f"{victim.index_key}: data object {victim.data_key} is {victim.data_len - 100} "
+        f"bytes, the index says {victim.data_len}"
+    )
+    assert [p.split(":")[0] for p in partial] == [f"ledger {i} of {TOPIC!r}" for i in shared]
+    assert victim.segment_id not in _segment_ids(rebuilt)
+
+
+@FS_ONLY
+def test_an_older_copy_is_skipped_for_the_newer_segment_after_it_among_the_kept(
+    runtime: Runtime, fresh: Fresh
+) -> None:
+    """A newer copy of the second segment (a zombie's): the copy is kept first, then the
+    first segment before it (it ends just before the copy begins). The second begins where
+    the copy does, so its place among the kept ones is between the first and the copy:
+    the kept segment after that place is checked too, and the second is skipped naming
+    the copy; every later segment is kept after it."""
+    rt = runtime
+    streamed_topic(rt, TOPIC, 6)
+    originals = rt.metadata.segments.list(TOPIC)
+    assert len(originals) >= 3
+    first, second, *rest = originals
+    digests = _digests(rt)
+    stamp = _whole_second_ms() - 60_000
+    for segment in originals:
+        _set_ms(rt, segment.index_key, stamp)
+    copy_id = str(uuid.uuid4())
+    copy_data, copy_index = segment_object_keys(copy_id)
+    rt.objects.put(copy_data, rt.objects.get(second.data_key))
+    user = segment_user_metadata(TOPIC, copy_id, "index")
+    rt.objects.put(copy_index, rt.objects.get(second.index_key), metadata=user)
+    _set_ms(rt, copy_index, stamp + 1000)
+
+    rebuilt, result, _, _ = _rebuild(fresh)
+    begin = f"{second.begin_ledger_id}:{second.begin_entry_id}"
+    assert result.skipped == [
+        f"{second.index_key}: segment of {TOPIC!r} from {begin} overlaps newer segment "
+        f"{copy_id} ({begin} to {second.end_ledger_id}:{second.end_entry_id})"
+    ]
+    assert _segment_ids(rebuilt) == [first.segment_id, copy_id, *(s.segment_id for s in rest)]
+    assert _digests(rebuilt) == digests
+
+
+@FS_ONLY
+def test_streamed_topics_with_the_same_ledger_ids_keep_every_segment_of_both(
+    runtime: Runtime, fresh: Fresh
+) -> None:
+    """Ledger ids are per topic: two topics streamed alike hold the same ledger ids in
+    segments over the same ranges, yet no segment of one overlaps the other's. Every
+    segment of both is kept and every ledger of both reads back."""
+    rt = runtime
+    other = "orders"
+    assert streamed_topic(rt, TOPIC, 4) == streamed_topic(rt, other, 4)
+    segments = {t: rt.metadata.segments.list(t) for t in (TOPIC, other)}
+    assert [(s.begin, s.end) for s in segments[TOPIC]] == [
+        (s.begin, s.end) for s in segments[other]
+    ]
+    digests = tiered_digests(rt)
+
+    rebuilt, result, _, _ = _rebuild(fresh)
+    assert result.skipped == []
+    assert result.topics == [TOPIC, other]
+    assert result.segments == sum(len(s) for s in segments.values())
+    for topic, originals in segments.items():
+        again = rebuilt.metadata.segments.list(topic)
+        assert [s.segment_id for s in again] == [s.segment_id for s in originals]
+    assert tiered_digests(rebuilt) == digests
+
+
+@FS_ONLY
+def test_a_ledger_streamed_only_while_open_is_created_and_sealed_when_offloaded(
+    runtime: Runtime, fresh: Fresh
+) -> None:
+    """Every entry of a ledger went into segments that closed while it was open (it sealed
+    later, with no entry more): no segment index records its created or sealed time (-1),
+    so its rebuilt row takes both from its offload, when the newest segment holding it was
+    written."""
+    rt = runtime
+    part = max(4096, rt.objects.capabilities.min_part_size)
+    make_topic(rt, TOPIC, streaming=True, min_part_bytes=part, segment_max_bytes=2 * part)
+    with ManagedLedgerWriter(rt.metadata, rt.hot, TOPIC) as writer:
+        for batch in range(2):
+            for n in range(6):
+                ledger_id, _ = writer.append(bytes([batch * 6 + n]) * (part // 8))
+            writer.sync()
+            done = StreamingOffloader(rt).run_pass(TOPIC, close_now=True)
+            assert len(done.committed) == 1
+    done = StreamingOffloader(rt).run_pass(TOPIC, close_now=True)
+    assert (done.committed, done.settled_ledgers) == ([], [ledger_id])
+    segments = rt.metadata.segments.list(TOPIC)
+    assert ledgers_by_segment(rt, TOPIC) == {s.segment_id: {ledger_id} for s in segments}
+    assert len(segments) == 2
+    for segment in segments:
+        (meta,) = (
+            x.metadata for x in decode_segment_index(rt.objects.get(segment.index_key)).ledgers
+        )
+        assert meta is not None and (meta.created_ms, meta.sealed_ms) == (-1, -1)
+    original = rt.metadata.get_ledger(TOPIC, ledger_id)
+    assert original.created_ms >= 0 and original.sealed_ms is not None
+    stamp = _whole_second_ms() - 60_000
+    for n, segment in enumerate(segments):
+        _set_ms(rt, segment.index_key, stamp + n * 1000)
+    newest = stamp + 1000
+    digests = _digests(rt)
+
+    rebuilt, result, _, _ = _rebuild(fresh)
+    assert result.skipped == [] and result.streamed_ledgers == 1
+    row = rebuilt.metadata.get_ledger(TOPIC, ledger_id)
+    assert row == original.model_copy(
+        update=dict(
+            version=1,
+            created_ms=newest,
+            sealed_ms=newest,
+            offloaded_ms=newest,
+            hot_state=HotState.DELETED,
+            hot_deleted_ms=row.hot_deleted_ms,
+            offload_epoch=0,
+        )
+    )
+    assert _digests(rebuilt) == digests

@@ -220,6 +220,77 @@ def test_parts_are_reported_in_order_and_times_can_be_given(target: CountingStor
     assert read_back(target.inner, key, merged) == [e for x in s.values() for e in x.entries]
 
 
+def test_the_merged_index_keeps_the_times_its_sources_know(target: CountingStore) -> None:
+    """Each ledger keeps the largest created and sealed times any of its pieces' indexes
+    knows, whichever piece knows them (a segment closed while its ledger was open says
+    -1); -1 only where no piece knows."""
+    x = store_segment(target, ledger(3, 0, 10), block=BLOCK, times={3: (111, 222)})
+    y = store_segment(
+        target, ledger(3, 10, 10) + ledger(4, 0, 5), block=BLOCK, times={4: (300, -1)}
+    )
+    z = store_segment(target, ledger(4, 5, 5) + ledger(5, 0, 5), block=BLOCK, times={4: (300, 400)})
+    unknown = y.index.ledger(3).metadata
+    assert unknown is not None and (unknown.created_ms, unknown.sealed_ms) == (-1, -1)
+
+    key, merged = run_merge(target, [x.source(), y.source(), z.source()])
+
+    index = decode_segment_index(merged.index)
+    times = {}
+    for lid, view in zip(index.ledger_ids, index.ledgers, strict=True):
+        assert view.metadata is not None
+        times[lid] = (view.metadata.created_ms, view.metadata.sealed_ms)
+    assert times == {3: (111, 222), 4: (300, 400), 5: (-1, -1)}
+    assert read_back(target.inner, key, merged) == x.entries + y.entries + z.entries
+
+
+def test_a_time_below_minus_one_in_a_source_is_merged_as_unknown(target: CountingStore) -> None:
+    """-1 is the format's one "unknown" time: a source index carrying another negative
+    time (no clock gives one) does not pass it on to the merged index."""
+    odd = store_segment(target, ledger(6, 0, 5), block=BLOCK, times={6: (-2, -2)})
+
+    key, merged = run_merge(target, [odd.source()])
+
+    meta = decode_segment_index(merged.index).ledger(6).metadata
+    assert meta is not None and (meta.created_ms, meta.sealed_ms) == (-1, -1)
+    assert read_back(target.inner, key, merged) == odd.entries
+
+
+def test_a_source_in_another_store_object_of_the_same_location_is_copied(
+    tmp_path: Path,
+) -> None:
+    """Stores are the same by location, not by object: a source opened through another
+    store object on the target's own directory is still copied server side."""
+    root = tmp_path / "objects"
+    target = CountingStore(files_store(root, min_part_size=MIN_PART))
+    opened_again = files_store(root, min_part_size=MIN_PART)
+    assert opened_again is not target.inner and opened_again.url == target.url
+    big = store_segment(opened_again, ledger(3, 0, 80), block=BLOCK, chunk=600)
+    assert big.data_len >= MIN_PART
+    target.calls.clear()
+
+    key, merged = run_merge(target, [big.source()])
+
+    assert [c[2] for c in _requests(target, "upload_part_copy")] == [big.data_key]
+    assert not _requests(target, "read_range") and not _requests(target, "upload_part")
+    assert read_back(target.inner, key, merged) == big.entries
+
+
+def test_an_unwanted_ledger_over_two_downloaded_sources_is_dropped_per_source(
+    target: CountingStore,
+) -> None:
+    """``dropped`` lists what each source loses: a ledger spread over two sources gives
+    one range per source, not one range over both."""
+    x = store_segment(target, ledger(3, 0, 10), block=BLOCK)
+    y = store_segment(target, ledger(3, 10, 10) + ledger(4, 0, 5), block=BLOCK)
+    assert max(x.data_len, y.data_len) < MIN_PART  # both downloaded: ledger 3 can go
+
+    key, merged = run_merge(target, [x.source(unwanted={3}), y.source(unwanted={3})])
+
+    assert merged.dropped == [PieceRange(3, 0, 9), PieceRange(3, 10, 19)]
+    assert merged.pieces == [PieceRange(4, 0, 4)]
+    assert read_back(target.inner, key, merged) == ledger(4, 0, 5)
+
+
 def test_load_source_names_a_damaged_index(target: CountingStore) -> None:
     c = layout(target)["C"]
     good = load_source(target, c.data_key, c.index_key, c.data_len, [])
@@ -284,6 +355,64 @@ def test_a_gap_in_a_ledger_is_refused(target: CountingStore) -> None:
     with pytest.raises(ValueError, match=f"3:95.. of segment {later.data_key} do not follow 3:89"):
         merge_segments(target, upload, [s["C"].source(), s["D"].source(), later.source()])
     assert target.calls == []
+
+
+def _refused(store: CountingStore, sources: list[SegmentSource]) -> str:
+    """The message of a merge of ``sources`` refused before any request."""
+    upload = store.create_multipart("merged")
+    store.calls.clear()
+    with pytest.raises(ValueError) as caught:
+        merge_segments(store, upload, sources)
+    assert store.calls == []
+    return str(caught.value)
+
+
+def test_sources_out_of_order_after_a_new_ledger_are_refused_naming_both(
+    target: CountingStore,
+) -> None:
+    """Every step is checked, not only up to the first new ledger: A (ledger 1) then C
+    (ledger 3) is in order, B (ledger 2) after C is not."""
+    s = layout(target)
+
+    message = _refused(target, [s["A"].source(), s["C"].source(), s["B"].source()])
+
+    assert message == (
+        f"entries 2:0.. of segment {s['B'].data_key} do not follow 3:79 of segment "
+        f"{s['C'].data_key}: merge adjacent segments in position order"
+    )
+
+
+def test_a_keep_range_not_in_the_index_is_refused_listing_the_index_s_ranges(
+    target: CountingStore,
+) -> None:
+    """The refusal lists the ranges the index does hold: what a keep may name."""
+    both = store_segment(target, ledger(1, 0, 10, 100) + ledger(2, 0, 10, 100), block=BLOCK)
+    bad = _with(both.source(), keep=[PieceRange(1, 0, 100), PieceRange(2, 0, 9)])
+
+    message = _refused(target, [bad])
+
+    assert message == (
+        f"segment {both.data_key}: keep 1:0..100 is not one of its index's ledger ranges "
+        "(1:0..9, 2:0..9)"
+    )
+
+
+@pytest.mark.parametrize("kept_first", [True, False])
+def test_a_ledger_kept_in_one_source_only_is_refused_naming_which_keeps_it(
+    target: CountingStore, kept_first: bool
+) -> None:
+    """Ledger 3 lies in C and D; whichever of them keeps it is named as keeping it."""
+    s = layout(target)
+    c, d = s["C"].source(), s["D"].source()
+    keeper, other = ("C", "D") if kept_first else ("D", "C")
+    sources = [c, _with(d, keep=[])] if kept_first else [_with(c, keep=[]), d]
+
+    message = _refused(target, sources)
+
+    assert message == (
+        f"ledger 3 is kept in segment {s[keeper].data_key} but not in segment "
+        f"{s[other].data_key}: a ledger is wanted or not"
+    )
 
 
 def test_another_topic_is_refused(target: CountingStore) -> None:

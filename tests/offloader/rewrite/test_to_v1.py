@@ -7,6 +7,7 @@ test_to_v1_crash.py."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import pytest
 
@@ -18,12 +19,20 @@ from offloader.format import decode_index
 from offloader.gc.deletion_queue import process_deletions
 from offloader.gc.sweep import sweep
 from offloader.hottier.writer import ManagedLedgerWriter
-from offloader.metadata import AttemptState, OffloadMode, Position, SegmentState
+from offloader.metadata import (
+    AttemptState,
+    Ledger,
+    MetadataStore,
+    OffloadMode,
+    Position,
+    SegmentState,
+)
 from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.ledger_offloader import EntrySource, LedgerOffloader, Outcome
 from offloader.read.topic_reader import Source, TopicReader, tiered_ledger_reader
 from offloader.retention.deletion import finish_deleted_ledgers
 from offloader.retention.trim import trim_topic
+from offloader.rewrite import to_v1
 from offloader.rewrite.to_v1 import ToV1Outcome, ToV1Result, migrate_to_v1, plan_to_v1
 from offloader.runtime import Runtime
 from offloader.scrub import run_scrub
@@ -369,3 +378,41 @@ def test_a_ledger_swapped_since_it_was_planned_is_left_alone(runtime: Runtime) -
     stale = off.replace_ledger(T, ids[1], "some-attempt", "r", source=EntrySource.TIER)
     assert stale.outcome is Outcome.ALREADY_OFFLOADED  # it is on segments, not objects
     assert metadata_rows(rt) == rows
+
+
+def test_a_ledger_trimmed_or_migrated_since_the_plan_names_no_attempt_of_its_own(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between the plan and its migration one ledger is trimmed away and another is
+    migrated by someone else: both are ``changed``, their detail is the replacement's
+    outcome (with the attempt that holds the ledger now, where there is one), and neither
+    reports an attempt as the one this run committed."""
+    rt = runtime
+    ids = streamed_topic(rt, T, 3)
+    plan = to_v1.plan_to_v1
+
+    def plan_then_change(
+        metadata: MetadataStore,
+        topics: Sequence[str] | None,
+        first: int | None = None,
+        last: int | None = None,
+    ) -> list[Ledger]:
+        planned = plan(metadata, topics, first, last)
+        trim_topic(rt, T, Position(ledger_id=ids[1], entry_id=0))
+        moved = LedgerOffloader(rt).replace_ledger(
+            T, ids[1], None, "elsewhere", source=EntrySource.TIER
+        )
+        assert moved.outcome is Outcome.REPLACED
+        return planned
+
+    monkeypatch.setattr(to_v1, "plan_to_v1", plan_then_change)
+    results = migrate_to_v1(rt, [T])
+
+    moved_as = rt.metadata.get_ledger(T, ids[1]).offload_uuid
+    assert moved_as is not None
+    assert results[:2] == [
+        ToV1Result(T, ids[0], ToV1Outcome.CHANGED, detail="trimmed"),
+        ToV1Result(T, ids[1], ToV1Outcome.CHANGED, detail=f"already-offloaded: {moved_as}"),
+    ]
+    check_v1(rt, results[2:])
+    assert [r.ledger_id for r in results[2:]] == ids[2:]
