@@ -73,9 +73,13 @@ class Finding:
     kind: FindingKind
     reason: str
 
+    @property
+    def where(self) -> str:
+        """The object and, when the damage has one, the offset in it."""
+        return self.key if self.offset is None else f"{self.key} offset {self.offset}"
+
     def __str__(self) -> str:
-        at = "" if self.offset is None else f" offset {self.offset}"
-        return f"{self.topic}/{self.ledger_id} {self.key}{at}: {self.reason}"
+        return f"{self.topic}/{self.ledger_id} {self.where}: {self.reason}"
 
 
 @dataclass(frozen=True)

@@ -167,7 +167,7 @@ class ScrubReport:
         ]
         for v in self.damaged:
             lines.append(f"{v.topic}/{v.ledger_id} ({v.offload_uuid}): {v.action}: {v.detail}")
-            lines += [f"  {f.key} offset {f.offset}: {f.reason}" for f in v.findings]
+            lines += [f"  {f.where}: {f.reason}" for f in v.findings]
             lines += [
                 f"  ledger {v.topic}/{x.ledger_id}: {x.action}: {x.detail}" for x in v.ledgers
             ]

@@ -81,8 +81,7 @@ def scrub_targets(stores: StoreRegistry, targets: Iterable[ScrubTarget]) -> list
 
 def _registry_opener(stores: StoreRegistry) -> Callable[[ScrubTarget], ObjectStore]:
     def open_store(target: ScrubTarget) -> ObjectStore:
-        what = target.name if target.segment_id is not None else f"ledger {target.name}"
-        return stores.get(target.store_id, what)
+        return stores.get(target.store_id, target.described)
 
     return open_store
 

@@ -23,7 +23,7 @@ def scrub_partition(targets: Iterable[ScrubTarget], settings: Settings) -> list[
     def open_store(target: ScrubTarget) -> ObjectStore:
         if target.location is None:
             raise StoreUnavailableError(
-                f"ledger {target.name} names no object store (written before revision 0002 "
+                f"{target.described} names no object store (written before revision 0002 "
                 "and not upgraded): run `offloader db upgrade`"
             )
         return stores.open(target.location)

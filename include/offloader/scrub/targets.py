@@ -51,6 +51,11 @@ class ScrubTarget:
             return f"{self.topic}/segment {self.segment_id}"
         return f"{self.topic}/{self.ledger_id}"
 
+    @property
+    def described(self) -> str:
+        """The target as errors name it: ``ledger events/7``, ``events/segment <id>``."""
+        return self.name if self.segment_id is not None else f"ledger {self.name}"
+
     @classmethod
     def of_segment(
         cls,

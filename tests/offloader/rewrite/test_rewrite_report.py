@@ -1,7 +1,7 @@
 """The rewrite report's text as the CLI and the task log print it (docs/OPERATIONS.md), for
 the cases test_rewrite_parts.py leaves out: a dry run's group lines, groups of more than
-two ledgers, a detail, no group at all, several recovered rewrites; and the --ledgers
-range of the CLI at its lower bound."""
+two ledgers, a detail, no group at all, several recovered rewrites, totals over groups of
+mixed outcomes; and the --ledgers range of the CLI at its lower bound."""
 
 from __future__ import annotations
 
@@ -11,7 +11,14 @@ from offloader.exceptions import RewriteFailedError
 from offloader.metadata import Position
 from offloader.rewrite.params import parse_ledger_range
 from offloader.rewrite.plan import LEDGER, SEGMENT, RewriteGroup, Source
-from offloader.rewrite.report import CHANGED, FAILED, PLANNED, GroupResult, RewriteReport
+from offloader.rewrite.report import (
+    CHANGED,
+    FAILED,
+    PLANNED,
+    REWRITTEN,
+    GroupResult,
+    RewriteReport,
+)
 
 
 def _group(*ledger_ids: int) -> RewriteGroup:
@@ -67,6 +74,30 @@ def test_the_failure_names_the_first_failed_group_s_whole_ledger_range() -> None
     assert str(caught.value) == (
         "2 rewrite group(s) failed; the first, of orders ledgers 3..8: OSError: disk"
     )
+
+
+def test_the_totals_add_up_what_each_rewritten_group_reports() -> None:
+    """After a run the objects written are each group's own count (2, a dry run's estimate
+    per group, is not assumed); groups changed or failed count for nothing."""
+    report = RewriteReport(
+        "compact",
+        False,
+        [
+            GroupResult.of(
+                _group(1, 2), REWRITTEN, segment_id="a", objects_after=3, bytes_after=150
+            ),
+            GroupResult.of(_group(3), REWRITTEN, segment_id="b", objects_after=2, bytes_after=90),
+            GroupResult.of(_group(4, 5), CHANGED, detail="source 4 moved"),
+            GroupResult.of(_group(6), FAILED, detail="OSError: disk"),
+        ],
+    )
+    assert report.totals() == {
+        "groups": 2,
+        "objects_before": 6,
+        "objects_after": 5,
+        "bytes_before": 300,
+        "bytes_after": 240,
+    }
 
 
 def test_a_ledger_range_may_start_and_end_at_ledger_0() -> None:

@@ -1,9 +1,11 @@
-"""The scrub report as operators and tools get it, without a backend: its bytes (sorted,
-indented JSON), the checks of a report path (the exact refusals), the atomic file write,
-where a report URL puts it (file or object) and the URLs refused."""
+"""The scrub report as operators and tools get it, without a backend: its whole JSON
+document, its bytes (sorted, indented JSON), its summary and error line, the checks of a
+report path (the exact refusals), the atomic file write (failed or interrupted), where a
+report URL puts it (file or object) and the URLs refused."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -13,6 +15,7 @@ from typing import Any, cast
 
 import pytest
 
+from offloader.exceptions import ScrubFailedError
 from offloader.objectstore import ObjectStore, open_object_store
 from offloader.objectstore.location import FILE, StoreLocation
 from offloader.scrub import Action, Counts, Finding, FindingKind, LedgerVerdict, ScrubReport
@@ -174,6 +177,25 @@ def test_a_failed_report_write_keeps_the_old_report_and_leaves_no_temp(
     assert sorted(tmp_path.iterdir()) == [target]
 
 
+def test_an_interrupt_once_the_report_is_renamed_propagates_as_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C (or a task kill) landing just after the rename: the interrupt propagates,
+    not an error about the temp file being gone already, and the new report is whole."""
+    target = tmp_path / "scrub.json"
+    real: Callable[..., None] = os.replace
+
+    def rename_then_interrupt(src: str, dst: str | os.PathLike[str], **kw: Any) -> None:
+        real(src, dst, **kw)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", rename_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        _report().write(target)
+    assert target.read_bytes() == _report().to_bytes()
+    assert sorted(tmp_path.iterdir()) == [target]
+
+
 def test_a_file_url_report_lands_in_nested_new_folders(tmp_path: Path) -> None:
     report = _report()
     path = tmp_path / "reports" / "weekly" / "scrub.json"
@@ -255,3 +277,125 @@ def test_the_default_report_goes_under_the_store_url_as_given() -> None:
     assert params.with_defaults("run", "s3://b/TIERX").report == (
         "s3://b/TIERX/scrub-reports/run.json"
     )
+
+
+def test_the_report_document_is_the_documented_schema_with_every_value() -> None:
+    """Operators' tools read these exact keys (docs/OPERATIONS.md, "The report"): the run's
+    fields, each damaged ledger or segment with its findings and, for a segment, each
+    ledger's fate; a missing object's finding has a null offset."""
+    crc = {"key": "k-ledger-4", "offset": 17, "kind": "damaged-block", "reason": "crc mismatch"}
+    assert json.loads(_report().to_bytes()) == {
+        "format": "offloader-scrub-report",
+        "format_version": 1,
+        "topics": ["orders", "events"],
+        "repair": True,
+        "started_ms": 1_000,
+        "finished_ms": 2_500,
+        "counts": {"ledgers": 3, "objects": 6, "blocks": 9, "bytes": 4096, "entries": 30},
+        "failed": True,
+        "damaged_ledgers": [
+            {
+                "topic": "orders",
+                "ledger_id": 4,
+                "offload_uuid": "u-4",
+                "action": "repaired",
+                "failed": False,
+                "detail": "again",
+                "replaced_by": "u-5",
+                "findings": [crc],
+                "ledgers": [],
+            },
+            {
+                "topic": "events",
+                "ledger_id": 7,
+                "offload_uuid": "seg",
+                "action": "no-hot-copy",
+                "failed": True,
+                "detail": "segment seg is damaged",
+                "replaced_by": None,
+                "findings": [
+                    {
+                        "key": "seg-data",
+                        "offset": None,
+                        "kind": "truncated",
+                        "reason": "short by 3 bytes",
+                    }
+                ],
+                "ledgers": [
+                    {
+                        "ledger_id": 7,
+                        "action": "no-hot-copy",
+                        "failed": True,
+                        "detail": "hot copy deleted",
+                        "replaced_by": None,
+                        "findings": [],
+                    },
+                    {
+                        "ledger_id": 8,
+                        "action": "repair-failed",
+                        "failed": True,
+                        "detail": "damaged too",
+                        "replaced_by": "u-9",
+                        "findings": [crc],
+                    },
+                ],
+            },
+        ],
+    }
+
+
+def test_the_summary_has_the_counts_then_a_line_per_damaged_entry_finding_and_ledger() -> None:
+    """What ``offloader scrub`` prints without ``--json`` and the Spark job logs: settled
+    (repaired or changed) and failed are counted apart; each finding and each ledger of a
+    segment is indented under its entry, with its offset where the damage has one (a
+    missing object has none)."""
+    report = _report()
+    segment = report.damaged[1]
+    assert [f.offset for f in segment.findings] == [None]
+    gone = Finding("orders", 5, "k-ledger-5", 0, FindingKind.DAMAGED_INDEX, "bad magic")
+    trimmed = LedgerVerdict("orders", 5, "u-6", Action.CHANGED, "trimmed", (gone,))
+    report = dataclasses.replace(report, damaged=[report.damaged[0], trimmed, segment])
+    assert report.summary() == "\n".join(
+        [
+            "scrubbed 3 ledgers: 6 objects, 9 blocks, 4096 bytes, 30 entries; "
+            "3 damaged, 2 settled, 1 failed",
+            "orders/4 (u-4): repaired: again",
+            "  k-ledger-4 offset 17: crc mismatch",
+            "orders/5 (u-6): changed: trimmed",
+            "  k-ledger-5 offset 0: bad magic",
+            "events/7 (seg): no-hot-copy: segment seg is damaged",
+            "  seg-data: short by 3 bytes",
+            "  ledger events/7: no-hot-copy: hot copy deleted",
+            "  ledger events/8: repair-failed: damaged too",
+        ]
+    )
+
+
+@pytest.mark.parametrize(("left", "more"), [(10, ""), (11, " and 1 more")])
+def test_the_failure_names_the_first_ten_ledgers_left_damaged_and_counts_the_rest(
+    left: int, more: str
+) -> None:
+    """The error line stays one readable line for a large damaged segment: ten ledgers by
+    name, then how many more; settled ledgers (repaired ones) are not named."""
+    ids = range(20, 20 + left)
+    segment = LedgerVerdict(
+        "events",
+        19,
+        "seg",
+        Action.NO_HOT_COPY,
+        "segment seg is damaged",
+        (),
+        ledgers=(
+            LedgerRepair(19, Action.REPAIRED, "again", "u-19"),
+            *(LedgerRepair(n, Action.NO_HOT_COPY, "hot copy deleted") for n in ids),
+        ),
+    )
+    repaired = LedgerVerdict("orders", 4, "u-4", Action.REPAIRED, "again", (), "u-5")
+    report = dataclasses.replace(_report(), damaged=[repaired, segment])
+    shown = ", ".join(f"events/{n} (no-hot-copy)" for n in list(ids)[:10])
+    with pytest.raises(ScrubFailedError) as raised:
+        report.raise_for_failure()
+    assert str(raised.value) == (
+        f"scrub found {left} damaged ledger(s) it did not repair: {shown}{more}"
+    )
+    assert raised.value.report is report
