@@ -6,14 +6,13 @@ that moved between plan and run is "no longer streamed"; the data reads back the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
-from fixtures.rewrites import v1_topic
+from fixtures.rewrites import change_after_to_v1_plan, v1_topic
 from fixtures.streamed import metadata_rows, streamed_topic
-from offloader.metadata import Ledger, MetadataStore, OffloadMode
+from offloader.metadata import OffloadMode
 from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.read.topic_reader import Source, TopicReader
 from offloader.rewrite import run as run_module
@@ -135,20 +134,12 @@ def test_a_ledger_migrated_between_plan_and_run_is_no_longer_streamed(
     it and reports it ``changed``, the others go on."""
     rt, ids = runtime, two_topics
     before = TopicReader(rt).checksum(T, Source.TIERED)
-    plan = to_v1.plan_to_v1
 
-    def plan_then_move(
-        metadata: MetadataStore,
-        topics: Sequence[str] | None,
-        first: int | None = None,
-        last: int | None = None,
-    ) -> list[Ledger]:
-        planned = plan(metadata, topics, first, last)
+    def migrate_the_first() -> None:
         (moved,) = to_v1.migrate_to_v1(rt, [T], ids[0], ids[0])
         assert moved.outcome is to_v1.ToV1Outcome.MIGRATED
-        return planned
 
-    monkeypatch.setattr(run_module, "plan_to_v1", plan_then_move)
+    change_after_to_v1_plan(monkeypatch, run_module, migrate_the_first)
     report = to_v1_run(rt, topics=[T], last_ledger=ids[1])
     second = rt.metadata.get_ledger(T, ids[1])
     assert report["groups"] == [

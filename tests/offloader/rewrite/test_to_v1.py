@@ -7,11 +7,11 @@ test_to_v1_crash.py."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 
 import pytest
 
 from fixtures.backends import make_topic, produce_ledgers, unaccounted_objects
+from fixtures.rewrites import change_after_to_v1_plan
 from fixtures.streamed import SWAP_POINTS, ledgers_by_segment, metadata_rows, streamed_topic
 from offloader import failpoints
 from offloader.exceptions import NotFoundError, TrimmedError
@@ -21,8 +21,6 @@ from offloader.gc.sweep import sweep
 from offloader.hottier.writer import ManagedLedgerWriter
 from offloader.metadata import (
     AttemptState,
-    Ledger,
-    MetadataStore,
     OffloadMode,
     Position,
     SegmentState,
@@ -389,23 +387,15 @@ def test_a_ledger_trimmed_or_migrated_since_the_plan_names_no_attempt_of_its_own
     reports an attempt as the one this run committed."""
     rt = runtime
     ids = streamed_topic(rt, T, 3)
-    plan = to_v1.plan_to_v1
 
-    def plan_then_change(
-        metadata: MetadataStore,
-        topics: Sequence[str] | None,
-        first: int | None = None,
-        last: int | None = None,
-    ) -> list[Ledger]:
-        planned = plan(metadata, topics, first, last)
+    def trim_one_and_move_the_next() -> None:
         trim_topic(rt, T, Position(ledger_id=ids[1], entry_id=0))
         moved = LedgerOffloader(rt).replace_ledger(
             T, ids[1], None, "elsewhere", source=EntrySource.TIER
         )
         assert moved.outcome is Outcome.REPLACED
-        return planned
 
-    monkeypatch.setattr(to_v1, "plan_to_v1", plan_then_change)
+    change_after_to_v1_plan(monkeypatch, to_v1, trim_one_and_move_the_next)
     results = migrate_to_v1(rt, [T])
 
     moved_as = rt.metadata.get_ledger(T, ids[1]).offload_uuid

@@ -11,10 +11,10 @@ import pytest
 
 from fixtures.damage import overwrite_object
 from fixtures.pulsar_v1 import pulsar_write_blocks, pulsar_write_index
-from fixtures.scrub import DAMAGES, expected_counts, index_of, offloaded_topic
+from fixtures.scrub import DAMAGES, expected_counts, index_of, offloaded_topic, store_as_pulsar
 from offloader.exceptions import NotFoundError, ScrubFailedError
 from offloader.format import decode_index
-from offloader.metadata import Ledger, schema
+from offloader.metadata import Ledger
 from offloader.runtime import Runtime
 from offloader.scrub import (
     Action,
@@ -104,18 +104,7 @@ def as_pulsar_objects(rt: Runtime, ledger: Ledger) -> list[tuple[int, bytes]]:
     length as it would have at commit. The blocks."""
     entries = list(rt.hot.read(ledger.topic, ledger.ledger_id))
     blocks = pulsar_write_blocks(entries, 64 * 1024)
-    data = b"".join(raw for _, raw in blocks)
-    assert ledger.data_key is not None and ledger.index_key is not None
-    overwrite_object(rt.objects, ledger.data_key, lambda _: data)
-    index = pulsar_write_index(blocks, bytes.fromhex("0801100218c8012203666f6f"))
-    overwrite_object(rt.objects, ledger.index_key, lambda _: index)
-    ledgers = schema.ledgers
-    with rt.metadata.transaction() as conn:
-        conn.execute(
-            ledgers.update()
-            .where(ledgers.c.topic == ledger.topic, ledgers.c.ledger_id == ledger.ledger_id)
-            .values(data_len=len(data))
-        )
+    store_as_pulsar(rt, ledger, blocks, bytes.fromhex("0801100218c8012203666f6f"))
     return blocks
 
 

@@ -17,8 +17,8 @@ from crc32c import crc32c
 from fixtures.backends import make_topic, produce_ledgers
 from fixtures.damage import flip, offloaded_ledger, overwrite_object, pack_at
 from fixtures.faults import ServerErrors
-from fixtures.pulsar_v1 import pulsar_write_blocks, pulsar_write_index
-from fixtures.scrub import index_of, offloaded_topic
+from fixtures.pulsar_v1 import pulsar_write_blocks
+from fixtures.scrub import index_of, offloaded_topic, store_as_pulsar
 from offloader.format import (
     ENTRY_FRAME,
     HEADER_LEN,
@@ -46,6 +46,7 @@ from offloader.stream.offloader import StreamingOffloader
 
 DAMAGED = FindingKind.DAMAGED_BLOCK
 MISMATCH = FindingKind.METADATA_MISMATCH
+PULSAR_META = b"\x08\x01"  # Pulsar's ledger metadata, field 1 only
 ONLY_FILES = pytest.mark.parametrize("backend_settings", ["fs-sqlite"], indirect=True)
 
 
@@ -84,23 +85,6 @@ def rewrite_ledger(
     )
     overwrite_object(rt.objects, ledger.data_key, lambda _: data)
     overwrite_object(rt.objects, ledger.index_key, lambda _: index)
-
-
-def as_pulsar(rt: Runtime, ledger: Ledger, blocks: list[tuple[int, bytes]]) -> None:
-    """Replace the ledger's objects by Pulsar's: the ``blocks``, an index listing each with
-    the first entry id given (foreign metadata), and the length a commit would record."""
-    assert ledger.data_key is not None and ledger.index_key is not None
-    data = b"".join(raw for _, raw in blocks)
-    overwrite_object(rt.objects, ledger.data_key, lambda _: data)
-    index = pulsar_write_index(blocks, b"\x08\x01")
-    overwrite_object(rt.objects, ledger.index_key, lambda _: index)
-    L = schema.ledgers
-    with rt.metadata.transaction() as conn:
-        conn.execute(
-            L.update()
-            .where(L.c.topic == ledger.topic, L.c.ledger_id == ledger.ledger_id)
-            .values(data_len=len(data))
-        )
 
 
 def test_findings_read_as_ledger_key_offset_and_reason_in_the_operators_warning(
@@ -215,7 +199,7 @@ def test_a_pulsar_object_without_its_first_entry(runtime: Runtime) -> None:
     ledger = offloaded_ledger(runtime, 300, 2000, fixed=True)
     assert ledger.index_key is not None and ledger.data_key is not None
     entries = list(runtime.hot.read("orders", ledger.ledger_id))
-    as_pulsar(runtime, ledger, pulsar_write_blocks(entries[1:], 64 * 1024))
+    store_as_pulsar(runtime, ledger, pulsar_write_blocks(entries[1:], 64 * 1024), PULSAR_META)
     assert scrubbed(runtime, ledger) == (
         Finding(
             "orders",
@@ -246,7 +230,9 @@ def test_a_pulsar_index_that_moves_a_block_boundary_back_one_entry(runtime: Runt
     blocks = pulsar_write_blocks(entries, 64 * 1024)
     assert len(blocks) >= 3
     second = blocks[1][0]
-    as_pulsar(runtime, ledger, [blocks[0], (second - 1, blocks[1][1]), *blocks[2:]])
+    store_as_pulsar(
+        runtime, ledger, [blocks[0], (second - 1, blocks[1][1]), *blocks[2:]], PULSAR_META
+    )
     counted_end = HEADER_LEN + (second - 1) * (ENTRY_FRAME + size)
     assert scrubbed(runtime, ledger) == (
         Finding(
