@@ -5,23 +5,19 @@ counts its requests, are in test_merge_packing.py."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from offloader.format import BlockRef
 from offloader.objectstore import Capabilities
+from offloader.objectstore.filesystem import FilesystemObjectStore
 from offloader.rewrite.merge_parts import Cutter, PlannedPart, SourceBlock
 
 
 def _limits(min_part: int, max_part: int) -> Capabilities:
-    return Capabilities(
-        multipart=True,
-        conditional_create=True,
-        ranged_read=True,
-        part_copy=True,
-        min_part_size=min_part,
-        max_part_size=max_part,
-        max_parts=10_000,
-        max_delete_batch=1000,
+    """S3-like part bounds on the filesystem store's own capabilities."""
+    return dataclasses.replace(
+        FilesystemObjectStore.capabilities, min_part_size=min_part, max_part_size=max_part
     )
 
 

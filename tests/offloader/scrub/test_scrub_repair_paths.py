@@ -19,11 +19,11 @@ from fixtures.streamed import (
     flip_a_payload_byte,
     ledgers_by_segment,
     shared_segment,
+    streamed_open_ledger,
     streamed_topic,
 )
 from fixtures.takeover import OnPut
 from offloader.format import decode_segment_index
-from offloader.hottier.writer import ManagedLedgerWriter
 from offloader.metadata import Ledger, OffloadMode, Segment, schema
 from offloader.offload.ledger_offloader import LedgerOffloader
 from offloader.runtime import Runtime
@@ -38,7 +38,6 @@ from offloader.scrub import (
 )
 from offloader.scrub.report import LedgerRepair
 from offloader.scrub.spread import scrub_partition
-from offloader.stream.offloader import StreamingOffloader
 
 T = "events"
 SMALL = [(40, 2000), (30, 2000)]  # single-block ledgers: the index is the last put
@@ -248,12 +247,7 @@ def test_a_ledger_still_being_streamed_is_told_to_wait_for_its_offload(runtime: 
     report says so and tells the operator when to scrub again."""
     rt = runtime
     streamed_topic(rt, T, 2)
-    part = max(4096, rt.objects.capabilities.min_part_size)
-    with ManagedLedgerWriter(rt.metadata, rt.hot, T) as writer:
-        for _ in range(6):
-            open_id, _ = writer.append(b"o" * (part // 16))
-        writer.sync()
-        StreamingOffloader(rt).run_pass(T, close_now=True)
+    with streamed_open_ledger(rt, T) as open_id:
         held = ledgers_by_segment(rt, T)
         (victim,) = [s for s in rt.metadata.segments.list(T) if held[s.segment_id] == {open_id}]
         flip_a_payload_byte(rt, victim)

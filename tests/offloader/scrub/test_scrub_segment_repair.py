@@ -17,18 +17,17 @@ from fixtures.streamed import (
     ledgers_by_segment,
     metadata_rows,
     shared_segment,
+    streamed_open_ledger,
     streamed_topic,
 )
 from offloader.exceptions import ScrubFailedError
 from offloader.gc.deletion_queue import process_deletions
-from offloader.hottier.writer import ManagedLedgerWriter
 from offloader.metadata import AttemptState, OffloadMode, Position, Segment, SegmentState
 from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.retention.deletion import finish_deleted_ledgers
 from offloader.retention.trim import trim_topic
 from offloader.runtime import Runtime
 from offloader.scrub import Action, ScrubReport, run_scrub
-from offloader.stream.offloader import StreamingOffloader
 
 T = "events"
 
@@ -164,11 +163,7 @@ def test_a_ledger_still_being_streamed_fails_the_run_and_keeps_the_segment(
     part = max(4096, rt.objects.capabilities.min_part_size)
     make_topic(rt, T, streaming=True, min_part_bytes=part, segment_max_bytes=4 * part)
     sealed = produce_ledgers(rt, T, [(12, part // 8)])
-    with ManagedLedgerWriter(rt.metadata, rt.hot, T) as writer:
-        for _ in range(6):
-            open_id, _ = writer.append(b"o" * (part // 16))
-        writer.sync()
-        StreamingOffloader(rt).run_pass(T, close_now=True)
+    with streamed_open_ledger(rt, T) as open_id:
         held = ledgers_by_segment(rt, T)
         (victim,) = [s for s in rt.metadata.segments.list(T) if open_id in held[s.segment_id]]
         assert set(sealed) & held[victim.segment_id]
