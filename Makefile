@@ -69,9 +69,10 @@ doc-screenshots: install browser
 bench: install
 	$(BIN)/python -m benchmarks.run
 
-# Mutation testing (docs/TESTING.md): slow, not in CI; results kept in var/mutation/full, so a
-# rerun only tests what changed. MUTANTS="offloader.offload.planner.*" narrows it,
-# MUTATE_CHILDREN sets the parallelism (the default 2 suits a shared 2-core machine).
+# Mutation testing (docs/TESTING.md): slow, not in CI; verdicts kept in mutation/results.json
+# (and var/mutation/full), so a rerun only tests what changed.
+# MUTANTS="offloader.offload.planner.*" narrows it, MUTATE_CHILDREN sets the parallelism (the
+# default 2 suits a shared 2-core machine).
 MUTATE_CHILDREN ?= 2
 mutate: install
 	$(BIN)/python scripts/mutation_run.py $(if $(FRESH),--fresh) --max-children $(MUTATE_CHILDREN) $(MUTANTS)
@@ -90,7 +91,7 @@ mutate-unchecked: install
 mutate-smoke: install
 	$(BIN)/python scripts/mutation_run.py --smoke --max-children $(MUTATE_CHILDREN)
 
-# docs/TESTING.md's table and survivor list, from the last `make mutate`.
+# docs/TESTING.md's score table and mutation/report.md (runs, survivors), from the kept verdicts.
 mutate-docs: install
 	$(BIN)/python scripts/mutation_report.py --write-docs
 

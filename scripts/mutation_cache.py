@@ -3,7 +3,7 @@
 mutmut keeps a verdict per mutant, and the hash of every mutated function, in ``.meta``
 files beside its mutated copy; a later run re-tests only the mutants of functions whose
 hash changed. Those files live in ``var/`` and die with the machine, while a whole run
-takes hours on a 2-core VM. ``docs/mutation_results.json`` holds the same facts in a
+takes hours on a 2-core VM. ``mutation/results.json`` holds the same facts in a
 compact form: per module and function, the hash, the exit codes of its mutants (mutant
 ``N`` at index ``N - 1``; ``null`` for one not yet tested) and the run that produced
 them. ``seed`` writes ``.meta`` files from it into an empty staging directory, so mutmut
@@ -27,7 +27,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CACHE = ROOT / "docs" / "mutation_results.json"
+CACHE = ROOT / "mutation" / "results.json"
 INTERRUPTED = 2  # mutmut's exit code for "check was interrupted by user"
 _MUTANT = re.compile(r"^(?P<func>.+)__mutmut_(?P<n>\d+)$")
 

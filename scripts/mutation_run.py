@@ -8,7 +8,7 @@ them) and ``tests``, ``benchmarks`` and ``pyproject.toml`` link to the repo's. T
 processes get ``PYTHONPATH=<stage>/mutants/src``, so even a subprocess imports the mutated
 copy, never the editable install. The configuration is ``[tool.mutmut]`` in pyproject.toml.
 
-``make mutate`` starts from the verdicts kept in docs/mutation_results.json
+``make mutate`` starts from the verdicts kept in mutation/results.json
 (scripts/mutation_cache.py) and folds its own back in, so a clean clone on a new machine
 tests only the mutants of functions changed since the recorded runs; ``--fresh`` forgets
 both the staging directory and that file's verdicts.
