@@ -19,7 +19,7 @@ from offloader.offload.planner import CreationWindow
 from offloader.offload.runs import offload_batch, plan_batches, summarize
 from offloader_airflow.assets import DELETION_QUEUE, OFFLOADED_LEDGERS
 from offloader_airflow.base import OffloaderBaseOperator, offloader_template_fields
-from offloader_airflow.links import XCOM_KEY, OffloadedObjectsLink, object_browser_url
+from offloader_airflow.links import OffloadedObjectsLink
 
 
 def _optional_int(value: Any, name: str) -> int | None:
@@ -145,13 +145,9 @@ class OffloadLedgersOperator(OffloaderBaseOperator):
             first = next((r for r in results if r.attempt_id), None)
             if first is not None:
                 ledger = runtime.metadata.get_ledger(first.topic, first.ledger_id)
-                settings = runtime.settings
-                link = object_browser_url(
-                    settings.resolved_object_store_url,
-                    settings.s3_endpoint_url,
-                    ledger.data_key or "",
-                )
-                context["ti"].xcom_push(key=XCOM_KEY, value=link)
+                if ledger.store_id is not None:  # where its offload went, not the default
+                    location = runtime.metadata.get_store(ledger.store_id)
+                    OffloadedObjectsLink.persist(context, location, ledger.data_key or "")
         for r in results:
             self.log.info(
                 "ledger %s/%s: %s (%d bytes, %.3fs)",

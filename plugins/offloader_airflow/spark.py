@@ -7,10 +7,17 @@ and hands them to ``spark-submit`` through the child process's environment, buil
 execute time: not ``env_vars``, which is a template field (rendered fields are stored) and
 becomes ``--conf`` on YARN and Kubernetes. The driver passes executors what they need in
 the task closure (docs/CONFIGURATION.md, "Spark jobs").
+
+Only the Spark provider's public API is used: the task builds its ``SparkSubmitHook`` with
+the hook's constructor from the operator's arguments (as ``SparkSubmitOperator`` builds its
+own), hands the environment to the hook's ``submit`` (its keyword arguments go to
+``Popen``), kills through the hook's ``on_kill``, and reads the deploy mode from the
+connection (``BaseHook.get_connection``).
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import tempfile
@@ -19,8 +26,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import Context
+from airflow.sdk import BaseHook, Context
+from airflow.sdk.exceptions import AirflowException
 
 from offloader.bulk.params import ExportParams
 from offloader.rewrite.params import RewriteParams
@@ -32,12 +41,37 @@ from offloader_airflow.hooks import OffloaderHook
 #: include/spark_jobs/ beside plugins/ (the repo's layout, and the image's /opt/offloader)
 SPARK_JOBS = Path(__file__).parent.parent.parent / "include" / "spark_jobs"
 
+#: ``SparkSubmitHook``'s constructor arguments that ``SparkSubmitOperator`` renders as
+#: template fields: read from the operator when the hook is built
+RENDERED_HOOK_ARGUMENTS = tuple(
+    name
+    for name in inspect.signature(SparkSubmitHook).parameters
+    if name in SparkSubmitOperator.template_fields
+)
+#: the other ones (but ``conn_id``): taken as they were given to the operator
+GIVEN_HOOK_ARGUMENTS = tuple(
+    name
+    for name in inspect.signature(SparkSubmitHook).parameters
+    if name not in SparkSubmitOperator.template_fields and name != "conn_id"
+)
+
 
 def child_environment(parent: Mapping[str, str], settings: Settings) -> dict[str, str]:
     """``parent`` without any ``OFFLOADER_*`` variable of the worker, plus ``settings``'
     (the driver must see exactly the connection's settings, as tasks do)."""
     env = {k: v for k, v in parent.items() if not k.startswith("OFFLOADER_")}
     return {**env, **settings.environment()}
+
+
+def connection_deploy_mode(conn_id: str) -> str | None:
+    """The deploy mode the Spark connection's extra asks for, read as ``SparkSubmitHook``
+    reads it: None when the connection cannot be loaded (the hook then submits to yarn)."""
+    try:
+        extra = BaseHook.get_connection(conn_id).extra_dejson
+    except AirflowException:
+        return None
+    mode = extra.get("deploy-mode")
+    return mode if isinstance(mode, str) else None
 
 
 class OffloaderSparkOperator(SparkSubmitOperator):
@@ -59,13 +93,20 @@ class OffloaderSparkOperator(SparkSubmitOperator):
         self,
         *,
         application: str,
+        conn_id: str = SparkSubmitHook.default_conn_name,
         offloader_conn_id: str = OffloaderHook.default_conn_name,
         aws_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(application=application, **kwargs)
+        super().__init__(application=application, conn_id=conn_id, **kwargs)
+        self.spark_conn_id = conn_id
         self.offloader_conn_id = offloader_conn_id
         self.aws_conn_id = aws_conn_id
+        #: the spark-submit options given that are not template fields (the rendered ones
+        #: are the operator's attributes): ``SparkSubmitOperator`` keeps them private
+        self.submit_options = {k: v for k, v in kwargs.items() if k in GIVEN_HOOK_ARGUMENTS}
+        #: the hook of this task's spark-submit once it is built (``on_kill`` stops it)
+        self.submit_hook: SparkSubmitHook | None = None
 
     @cached_property
     def offloader_hook(self) -> OffloaderHook:
@@ -77,6 +118,22 @@ class OffloaderSparkOperator(SparkSubmitOperator):
         if self.env_vars:
             raise ValueError("env_vars is not taken: the job's settings come from the connection")
         return self.offloader_hook.get_portable_settings()
+
+    def make_submit_hook(self) -> SparkSubmitHook:
+        """A hook for this task's spark-submit, built from the operator's arguments (the
+        template fields as rendered) as ``SparkSubmitOperator`` builds its own."""
+        rendered = {name: getattr(self, name) for name in RENDERED_HOOK_ARGUMENTS}
+        return SparkSubmitHook(conn_id=self.spark_conn_id, **self.submit_options, **rendered)
+
+    def deploy_mode(self) -> str | None:
+        """The deploy mode spark-submit gets: the operator's ``deploy_mode``, else the
+        connection's (the order ``SparkSubmitHook`` resolves them in)."""
+        return self.submit_options.get("deploy_mode") or connection_deploy_mode(self.spark_conn_id)
+
+    def on_kill(self) -> None:
+        """Kill the spark-submit (the driver runs in it, client mode), if one was started."""
+        if self.submit_hook is not None:
+            self.submit_hook.on_kill()
 
     def submit_app(
         self, params_json: str, settings: Settings, *, want_result: bool = False
@@ -94,17 +151,17 @@ class OffloaderSparkOperator(SparkSubmitOperator):
             result = Path(scratch) / "result.json"
             if want_result:  # the driver runs here (client mode): a local file reaches it
                 self.application_args.append(str(result))
-            self._hook = self._get_hook()
-            if self._hook._connection["deploy_mode"] == "cluster":  # resolved from conn_id
+            hook = self.make_submit_hook()
+            if self.deploy_mode() == "cluster":
                 raise ValueError(
-                    f"connection {self._conn_id!r} asks for deploy mode 'cluster': the job's "
-                    "driver gets its settings from the submitting task's environment, so it "
-                    "runs in client mode; set the extra deploy-mode to client"
+                    f"connection {self.spark_conn_id!r} asks for deploy mode 'cluster': the "
+                    "job's driver gets its settings from the submitting task's environment, "
+                    "so it runs in client mode; set the extra deploy-mode to client"
                 )
-            try:
-                self._hook.submit(self.application, env=child_environment(os.environ, settings))
-            finally:
-                _close_submit_pipe(self._hook)
+            self.submit_hook = hook
+            # spark-submit's output pipe is left to the garbage collector: the hook reads it
+            # to the end but does not close it, and offers no public way to
+            hook.submit(self.application, env=child_environment(os.environ, settings))
             if not want_result or not result.exists():
                 return None
             answer: dict[str, Any] = json.loads(result.read_text())
@@ -249,10 +306,3 @@ class BulkRewriteOperator(OffloaderSparkOperator):
 def _group_line(group: dict[str, Any]) -> str:
     ledgers = group["ledgers"]
     return f"{group['topic']} ledgers {ledgers[0]}..{ledgers[-1]}: {group['outcome']}"
-
-
-def _close_submit_pipe(hook: Any) -> None:
-    """The provider reads spark-submit's output to the end but never closes the pipe."""
-    process = getattr(hook, "_submit_sp", None)
-    if process is not None and process.stdout is not None:
-        process.stdout.close()
