@@ -30,6 +30,7 @@ from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.ledger_offloader import LedgerOffloader
 from offloader.offload.params import OffloadRunParams
 from offloader.offload.runs import plan_batches
+from offloader.params import parse_ledger_range
 from offloader.policy import OffloadPolicy
 from offloader.read.topic_reader import Source, TopicReader
 from offloader.retention.cuts import take_cut
@@ -37,7 +38,7 @@ from offloader.retention.deletion import finish_deleted_ledgers
 from offloader.retention.run import apply_retention
 from offloader.retention.run import describe as describe_retention
 from offloader.retention.trim import TrimResult, delete_topic, resolve_target, trim_topic
-from offloader.rewrite.params import COMPACT, TO_V1, TO_V2, RewriteParams, parse_ledger_range
+from offloader.rewrite.params import COMPACT, TO_V1, TO_V2, RewriteParams
 from offloader.rewrite.report import RewriteReport
 from offloader.rewrite.run import recover_stale_rewrites, run_rewrite
 from offloader.runtime import Runtime, check_database, upgrade_database

@@ -51,7 +51,7 @@ def offloader_dag(
 def model_params(model: type[BaseModel]) -> dict[str, Param]:
     """One Param per field of ``model``, its schema generated from the model's (optional
     fields typed ``["null", T]``), so the form checks exactly what the model checks."""
-    from offloader.offload.params import form_schema
+    from offloader.params import form_schema
 
     params = {}
     for name, schema in form_schema(model).items():
