@@ -1,22 +1,23 @@
 """Thin operators of the ``garbage_collection`` DAG: drain the deletion queue, summarise it.
 
-The work is the library's (``offloader.gc.deletion_queue``); these validate the run's
-params, open a Runtime from the connection, call it and log what happened.
+The work is the library's (``offloader.gc.run``, ``offloader.gc.deletion_queue``); these
+validate the run's params, open a Runtime from the connection, call it and log what
+happened.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict
+from functools import partial
 from typing import Any
 
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
 from offloader.gc.deletion_queue import drain_queue
+from offloader.gc.run import collect_garbage
 from offloader.metadata import Deletion, DeletionBacklog
-from offloader.retention.deletion import finish_deleted_ledgers
-from offloader.rewrite.run import recover_stale_rewrites
 from offloader_airflow.base import OffloaderBaseOperator, offloader_template_fields
 from offloader_airflow.operators import _bool, _optional_int, raise_if_failed
 
@@ -55,20 +56,12 @@ class DrainDeletionQueueOperator(OffloaderBaseOperator):
         max_items = _at_least_one(self.max_items, "max_items")
         budget = _at_least_one(self.time_budget_seconds, "time_budget_seconds")
         dry_run = _bool(self.dry_run, "dry_run")
+        drain = partial(
+            drain_queue, max_items=max_items, time_budget_seconds=budget, dry_run=dry_run
+        )
         with self.hook.get_runtime() as rt:
-            # dead rewrites and trims cut short are finished first: their keys join the drain
-            recovered = [] if dry_run else [s.segment_id for s in recover_stale_rewrites(rt)]
-            finished = 0 if dry_run else finish_deleted_ledgers(rt)
-            result = drain_queue(
-                rt.metadata,
-                rt.stores,
-                rt.settings,
-                max_items=max_items,
-                time_budget_seconds=budget,
-                dry_run=dry_run,
-            )
-            # trimmed ledgers whose queued keys are now all gone become `deleted`
-            finished += 0 if dry_run else finish_deleted_ledgers(rt)
+            run = collect_garbage(rt, drain, dry_run=dry_run)
+        result = run.drained
         self.log.info(
             "%d passes: deleted %d, failed %d in %d delete requests, %.1fs (stopped: %s)",
             result.passes,
@@ -81,8 +74,8 @@ class DrainDeletionQueueOperator(OffloaderBaseOperator):
         return {
             **asdict(result),
             "backlog": result.backlog.model_dump(mode="json"),
-            "ledgers_deleted": finished,
-            "rewrites_recovered": recovered,
+            "ledgers_deleted": run.ledgers_deleted,
+            "rewrites_recovered": run.rewrites_recovered,
         }
 
 
