@@ -57,20 +57,3 @@ def model_params(model: type[BaseModel]) -> dict[str, Param]:
     for name, schema in form_schema(model).items():
         params[name] = Param(schema.pop("default"), **schema)
     return params
-
-
-def topic_param(description: str) -> Param:
-    """The form field naming one topic; empty (None) means every topic. Nullable, so the UI's
-    trigger form does not count the empty default as a missing required value."""
-    return Param(
-        None, type=["null", "string"], maxLength=512, title="Topic", description=description
-    )
-
-
-def optional_number_param(title: str, description: str, kind: str = "integer") -> Param:
-    """A form field that may stay empty (None) or hold a number >= 0."""
-    return Param(None, type=["null", kind], minimum=0, title=title, description=description)
-
-
-def dry_run_param(description: str) -> Param:
-    return Param(False, type="boolean", title="Dry run", description=description)
