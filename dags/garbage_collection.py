@@ -30,10 +30,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, Param, TriggerRule
+from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, TriggerRule
 
+from offloader.gc.params import GcParams
 from offloader_airflow.assets import DELETION_QUEUE
-from offloader_airflow.dag_defaults import dry_run_param, offloader_dag
+from offloader_airflow.dag_defaults import model_params, offloader_dag
 from offloader_airflow.gc_operators import DeletionQueueSummaryOperator, DrainDeletionQueueOperator
 from offloader_airflow.maintenance_operators import ExportMetadataOperator, SweepOrphansOperator
 
@@ -46,34 +47,13 @@ with offloader_dag(
     doc_md=__doc__,
     execution_timeout=timedelta(hours=1),
     tags=("gc",),
-    params={
-        "max_items": Param(
-            100_000,
-            type="integer",
-            minimum=1,
-            maximum=10_000_000,
-            title="Most keys to take",
-            description="Stop after this many queued keys were tried in this run.",
-        ),
-        "time_budget_seconds": Param(
-            1800,
-            type="integer",
-            minimum=1,
-            maximum=3300,
-            title="Time budget (seconds)",
-            description="Start no new pass after this long; the next run goes on.",
-        ),
-        "dry_run": dry_run_param(
-            "Only report: orphans the sweep would queue, the backlog, failing items."
-        ),
-    },
+    # the form is generated from the model the drain task checks with
+    params=model_params(GcParams),
 ) as dag:
     sweep = SweepOrphansOperator(task_id="sweep", dry_run=dag.param("dry_run"))
     drain = DrainDeletionQueueOperator(
         task_id="drain",
-        max_items=dag.param("max_items"),
-        time_budget_seconds=dag.param("time_budget_seconds"),
-        dry_run=dag.param("dry_run"),
+        **{name: dag.param(name) for name in GcParams.model_fields},
         trigger_rule=TriggerRule.ALL_DONE,  # a store the sweep could not list blocks nothing
     )
     export = ExportMetadataOperator(

@@ -19,17 +19,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from airflow.sdk import Param, TriggerRule
+from airflow.sdk import TriggerRule
 
+from offloader.retention.params import RetentionParams
 from offloader_airflow.assets import DELETION_QUEUE
-from offloader_airflow.dag_defaults import (
-    dry_run_param,
-    offloader_dag,
-    optional_number_param,
-    topic_param,
-)
+from offloader_airflow.dag_defaults import model_params, offloader_dag
 from offloader_airflow.retention_operators import (
-    REQUEST_FIELDS,
     ApplyRetentionOperator,
     PlanRetentionOperator,
     RetentionCutsOperator,
@@ -44,31 +39,11 @@ with offloader_dag(
     max_retry_delay=timedelta(minutes=5),
     execution_timeout=timedelta(hours=1),
     tags=("retention",),
-    params={
-        "topic": topic_param("Act on this topic only; leave empty for every topic (policy run)."),
-        "cut_id": optional_number_param(
-            "Trim at cut", "Trim the topic at this stream cut (`offloader cut list TOPIC`)."
-        ),
-        "position": Param(
-            None,  # nullable: the UI's form counts an empty non-null string as missing
-            type=["null", "string"],
-            pattern=r"^(\s*|\s*\d+:\d+\s*)$",
-            title="Trim at position",
-            description="Trim the topic at LEDGER:ENTRY (e.g. 12:0) instead of a cut.",
-        ),
-        "retention_time_seconds": optional_number_param(
-            "Keep at least (seconds)", "Override the topic's retention time for this run.", "number"
-        ),
-        "retention_size_bytes": optional_number_param(
-            "Keep at least (bytes)", "Override the topic's retention size for this run."
-        ),
-        "dry_run": dry_run_param(
-            "Log where each topic would be trimmed and what would go; change nothing."
-        ),
-    },
+    # the form is generated from the model the plan task checks with
+    params=model_params(RetentionParams),
 ) as dag:
     plan = PlanRetentionOperator(
-        task_id="plan", **{name: dag.param(name) for name in REQUEST_FIELDS}
+        task_id="plan", **{name: dag.param(name) for name in RetentionParams.model_fields}
     )
     cuts = RetentionCutsOperator(task_id="retention_cut_generation", plan=plan.output)
     apply = ApplyRetentionOperator.partial(

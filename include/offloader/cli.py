@@ -15,6 +15,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, is_dataclass
+from functools import partial
 from typing import Any, NoReturn
 
 from pydantic import BaseModel
@@ -22,6 +23,7 @@ from pydantic import BaseModel
 from offloader.errors import describe_error
 from offloader.format import ENTRY_FRAME, HEADER_LEN
 from offloader.gc.deletion_queue import DEFAULT_PASS_LIMIT, process_deletions
+from offloader.gc.run import collect_garbage
 from offloader.gc.sweep import SweepResult, sweep
 from offloader.hottier import MAX_ENTRY_BYTES
 from offloader.hottier.writer import ManagedLedgerWriter
@@ -30,21 +32,22 @@ from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.ledger_offloader import LedgerOffloader
 from offloader.offload.params import OffloadRunParams
 from offloader.offload.runs import plan_batches
+from offloader.params import parse_ledger_range
 from offloader.policy import OffloadPolicy
 from offloader.read.topic_reader import Source, TopicReader
 from offloader.retention.cuts import take_cut
-from offloader.retention.deletion import finish_deleted_ledgers
 from offloader.retention.run import apply_retention
 from offloader.retention.run import describe as describe_retention
 from offloader.retention.trim import TrimResult, delete_topic, resolve_target, trim_topic
-from offloader.rewrite.params import COMPACT, TO_V1, TO_V2, RewriteParams, parse_ledger_range
+from offloader.rewrite.params import COMPACT, TO_V1, TO_V2, RewriteParams
 from offloader.rewrite.report import RewriteReport
-from offloader.rewrite.run import recover_stale_rewrites, run_rewrite
+from offloader.rewrite.run import run_rewrite
 from offloader.runtime import Runtime, check_database, upgrade_database
 from offloader.scrub import ScrubReport, run_scrub
 from offloader.settings import Settings
 from offloader.status import topic_tiers
 from offloader.stream.offloader import StreamingOffloader
+from offloader.stream.runs import stream_topic
 
 Handler = Callable[[argparse.Namespace, Runtime], tuple[Any, str]]
 
@@ -171,16 +174,16 @@ def cmd_offload(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
 
 def cmd_stream(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     """One streaming offload pass (PIP-76), then hot copies past their deletion lag."""
-    owner = f"cli:{socket.gethostname()}:{os.getpid()}"
-    result = StreamingOffloader(rt, owner=owner).run_pass(args.topic, close_now=args.close_now)
-    hot_deleted = delete_hot_copies(rt.metadata, rt.hot, args.topic)
-    summary = {**result.as_dict(), "hot_deleted": [h.ledger_id for h in hot_deleted]}
+    offloader = StreamingOffloader(rt, owner=f"cli:{socket.gethostname()}:{os.getpid()}")
+    summary = stream_topic(rt, offloader, args.topic, close_now=args.close_now)
     lines = [
-        f"epoch {result.epoch}: {result.parts_uploaded} parts, {result.bytes_uploaded} bytes",
-        f"segments committed: {result.committed or '-'}; failed: {result.failed or '-'}",
-        f"open segment: {result.open_segment or '-'}, offloaded to {result.offloaded_to or '-'}, "
-        f"{result.waiting_bytes} bytes waiting in the hot tier",
-        f"ledgers offloaded: {result.settled_ledgers or '-'}; "
+        f"epoch {summary['epoch']}: {summary['parts_uploaded']} parts, "
+        f"{summary['bytes_uploaded']} bytes",
+        f"segments committed: {summary['committed'] or '-'}; failed: {summary['failed'] or '-'}",
+        f"open segment: {summary['open_segment'] or '-'}, offloaded to "
+        f"{summary['offloaded_to'] or '-'}, {summary['waiting_bytes']} bytes waiting in the "
+        "hot tier",
+        f"ledgers offloaded: {summary['settled_ledgers'] or '-'}; "
         f"hot copies deleted: {summary['hot_deleted'] or '-'}",
     ]
     return summary, "\n".join(lines)
@@ -223,13 +226,8 @@ def cmd_checksum(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
 
 
 def cmd_gc(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
-    # dead rewrites (lease run out) are failed and their uploads aborted, and trims cut
-    # short are finished first, so their keys join this pass; then the ledgers whose
-    # queued keys are all gone are recorded deleted
-    recovered = [s.segment_id for s in recover_stale_rewrites(rt)]
-    finished = finish_deleted_ledgers(rt)
-    result = process_deletions(rt.metadata, rt.stores, rt.settings, limit=args.limit)
-    finished += finish_deleted_ledgers(rt)
+    run = collect_garbage(rt, partial(process_deletions, limit=args.limit))
+    result, finished, recovered = run.drained, run.ledgers_deleted, run.rewrites_recovered
     text = (
         f"deleted {result.deleted}, failed {result.failed}, pending {result.remaining} "
         f"({result.delete_requests} delete requests); {finished} trimmed ledgers now deleted"

@@ -51,26 +51,9 @@ def offloader_dag(
 def model_params(model: type[BaseModel]) -> dict[str, Param]:
     """One Param per field of ``model``, its schema generated from the model's (optional
     fields typed ``["null", T]``), so the form checks exactly what the model checks."""
-    from offloader.offload.params import form_schema
+    from offloader.params import form_schema
 
     params = {}
     for name, schema in form_schema(model).items():
         params[name] = Param(schema.pop("default"), **schema)
     return params
-
-
-def topic_param(description: str) -> Param:
-    """The form field naming one topic; empty (None) means every topic. Nullable, so the UI's
-    trigger form does not count the empty default as a missing required value."""
-    return Param(
-        None, type=["null", "string"], maxLength=512, title="Topic", description=description
-    )
-
-
-def optional_number_param(title: str, description: str, kind: str = "integer") -> Param:
-    """A form field that may stay empty (None) or hold a number >= 0."""
-    return Param(None, type=["null", kind], minimum=0, title=title, description=description)
-
-
-def dry_run_param(description: str) -> Param:
-    return Param(False, type="boolean", title="Dry run", description=description)

@@ -1,31 +1,28 @@
 """Thin operators of the ``garbage_collection`` DAG: drain the deletion queue, summarise it.
 
-The work is the library's (``offloader.gc.deletion_queue``); these validate the run's
-params, open a Runtime from the connection, call it and log what happened.
+The work is the library's (``offloader.gc.run``, ``offloader.gc.deletion_queue``); these
+validate the run's params (:class:`~offloader.gc.params.GcParams`, the DAG form's model),
+open a Runtime from the connection, call it and log what happened.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict
+from functools import partial
 from typing import Any
 
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
 from offloader.gc.deletion_queue import drain_queue
+from offloader.gc.params import GcParams
+from offloader.gc.run import collect_garbage
 from offloader.metadata import Deletion, DeletionBacklog
-from offloader.retention.deletion import finish_deleted_ledgers
-from offloader.rewrite.run import recover_stale_rewrites
 from offloader_airflow.base import OffloaderBaseOperator, offloader_template_fields
-from offloader_airflow.operators import _bool, _optional_int, raise_if_failed
+from offloader_airflow.operators import raise_if_failed
 
-
-def _at_least_one(value: Any, name: str) -> int:
-    number = _optional_int(value, name)
-    if number is None or number < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    return number
+_DEFAULTS = GcParams()
 
 
 class DrainDeletionQueueOperator(OffloaderBaseOperator):
@@ -34,16 +31,14 @@ class DrainDeletionQueueOperator(OffloaderBaseOperator):
     keys join the drain, their uploads are aborted). A dry run only reports the backlog.
     Idempotent: a key leaves the queue only once the store confirmed it gone."""
 
-    template_fields: Sequence[str] = offloader_template_fields(
-        "max_items", "time_budget_seconds", "dry_run"
-    )
+    template_fields: Sequence[str] = offloader_template_fields(*GcParams.model_fields)
 
     def __init__(
         self,
         *,
-        max_items: int = 100_000,
-        time_budget_seconds: int = 1800,
-        dry_run: bool = False,
+        max_items: int = _DEFAULTS.max_items,
+        time_budget_seconds: int = _DEFAULTS.time_budget_seconds,
+        dry_run: bool = _DEFAULTS.dry_run,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -52,23 +47,17 @@ class DrainDeletionQueueOperator(OffloaderBaseOperator):
         self.dry_run = dry_run
 
     def execute(self, context: Context) -> dict[str, Any]:
-        max_items = _at_least_one(self.max_items, "max_items")
-        budget = _at_least_one(self.time_budget_seconds, "time_budget_seconds")
-        dry_run = _bool(self.dry_run, "dry_run")
+        # the form's model: every bound the trigger form shows holds here too
+        params = GcParams.parse({name: getattr(self, name) for name in GcParams.model_fields})
+        drain = partial(
+            drain_queue,
+            max_items=params.max_items,
+            time_budget_seconds=params.time_budget_seconds,
+            dry_run=params.dry_run,
+        )
         with self.hook.get_runtime() as rt:
-            # dead rewrites and trims cut short are finished first: their keys join the drain
-            recovered = [] if dry_run else [s.segment_id for s in recover_stale_rewrites(rt)]
-            finished = 0 if dry_run else finish_deleted_ledgers(rt)
-            result = drain_queue(
-                rt.metadata,
-                rt.stores,
-                rt.settings,
-                max_items=max_items,
-                time_budget_seconds=budget,
-                dry_run=dry_run,
-            )
-            # trimmed ledgers whose queued keys are now all gone become `deleted`
-            finished += 0 if dry_run else finish_deleted_ledgers(rt)
+            run = collect_garbage(rt, drain, dry_run=params.dry_run)
+        result = run.drained
         self.log.info(
             "%d passes: deleted %d, failed %d in %d delete requests, %.1fs (stopped: %s)",
             result.passes,
@@ -81,8 +70,8 @@ class DrainDeletionQueueOperator(OffloaderBaseOperator):
         return {
             **asdict(result),
             "backlog": result.backlog.model_dump(mode="json"),
-            "ledgers_deleted": finished,
-            "rewrites_recovered": recovered,
+            "ledgers_deleted": run.ledgers_deleted,
+            "rewrites_recovered": run.rewrites_recovered,
         }
 
 

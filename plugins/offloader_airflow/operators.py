@@ -22,18 +22,6 @@ from offloader_airflow.base import OffloaderBaseOperator, offloader_template_fie
 from offloader_airflow.links import OffloadedObjectsLink
 
 
-def _optional_int(value: Any, name: str) -> int | None:
-    """Params render as native objects; tolerate '' and None from forms."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be an integer, got {value!r}") from None
-
-
 def _bool(value: Any, name: str) -> bool:
     if isinstance(value, bool):
         return value

@@ -1,5 +1,6 @@
 """Thin operators of the `retention` DAG: each validates its inputs through the library's
-:class:`~offloader.retention.request.RetentionRequest` and calls one library function.
+:class:`~offloader.retention.params.RetentionParams` (the DAG form's model) and calls one
+library function.
 
 Every call is idempotent (a cut is an observation; a trim at or below the start finishes
 what a killed one left), so retrying or clearing a task converges.
@@ -14,19 +15,13 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
+from offloader.retention.params import RetentionParams
 from offloader_airflow.base import OffloaderBaseOperator, offloader_template_fields
 from offloader_airflow.operators import raise_if_failed
 
-# RetentionRequest's fields (a test holds them equal). The library is imported in
-# ``execute``: its metadata layer (SQLAlchemy, Alembic) would add to every DAG parse.
-REQUEST_FIELDS: tuple[str, ...] = (
-    "topic",
-    "cut_id",
-    "position",
-    "dry_run",
-    "retention_time_seconds",
-    "retention_size_bytes",
-)
+# The rest of the library is imported in ``execute``: its metadata layer (SQLAlchemy,
+# Alembic) would add to every DAG parse.
+_DEFAULTS = RetentionParams()
 
 
 def _jsonable(value: Any) -> Any:
@@ -38,32 +33,33 @@ class PlanRetentionOperator(OffloaderBaseOperator):
     """Validate the run's Params against the metadata; change nothing. Returns the request
     (normalised) and the topics it acts on."""
 
-    template_fields: Sequence[str] = offloader_template_fields(*REQUEST_FIELDS)
+    template_fields: Sequence[str] = offloader_template_fields(*RetentionParams.model_fields)
 
     def __init__(
         self,
         *,
-        topic: str | None = None,
-        cut_id: int | None = None,
-        position: str | None = None,
-        dry_run: bool = False,
-        retention_time_seconds: float | None = None,
-        retention_size_bytes: int | None = None,
+        topic: str | None = _DEFAULTS.topic,
+        cut_id: int | None = _DEFAULTS.cut_id,
+        position: str | None = _DEFAULTS.position,
+        retention_time_seconds: float | None = _DEFAULTS.retention_time_seconds,
+        retention_size_bytes: int | None = _DEFAULTS.retention_size_bytes,
+        dry_run: bool = _DEFAULTS.dry_run,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.topic = topic
         self.cut_id = cut_id
         self.position = position
-        self.dry_run = dry_run
         self.retention_time_seconds = retention_time_seconds
         self.retention_size_bytes = retention_size_bytes
+        self.dry_run = dry_run
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from offloader.retention.request import RetentionRequest, check_request
+        from offloader.retention.request import check_request
 
-        raw = {name: getattr(self, name) for name in REQUEST_FIELDS}
-        request = RetentionRequest.model_validate({k: v for k, v in raw.items() if v is not None})
+        # the form's model: every bound the trigger form shows holds here too
+        given = {name: getattr(self, name) for name in RetentionParams.model_fields}
+        request = RetentionParams.parse({k: v for k, v in given.items() if v is not None})
         with self.hook.get_runtime() as runtime:
             topics = check_request(runtime, request)
         self.log.info("%s run over %d topic(s): %s", request.mode, len(topics), topics)
@@ -83,9 +79,8 @@ class RetentionCutsOperator(OffloaderBaseOperator):
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
         from offloader.retention.cuts import take_cut
-        from offloader.retention.request import RetentionRequest
 
-        request = RetentionRequest.model_validate(self.plan["request"])
+        request = RetentionParams.model_validate(self.plan["request"])
         topics = list(self.plan["topics"])
         cuts: dict[str, int | None] = dict.fromkeys(topics)
         if request.mode == "policy" and not request.dry_run:
@@ -108,13 +103,13 @@ class ApplyRetentionOperator(OffloaderBaseOperator):
         self.work = work
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from offloader.retention.request import RetentionRequest, run_request
+        from offloader.retention.request import run_request
         from offloader.retention.run import RetentionResult, describe
 
         work = self.work
         if not isinstance(work, dict) or not {"topic", "cut_id", "request"} <= set(work):
             raise TypeError(f"work must be a dict with topic, cut_id and request, got {work!r}")
-        request = RetentionRequest.model_validate(work["request"])
+        request = RetentionParams.model_validate(work["request"])
         with self.hook.get_runtime() as runtime:
             end = None
             if work["cut_id"] is not None:

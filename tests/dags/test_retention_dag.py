@@ -195,13 +195,13 @@ def test_tasks_that_may_queue_deletions_list_the_deletion_queue(airflow_db: str)
 
 
 def test_the_plan_operator_templates_every_request_field() -> None:
-    from offloader.retention.request import RetentionRequest
+    from offloader.retention.params import RetentionParams
     from offloader_airflow.retention_operators import PlanRetentionOperator
 
     assert tuple(PlanRetentionOperator.template_fields) == (
         "offloader_conn_id",
         "aws_conn_id",
-        *RetentionRequest.model_fields,
+        *RetentionParams.model_fields,
     )
 
 

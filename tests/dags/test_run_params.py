@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from fixtures.cli import assert_one_line_error, run_cli, run_cli_json, upgraded_data_dir
-from offloader.offload.params import OffloadRunParams, RunParamsError, form_schema
+from offloader.offload.params import OffloadRunParams
+from offloader.params import RunParamsError, form_schema
 from offloader_airflow.operators import PlanOffloadOperator
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"

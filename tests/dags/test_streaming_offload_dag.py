@@ -12,7 +12,7 @@ from fixtures.airflow import DagFile, return_value, task_states, xcom_values
 from fixtures.backends import make_topic, produce_ledgers
 from offloader.metadata.records import HotState, SegmentState
 from offloader.metadata.schema import streams
-from offloader.offload.params import RunParamsError, form_schema
+from offloader.params import RunParamsError, form_schema
 from offloader.read.topic_reader import TopicReader
 from offloader.runtime import Runtime
 from offloader.stream.params import StreamRunParams

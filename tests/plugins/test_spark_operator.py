@@ -22,7 +22,7 @@ from airflow.sdk.exceptions import AirflowException
 from fixtures.airflow import connection_env
 from fixtures.databases import sqlite_url, upgraded
 from offloader.exceptions import NotFoundError
-from offloader.offload.params import RunParamsError
+from offloader.params import RunParamsError
 from offloader.settings import Settings
 from offloader_airflow.spark import (
     GIVEN_HOOK_ARGUMENTS,

@@ -6,31 +6,24 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from pathlib import Path
+from typing import ClassVar
 
 from pydantic import Field, field_validator, model_validator
 
 from offloader.objectstore.location import FILE, StoreLocation
-from offloader.offload.params import RunParams, topic_names
+from offloader.params import LedgerSelection, topics_field
 
 MiB = 1024 * 1024
 EXPORT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+-]{0,199}")
 DEFAULT_SUBDIR = "exports"
 
 
-class ExportParams(RunParams):
+class ExportParams(LedgerSelection):
     """What one run of `bulk_export` exports and where. Empty means 'no limit'."""
 
-    topics: list[str] | None = Field(
-        default=None,
-        title="Topics",
-        description="Export these topics; leave empty for every topic.",
-    )
-    first_ledger: int | None = Field(
-        default=None, ge=0, title="First ledger", description="Lowest ledger id; empty: 0."
-    )
-    last_ledger: int | None = Field(
-        default=None, ge=0, title="Last ledger", description="Highest ledger id; empty: no limit."
-    )
+    action: ClassVar[str] = "export"
+
+    topics: list[str] | None = topics_field("Export")
     created_from: datetime | None = Field(
         default=None,
         title="Created from",
@@ -69,11 +62,6 @@ class ExportParams(RunParams):
         description="Plan and log what would be exported; write nothing.",
     )
 
-    @field_validator("topics")
-    @classmethod
-    def _topic_names(cls, value: list[str] | None) -> list[str] | None:
-        return topic_names(value)
-
     @field_validator("created_from", "created_to")
     @classmethod
     def _aware(cls, value: datetime | None) -> datetime | None:
@@ -106,10 +94,7 @@ class ExportParams(RunParams):
         return value
 
     @model_validator(mode="after")
-    def _ranges(self) -> ExportParams:
-        first, last = self.first_ledger, self.last_ledger
-        if first is not None and last is not None and first > last:
-            raise ValueError(f"first_ledger {first} is above last_ledger {last}: nothing to export")
+    def _created_range(self) -> ExportParams:
         start, end = self.created_from, self.created_to
         if start is not None and end is not None and start >= end:
             raise ValueError(

@@ -137,11 +137,7 @@ def _epoch_ms(moment: datetime) -> int:
 
 
 def _selected(ledger: Ledger, params: ExportParams, window: CreationWindow | None) -> bool:
-    if params.first_ledger is not None and ledger.ledger_id < params.first_ledger:
-        return False
-    if params.last_ledger is not None and ledger.ledger_id > params.last_ledger:
-        return False
-    return window is None or window.contains(ledger)
+    return params.in_range(ledger.ledger_id) and (window is None or window.contains(ledger))
 
 
 def _store_id(ledger: Ledger) -> int:

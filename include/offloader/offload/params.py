@@ -3,63 +3,15 @@
 
 The form's schema is generated from :class:`OffloadRunParams`; :meth:`OffloadRunParams.parse`
 checks values against that same JSON schema before building the model, so a bad value gets
-the same message (``jsonschema``'s) from the CLI, the operator and the form.
+the same message (``jsonschema``'s) from the CLI, the operator and the form
+(:mod:`offloader.params`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from functools import cache
-from typing import Any, Self
+from pydantic import Field, field_validator
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
-from pydantic_core import core_schema
-
-from offloader.policy import describe_validation_error
-
-
-class RunParamsError(ValueError):
-    """A run parameter is invalid; the message names it and says why."""
-
-
-class FormJsonSchema(GenerateJsonSchema):
-    """Optional fields as ``"type": ["null", T]`` rather than ``anyOf``: Airflow's trigger
-    form renders a typed field it may leave empty (an empty string field counts as missing
-    and keeps the Trigger button disabled)."""
-
-    def nullable_schema(self, schema: core_schema.NullableSchema) -> JsonSchemaValue:
-        inner = self.generate_inner(schema["schema"])
-        if isinstance(inner.get("type"), str):
-            return {**inner, "type": ["null", inner["type"]]}
-        return super().nullable_schema(schema)
-
-
-class RunParams(BaseModel):
-    """A run's parameters: one model for a CLI command, an operator and a DAG's trigger
-    form. :meth:`parse` checks values against the form's JSON schema first, so all three
-    give the same message for the same bad value."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    @classmethod
-    def parse(cls, values: Mapping[str, Any]) -> Self:
-        """Check ``values`` against :func:`form_schema`, then build the model; missing keys
-        take their defaults. RunParamsError names the first bad field."""
-        from jsonschema import Draft202012Validator
-
-        schemas = _field_schemas(cls)
-        unknown = sorted(set(values) - set(schemas))
-        if unknown:
-            raise RunParamsError(f"unknown run parameter(s) {unknown}; known: {', '.join(schemas)}")
-        for name, value in values.items():
-            error = next(Draft202012Validator(schemas[name]).iter_errors(value), None)
-            if error is not None:
-                raise RunParamsError(f"{name}: {error.message}")
-        try:
-            return cls.model_validate(dict(values))
-        except ValidationError as exc:  # a rule the JSON schema cannot say
-            raise RunParamsError(describe_validation_error(exc)) from None
+from offloader.params import RunParams
 
 
 class OffloadRunParams(RunParams):
@@ -102,25 +54,3 @@ class OffloadRunParams(RunParams):
     @classmethod
     def _blank_is_every_topic(cls, value: str | None) -> str | None:
         return (value or "").strip() or None
-
-
-def topic_names(value: list[str] | None) -> list[str] | None:
-    """A run's ``topics`` as a form or a command line gives them: each name stripped and 1
-    to 512 characters, repeats dropped; empty means every topic (None)."""
-    if not value:
-        return None
-    names = [t.strip() for t in value]
-    if any(not t or len(t) > 512 for t in names):
-        raise ValueError("topic names must be 1 to 512 characters, not blank")
-    return list(dict.fromkeys(names))
-
-
-def form_schema(model: type[BaseModel]) -> dict[str, dict[str, Any]]:
-    """Each field's JSON schema with its default (a copy): what a DAG's Params are made of."""
-    return {name: dict(schema) for name, schema in _field_schemas(model).items()}
-
-
-@cache
-def _field_schemas(model: type[BaseModel]) -> dict[str, dict[str, Any]]:
-    schema = model.model_json_schema(schema_generator=FormJsonSchema)
-    return schema["properties"]

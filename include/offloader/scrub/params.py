@@ -9,7 +9,7 @@ from pathlib import Path
 from pydantic import Field, field_validator
 
 from offloader.objectstore.location import FILE, StoreLocation
-from offloader.offload.params import RunParams, topic_names
+from offloader.params import TopicSelection, topics_field
 
 #: the default report's folder under the offloader's object store
 DEFAULT_SUBDIR = "scrub-reports"
@@ -18,14 +18,10 @@ REPORT_PATTERN = r"^(\s*|\s*/\S.*|\s*file:///\S.*|\s*s3://\S.*)$"
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._:+-]")
 
 
-class ScrubParams(RunParams):
+class ScrubParams(TopicSelection):
     """What one run of `scrub` reads, whether it repairs, and where its report goes."""
 
-    topics: list[str] | None = Field(
-        default=None,
-        title="Topics",
-        description="Scrub these topics; leave empty for every topic.",
-    )
+    topics: list[str] | None = topics_field("Scrub")
     repair: bool = Field(
         default=True,
         title="Repair",
@@ -46,11 +42,6 @@ class ScrubParams(RunParams):
         "s3://bucket/key.json; empty: scrub-reports/<run id>.json under the offloader's "
         "object store.",
     )
-
-    @field_validator("topics")
-    @classmethod
-    def _topic_names(cls, value: list[str] | None) -> list[str] | None:
-        return topic_names(value)
 
     @field_validator("report")
     @classmethod

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from offloader.offload.params import RunParams
+from offloader.params import RunParams
 
 
 class StreamRunParams(RunParams):

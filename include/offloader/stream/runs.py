@@ -57,19 +57,33 @@ def run_streaming(runtime: Runtime, params: StreamRunParams, owner: str) -> list
     return [_stream_topic(runtime, offloader, topic, params.close_now) for topic in topics]
 
 
+def stream_topic(
+    runtime: Runtime, offloader: StreamingOffloader, topic: str, *, close_now: bool = False
+) -> dict[str, Any]:
+    """One pass over ``topic`` (PIP-76), then its hot copies past their deletion lag: the
+    pass's result (:meth:`StreamPassResult.as_dict`) with ``hot_deleted`` (ledger ids).
+    What `offloader stream` runs, and each topic's step of :func:`run_streaming`; raises
+    what the pass raises (StreamBusyError: another pass holds the topic)."""
+    passed = offloader.run_pass(topic, close_now=close_now)
+    return {**passed.as_dict(), "hot_deleted": _delete_hot_copies(runtime, topic)}
+
+
 def _stream_topic(
     runtime: Runtime, offloader: StreamingOffloader, topic: str, close_now: bool
 ) -> dict[str, Any]:
     try:
         try:
-            passed = offloader.run_pass(topic, close_now=close_now)
-            outcome: dict[str, Any] = {"status": DONE, "detail": None, **passed.as_dict()}
+            passed = stream_topic(runtime, offloader, topic, close_now=close_now)
+            outcome: dict[str, Any] = {"status": DONE, "detail": None, **passed}
         except StreamBusyError as busy:
             outcome = {"topic": topic, "status": BUSY, "detail": str(busy)}
-        hot = delete_hot_copies(runtime.metadata, runtime.hot, topic)
-        outcome["hot_deleted"] = [h.ledger_id for h in hot]
+            outcome["hot_deleted"] = _delete_hot_copies(runtime, topic)
     except Exception as exc:  # one topic's failure does not hold the others back
         log.warning("streaming pass of %s failed", topic, exc_info=True)
         detail = f"{type(exc).__name__}: {exc}"
         outcome = {"topic": topic, "status": FAILED, "detail": detail, "hot_deleted": []}
     return outcome
+
+
+def _delete_hot_copies(runtime: Runtime, topic: str) -> list[int]:
+    return [h.ledger_id for h in delete_hot_copies(runtime.metadata, runtime.hot, topic)]

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from offloader.bulk.params import ExportParams, check_export_id
-from offloader.offload.params import RunParamsError
+from offloader.params import RunParamsError
 
 
 def test_defaults_export_every_topic_to_the_store() -> None:

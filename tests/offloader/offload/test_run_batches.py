@@ -13,8 +13,8 @@ import pytest
 from fixtures.backends import make_topic, produce_ledgers
 from fixtures.databases import upgraded
 from offloader.offload.ledger_offloader import Outcome
-from offloader.offload.params import RunParamsError
 from offloader.offload.runs import Batch, offload_batch, plan_batches
+from offloader.params import RunParamsError
 from offloader.runtime import Runtime
 from offloader.settings import Settings
 

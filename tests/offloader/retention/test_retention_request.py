@@ -1,5 +1,6 @@
-"""A retention run's request (the `retention` DAG's Params), in-process: the model's rules,
-the checks that need the metadata, and the run itself. Every refusal changes nothing."""
+"""A retention run's request (the `retention` DAG's Params), in-process: the checks that need
+the metadata, and the run itself (the model's own rules: test_retention_params.py). Every
+refusal changes nothing."""
 
 from __future__ import annotations
 
@@ -11,84 +12,36 @@ from fixtures.retention import mixed_topic
 from offloader.exceptions import NotFoundError
 from offloader.metadata import Position
 from offloader.retention.cuts import take_cut
-from offloader.retention.request import (
-    RetentionRequest,
-    check_request,
-    override_policy,
-    run_request,
-)
+from offloader.retention.params import RetentionParams
+from offloader.retention.request import check_request, override_policy, run_request
 from offloader.retention.run import RetentionResult
 from offloader.retention.trim import TrimResult, delete_topic
 from offloader.runtime import Runtime
 
 
-def test_empty_form_fields_mean_not_given() -> None:
-    request = RetentionRequest(
-        topic=" ", cut_id="", position="", retention_time_seconds="", retention_size_bytes=""
-    )
-    assert (request.topic, request.cut_id, request.position) == (None, None, None)
-    assert (request.mode, request.overrides) == ("policy", {})
-
-
-def test_a_position_is_kept_in_its_canonical_form() -> None:
-    request = RetentionRequest(topic="orders", position=" 3:07 ")
-    assert (request.position, request.mode) == ("3:7", "trim")
-    assert RetentionRequest(topic="orders", cut_id=0).mode == "trim"
-
-
-@pytest.mark.parametrize(
-    ("fields", "message"),
-    [
-        ({"topic": "t", "cut_id": 1, "position": "1:0"}, "give a cut_id or a position, not both"),
-        ({"cut_id": 1}, "a trim at a cut or a position needs a topic"),
-        ({"position": "1:0"}, "a trim at a cut or a position needs a topic"),
-        ({"retention_size_bytes": 5}, "a retention override for one run needs a topic"),
-        ({"retention_time_seconds": 5}, "a retention override for one run needs a topic"),
-        (
-            {"topic": "t", "cut_id": 1, "retention_size_bytes": 5},
-            "a trim at a cut or position takes no retention override",
-        ),
-        ({"position": "1-0", "topic": "t"}, "position '1-0': expected LEDGER:ENTRY"),
-        ({"cut_id": -1, "topic": "t"}, "greater than or equal to 0"),
-        ({"retention_size_bytes": -1, "topic": "t"}, "greater than or equal to 0"),
-        ({"topic": "t", "surprise": 1}, "Extra inputs are not permitted"),
-    ],
-)
-def test_requests_that_cannot_be_run_are_refused(fields: dict[str, object], message: str) -> None:
-    with pytest.raises(ValidationError, match=message):
-        RetentionRequest(**fields)
-
-
-def test_overrides_name_only_what_was_given() -> None:
-    request = RetentionRequest(topic="t", retention_size_bytes=0)
-    assert request.overrides == {"retention_size_bytes": 0}
-    both = RetentionRequest(topic="t", retention_size_bytes=9, retention_time_seconds=1.5)
-    assert both.overrides == {"retention_time_seconds": 1.5, "retention_size_bytes": 9}
-
-
 def test_override_policy_is_validated_as_a_whole(runtime: Runtime) -> None:
     mixed_topic(runtime)
     policy = runtime.metadata.get_topic("orders").policy
-    assert override_policy(policy, RetentionRequest(topic="orders")) is None
-    kept = override_policy(policy, RetentionRequest(topic="orders", retention_size_bytes=10**9))
+    assert override_policy(policy, RetentionParams(topic="orders")) is None
+    kept = override_policy(policy, RetentionParams(topic="orders", retention_size_bytes=10**9))
     assert kept is not None and kept.retention_size_bytes == 10**9
     assert kept.offload_threshold_bytes == policy.offload_threshold_bytes
     low = (policy.offload_threshold_bytes or 0) // 2
     with pytest.raises(ValidationError, match=r"must be below retention_size_bytes .*PIP-17"):
         override_policy(
             policy.updated({"offload_threshold_bytes": low * 2 or 10}),
-            RetentionRequest(topic="orders", retention_size_bytes=low),
+            RetentionParams(topic="orders", retention_size_bytes=low),
         )
 
 
 def test_check_request_names_the_topics_the_run_acts_on(runtime: Runtime) -> None:
     mixed_topic(runtime, "orders")
     mixed_topic(runtime, "payments")
-    assert check_request(runtime, RetentionRequest()) == ["orders", "payments"]
-    assert check_request(runtime, RetentionRequest(topic="payments")) == ["payments"]
+    assert check_request(runtime, RetentionParams()) == ["orders", "payments"]
+    assert check_request(runtime, RetentionParams(topic="payments")) == ["payments"]
     start = runtime.metadata.get_topic("orders").start
     cut = take_cut(runtime, "orders")
-    trim = RetentionRequest(topic="orders", cut_id=cut.cut_id)
+    trim = RetentionParams(topic="orders", cut_id=cut.cut_id)
     assert check_request(runtime, trim) == ["orders"]
     assert runtime.metadata.get_topic("orders").start == start  # checked by a dry run
 
@@ -97,9 +50,9 @@ def test_check_request_leaves_out_deleted_topics_and_refuses_them(runtime: Runti
     mixed_topic(runtime, "orders")
     mixed_topic(runtime, "payments")
     delete_topic(runtime, "payments")
-    assert check_request(runtime, RetentionRequest()) == ["orders"]
+    assert check_request(runtime, RetentionParams()) == ["orders"]
     with pytest.raises(ValueError, match=r"^topic 'payments' was deleted$"):
-        check_request(runtime, RetentionRequest(topic="payments"))
+        check_request(runtime, RetentionParams(topic="payments"))
 
 
 @pytest.mark.parametrize(
@@ -121,7 +74,7 @@ def test_check_request_refuses_what_the_metadata_rules_out_and_changes_nothing(
     )
     before = runtime.metadata.list_ledgers("orders")
     with pytest.raises(error, match=message):
-        check_request(runtime, RetentionRequest(**fields))
+        check_request(runtime, RetentionParams(**fields))
     assert runtime.metadata.list_ledgers("orders") == before
     assert runtime.metadata.get_topic("orders") == topic
 
@@ -131,7 +84,7 @@ def test_run_request_trims_at_the_position_or_only_reports_it(runtime: Runtime) 
     start = runtime.metadata.get_topic("orders").start
     dry = run_request(
         runtime,
-        RetentionRequest(topic="orders", position=f"{ids[2]}:0", dry_run=True),
+        RetentionParams(topic="orders", position=f"{ids[2]}:0", dry_run=True),
         "orders",
         None,
     )
@@ -139,7 +92,7 @@ def test_run_request_trims_at_the_position_or_only_reports_it(runtime: Runtime) 
     assert dry.ledgers_deleting == ids[:2]
     assert runtime.metadata.get_topic("orders").start == start
     done = run_request(
-        runtime, RetentionRequest(topic="orders", position=f"{ids[2]}:0"), "orders", None
+        runtime, RetentionParams(topic="orders", position=f"{ids[2]}:0"), "orders", None
     )
     assert isinstance(done, TrimResult) and not done.dry_run and done.changed
     assert done.ledgers_deleting == ids[:2]
@@ -153,10 +106,10 @@ def test_run_request_applies_the_policy_with_the_runs_override(runtime: Runtime)
         ids += produce_ledgers(runtime, "orders", [(4, 3000)])
         end = take_cut(runtime, "orders")
     # no override: the topic keeps everything
-    plain = run_request(runtime, RetentionRequest(topic="orders", dry_run=True), "orders", end)
+    plain = run_request(runtime, RetentionParams(topic="orders", dry_run=True), "orders", end)
     assert isinstance(plain, RetentionResult) and plain.chosen is None and plain.dry_run
     # keep at least one byte: the cut after the second ledger is the least that does
-    keep_one = RetentionRequest(topic="orders", retention_size_bytes=1)
+    keep_one = RetentionParams(topic="orders", retention_size_bytes=1)
     done = run_request(runtime, keep_one, "orders", end)
     assert isinstance(done, RetentionResult) and done.changed and not done.dry_run
     assert done.end == end
@@ -169,7 +122,7 @@ def test_run_request_applies_the_policy_with_the_runs_override(runtime: Runtime)
 def test_run_request_trims_at_the_cut_of_its_topic(runtime: Runtime) -> None:
     ids = mixed_topic(runtime)
     cut = take_cut(runtime, "orders")
-    done = run_request(runtime, RetentionRequest(topic="orders", cut_id=cut.cut_id), "orders", None)
+    done = run_request(runtime, RetentionParams(topic="orders", cut_id=cut.cut_id), "orders", None)
     assert isinstance(done, TrimResult) and done.changed
     assert (done.start_after, done.ledgers_deleting) == (cut.position, ids)
     assert runtime.metadata.get_topic("orders").start == cut.position

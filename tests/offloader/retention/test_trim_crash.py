@@ -23,6 +23,7 @@ from fixtures.retention import (
 )
 from offloader.exceptions import TopicDeletedError, TrimmedError
 from offloader.gc.deletion_queue import process_deletions
+from offloader.gc.run import collect_garbage
 from offloader.metadata import DeletionState, HotState, Position
 from offloader.offload.batch import BatchOffloader
 from offloader.offload.ledger_offloader import LedgerOffloader, Outcome
@@ -59,10 +60,10 @@ def ledger_states(rt: Runtime, ids: list[int]) -> list[tuple[DeletionState, HotS
 
 
 def gc_pass(rt: Runtime) -> int:
-    """One GC pass as the garbage_collection DAG runs it: drain, then finish ledgers."""
-    gc = process_deletions(rt.metadata, rt.stores, rt.settings)
-    assert gc.failed == 0
-    return finish_deleted_ledgers(rt)
+    """One GC pass as `offloader gc` runs it: recover, finish, drain, then finish ledgers."""
+    gc = collect_garbage(rt, process_deletions)
+    assert gc.drained.failed == 0
+    return gc.ledgers_deleted
 
 
 def assert_converged(rt: Runtime, ids: list[int], before: Entries, start: Position) -> None:

@@ -7,19 +7,18 @@ from __future__ import annotations
 from fixtures.backends import make_topic, produce_ledgers, unaccounted_objects
 from fixtures.streamed import ledgers_by_segment
 from offloader.gc.deletion_queue import process_deletions
+from offloader.gc.run import collect_garbage
 from offloader.metadata import Position, SegmentState
 from offloader.read.topic_reader import Source, TopicReader
-from offloader.retention.deletion import finish_deleted_ledgers
 from offloader.retention.trim import trim_topic
 from offloader.runtime import Runtime
 from offloader.stream.offloader import StreamingOffloader
 
 
 def gc(rt: Runtime) -> None:
-    finish_deleted_ledgers(rt)
-    process_deletions(rt.metadata, rt.stores, rt.settings)
-    finish_deleted_ledgers(rt)
-    process_deletions(rt.metadata, rt.stores, rt.settings)
+    """Two GC passes: the keys of segments the first one's finish released go in the second."""
+    for _ in range(2):
+        collect_garbage(rt, process_deletions)
 
 
 def test_segments_go_only_with_their_last_ledger(runtime: Runtime) -> None:

@@ -15,7 +15,7 @@ from offloader.metadata import OffloadMode, Position
 from offloader.objectstore import Capabilities
 from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.ledger_offloader import LedgerOffloader
-from offloader.offload.params import form_schema
+from offloader.params import form_schema
 from offloader.rewrite.encode import part_size
 from offloader.rewrite.lease import RewriteLease
 from offloader.rewrite.params import RewriteParams

@@ -12,9 +12,9 @@ from fixtures.metadata import begin, sealed_ledger
 from fixtures.rewrites import assign_stream_segment, stream_segment, stream_segment_of
 from offloader.exceptions import NotFoundError, TopicDeletedError
 from offloader.metadata import Ledger, MetadataStore, Position, Segment, SegmentState
-from offloader.offload.params import RunParamsError
+from offloader.params import RunParamsError, parse_ledger_range
 from offloader.policy import OffloadPolicy
-from offloader.rewrite.params import RewriteParams, parse_ledger_range
+from offloader.rewrite.params import RewriteParams
 from offloader.rewrite.plan import LEDGER, SEGMENT, plan_rewrite
 
 T = "t"

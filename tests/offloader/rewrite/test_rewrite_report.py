@@ -9,7 +9,7 @@ import pytest
 
 from offloader.exceptions import RewriteFailedError
 from offloader.metadata import Position
-from offloader.rewrite.params import parse_ledger_range
+from offloader.params import parse_ledger_range
 from offloader.rewrite.plan import LEDGER, SEGMENT, RewriteGroup, Source
 from offloader.rewrite.report import (
     CHANGED,

@@ -13,7 +13,7 @@ import pytest
 
 from fixtures.scrub import DAMAGES, offloaded_topic
 from offloader.objectstore.location import StoreLocation
-from offloader.offload.params import RunParamsError
+from offloader.params import RunParamsError
 from offloader.runtime import Runtime
 from offloader.scrub import FindingKind, plan_scrub, run_scrub, scrub_targets
 from offloader.scrub.output import read_report_at, write_report_at

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from pydantic import Field
 
-from offloader.offload import params
-from offloader.offload.params import OffloadRunParams, RunParams, RunParamsError, form_schema
+from offloader import params
+from offloader.offload.params import OffloadRunParams
+from offloader.params import RunParams, RunParamsError, form_schema
 
 
 @pytest.fixture(autouse=True)
