@@ -22,9 +22,9 @@ from concurrent.futures import ThreadPoolExecutor
 from offloader import failpoints
 from offloader.exceptions import CommitFailedError
 from offloader.format import ENTRY_FRAME, HEADER_LEN
+from offloader.keys import ledger_object_keys
 from offloader.metadata import Attempt, Ledger, LedgerState
 from offloader.metadata.store import AttemptIntent
-from offloader.offload.keys import ledger_object_keys
 from offloader.offload.lease import LeaseKeeper
 from offloader.offload.ledger_offloader import LedgerOffloader, OffloadResult, Outcome, owner_id
 

@@ -25,9 +25,10 @@ from offloader.exceptions import (
     StoreUnavailableError,
 )
 from offloader.format import LedgerMetadata, decode_index, encode_blocks, encode_index
+from offloader.format.object_metadata import ledger_user_metadata
+from offloader.keys import ledger_object_keys
 from offloader.metadata import Attempt, Ledger, LedgerState, OffloadMode
 from offloader.offload.hot_deletion import retire_empty_ledger
-from offloader.offload.keys import ledger_object_keys, object_user_metadata
 from offloader.offload.lease import LeaseKeeper
 from offloader.offload.planner import due_ledgers
 from offloader.offload.upload import upload_blocks
@@ -229,7 +230,7 @@ class LedgerOffloader:
             encode_blocks(
                 entries, max_block_size=policy.max_block_size, chunk_target=policy.read_buffer_size
             ),
-            metadata=object_user_metadata(ledger.topic, ledger.ledger_id, "data"),
+            metadata=ledger_user_metadata(ledger.topic, ledger.ledger_id, "data"),
             concurrency=self.runtime.settings.upload_concurrency,
             check=check,
         )
@@ -247,7 +248,7 @@ class LedgerOffloader:
         self.store.put(
             attempt.index_key,
             encode_index(meta, uploaded.blocks, uploaded.chunks),
-            metadata=object_user_metadata(ledger.topic, ledger.ledger_id, "index"),
+            metadata=ledger_user_metadata(ledger.topic, ledger.ledger_id, "index"),
             if_none_match=True,
         )
         failpoints.reach("after-index-upload")
