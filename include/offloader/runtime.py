@@ -10,8 +10,8 @@ from offloader.metadata import MetadataStore
 from offloader.metadata.migrate import check_revision, upgrade
 from offloader.metadata.snapshot import ExportResult, export_snapshot
 from offloader.metadata.store import create_metadata_engine
-from offloader.objectstore import ObjectStore, open_object_store
-from offloader.objectstore.registry import StoreRegistry, default_location
+from offloader.objectstore import ObjectStore
+from offloader.objectstore.registry import StoreRegistry, default_location, open_object_store
 from offloader.settings import Settings
 
 if TYPE_CHECKING:

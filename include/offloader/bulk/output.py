@@ -31,8 +31,8 @@ from offloader.keys import (
     export_prefix,
     is_export_attempt_key,
 )
-from offloader.objectstore import open_object_store
 from offloader.objectstore.location import FILE, StoreLocation
+from offloader.objectstore.registry import open_object_store
 
 if TYPE_CHECKING:
     from offloader.objectstore import ObjectStore

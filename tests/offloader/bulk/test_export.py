@@ -40,9 +40,10 @@ from offloader.bulk.plan import plan_export
 from offloader.exceptions import DamagedObjectError, NotFoundError
 from offloader.keys import EXPORT_ATTEMPTS_DIR
 from offloader.metadata import schema
-from offloader.objectstore import ObjectStore, open_object_store
+from offloader.objectstore import ObjectStore
 from offloader.objectstore.filesystem import FilesystemObjectStore
 from offloader.objectstore.location import StoreLocation
+from offloader.objectstore.registry import open_object_store
 from offloader.offload.ledger_offloader import LedgerOffloader
 from offloader.read.batch import EntryBatch
 from offloader.runtime import Runtime

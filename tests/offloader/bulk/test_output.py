@@ -20,7 +20,8 @@ from offloader.bulk.output import (
     open_output,
 )
 from offloader.keys import EXPORT_ATTEMPTS_DIR, EXPORT_MANIFEST_NAME
-from offloader.objectstore import ObjectStore, open_object_store
+from offloader.objectstore import ObjectStore
+from offloader.objectstore.registry import open_object_store
 from offloader.settings import Settings
 
 #: files of one attempt: a nested Parquet path and one directly in the attempt's folder
