@@ -3,6 +3,7 @@ what each parser and classifier accepts and refuses."""
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -80,6 +81,18 @@ def test_snapshot_keys_in_utc_and_under_the_reserved_prefix() -> None:
     for other in ("_metadata/snapshots/a/b.jsonl.gz", "_metadata/x.jsonl.gz", f"x{key}"):
         assert not is_snapshot_key(other), other
     assert not is_metadata_key(f"tiered/{key}") and not is_metadata_key(ID)
+
+
+def test_a_snapshot_key_is_in_utc_whatever_the_local_time_zone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TZ", "America/St_Johns")  # 3.5 hours behind UTC in November
+    time.tzset()
+    try:
+        assert snapshot_key(1_700_000_000_123, ID).startswith("_metadata/snapshots/20231114T2213")
+    finally:
+        monkeypatch.undo()
+        time.tzset()
 
 
 @pytest.mark.parametrize(
