@@ -41,6 +41,7 @@ from typing import Any
 
 from benchmarks import use_test_fixtures
 from offloader.format import SegmentEncoder, encode_segment_index
+from offloader.keys import segment_object_keys
 from offloader.metadata.segments import PieceRange
 from offloader.objectstore.s3 import S3ObjectStore, build_client
 from offloader.rewrite.merge import load_source, merge_segments
@@ -92,11 +93,11 @@ def _put_sources(
     out = []
     for i in range(count):
         data, index = _segment(first_ledger + i, nbytes, entry, pool)
-        key = str(uuid.uuid4())
+        key, index_key = segment_object_keys(str(uuid.uuid4()))
         store.put(key, data)
-        store.put(f"{key}-index", index)
-        last = load_source(store, key, f"{key}-index", len(data), []).index.last_position
-        out.append(Source(key, f"{key}-index", len(data), PieceRange(first_ledger + i, 0, last[1])))
+        store.put(index_key, index)
+        last = load_source(store, key, index_key, len(data), []).index.last_position
+        out.append(Source(key, index_key, len(data), PieceRange(first_ledger + i, 0, last[1])))
     return out
 
 
@@ -113,13 +114,13 @@ def _ours(store: Any, sources: list[Source], cfg: Config) -> tuple[str, list[int
             )
         )
     index_s = time.perf_counter() - start
-    key = str(uuid.uuid4())
+    key, index_key = segment_object_keys(str(uuid.uuid4()))
     upload = store.create_multipart(key)
     merged = merge_segments(
         store, upload, loaded, part_size=cfg.part_mib * MiB, concurrency=cfg.concurrency
     )
     store.complete_multipart(upload, merged.parts, if_none_match=True)
-    store.put(f"{key}-index", merged.index)
+    store.put(index_key, merged.index)
     return key, [p.size for p in merged.parts], index_s
 
 
@@ -195,7 +196,7 @@ def _case(store: S3ObjectStore, settings: Settings, sources: list[Source], cfg: 
                 )
                 raw_s.append(seconds)
             assert hashlib.sha256(store.get(key)).digest() == expected.digest(), path
-            store.delete_many([key, f"{key}-index"])
+            store.delete_many(list(segment_object_keys(key)))
     client.close()
     merged = sum(s.data_len for s in sources)
     ours, raw = statistics.median(ours_s), statistics.median(raw_s)
@@ -225,7 +226,7 @@ def _case(store: S3ObjectStore, settings: Settings, sources: list[Source], cfg: 
 def _first_sizes(store: S3ObjectStore, sources: list[Source], cfg: Config) -> list[int]:
     """Our part sizes, from an untimed merge (when raw runs before ours has)."""
     key, sizes, _ = _ours(store, sources, cfg)
-    store.delete_many([key, f"{key}-index"])
+    store.delete_many(list(segment_object_keys(key)))
     return sizes
 
 

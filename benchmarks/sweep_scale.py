@@ -35,8 +35,8 @@ import sqlalchemy as sa
 from sqlalchemy import event
 
 from offloader.gc.sweep import sweep
+from offloader.keys import ledger_object_keys
 from offloader.metadata import schema
-from offloader.offload.keys import ledger_object_keys
 from offloader.policy import OffloadPolicy
 from offloader.runtime import Runtime
 

@@ -14,7 +14,7 @@ tests only the mutants of functions changed since the recorded runs; ``--fresh``
 both the staging directory and that file's verdicts.
 
 The smoke run proves the setup on a small, bounded set of mutants: it must kill at least
-one mutant of ``offload/keys.py``, report none as suspicious or without tests, and kill
+one mutant of ``offloader/keys.py``, report none as suspicious or without tests, and kill
 the mutant that inverts the CAS row-count check in ``metadata/store.py``.
 """
 
@@ -37,11 +37,12 @@ from mutation_report import load_results, print_table  # scripts/ is on sys.path
 ROOT = Path(__file__).resolve().parent.parent
 # staging name -> repo path
 LINKS = {name: name for name in ("tests", "benchmarks", "pyproject.toml")} | {"src": "include"}
-SMOKE_GLOB = "offloader.offload.keys.*"
+SMOKE_GLOB = "offloader.keys.*"
 # The smoke run's tests: enough to cover every function of keys.py and ``_cas``. mutmut runs
 # its whole selection twice before the first mutant, so the full fast selection would make
 # the CI step take longer than the suite itself.
 SMOKE_TESTS = (
+    "tests/offloader/test_keys.py",
     "tests/offloader/offload/test_object_metadata.py",
     "tests/offloader/offload/test_offload_recovery.py",
     "tests/offloader/gc/test_sweep.py",

@@ -27,7 +27,8 @@ from offloader.gc.run import collect_garbage
 from offloader.gc.sweep import SweepResult, sweep
 from offloader.hottier import MAX_ENTRY_BYTES
 from offloader.hottier.writer import ManagedLedgerWriter
-from offloader.metadata import DeletionBacklog, StreamCut, backup
+from offloader.metadata import DeletionBacklog, StreamCut
+from offloader.metadata.snapshot import import_snapshot
 from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.ledger_offloader import LedgerOffloader
 from offloader.offload.params import OffloadRunParams
@@ -35,6 +36,7 @@ from offloader.offload.runs import plan_batches
 from offloader.params import parse_ledger_range
 from offloader.policy import OffloadPolicy
 from offloader.read.topic_reader import Source, TopicReader
+from offloader.recovery import rebuild_from_objects
 from offloader.retention.cuts import take_cut
 from offloader.retention.run import apply_retention
 from offloader.retention.run import describe as describe_retention
@@ -42,7 +44,7 @@ from offloader.retention.trim import TrimResult, delete_topic, resolve_target, t
 from offloader.rewrite.params import COMPACT, TO_V1, TO_V2, RewriteParams
 from offloader.rewrite.report import RewriteReport
 from offloader.rewrite.run import run_rewrite
-from offloader.runtime import Runtime, check_database, upgrade_database
+from offloader.runtime import Runtime, check_database, export_metadata, upgrade_database
 from offloader.scrub import ScrubReport, run_scrub
 from offloader.settings import Settings
 from offloader.status import topic_tiers
@@ -262,7 +264,7 @@ def cmd_scrub(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     return report, report.summary()
 
 
-# --- orphan sweep and metadata backup (gc/sweep.py, metadata/backup.py) --------------------
+# --- orphan sweep, metadata snapshots and rebuild (gc/, metadata/snapshot.py, recovery/) ----
 def cmd_scan(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     result = sweep(rt.metadata, rt.stores, rt.settings, dry_run=True)
     result.raise_for_errors()
@@ -280,7 +282,7 @@ def _sweep_json(result: SweepResult) -> dict[str, Any]:
 
 
 def cmd_metadata_export(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
-    result = backup.export_from(rt)
+    result = export_metadata(rt)
     s = result.snapshot
     text = f"wrote {s.key} ({s.bytes} bytes, sha256 {s.sha256}, revision {s.revision})"
     if result.retired:
@@ -289,13 +291,13 @@ def cmd_metadata_export(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str
 
 
 def cmd_metadata_import(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
-    s = backup.import_snapshot(rt.metadata.engine, rt.objects, args.snapshot)
+    s = import_snapshot(rt.metadata.engine, rt.objects, args.snapshot)
     rows = sum(s.rows.values())
     return s, f"imported {s.key} ({rows} rows, revision {s.revision}, sha256 {s.sha256})"
 
 
 def cmd_metadata_rebuild(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
-    result = backup.rebuild_from_objects(rt.metadata.engine, rt.objects, rt.stores.default_location)
+    result = rebuild_from_objects(rt.metadata.engine, rt.objects, rt.stores.default_location)
     text = f"rebuilt {len(result.topics)} topic(s), {result.ledgers} offloaded ledger(s)"
     if result.skipped:
         text += f"; skipped {len(result.skipped)} index object(s):\n  " + "\n  ".join(

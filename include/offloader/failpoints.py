@@ -42,7 +42,7 @@ POINTS = (
     "after-trim-hot-delete",
     # the orphan sweep (gc/sweep.py): the first page of orphans is queued, the rest not yet
     "after-sweep-enqueue",
-    # metadata export (metadata/backup.py): the snapshot object is written, the manifest
+    # metadata export (metadata/snapshot.py): the snapshot object is written, the manifest
     # that makes it the latest not yet
     "after-snapshot-upload",
     # retention (retention/run.py): apply_retention took its cut, nothing trimmed yet

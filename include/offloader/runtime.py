@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING
 from offloader.hottier import HotLedgerStore
 from offloader.metadata import MetadataStore
 from offloader.metadata.migrate import check_revision, upgrade
+from offloader.metadata.snapshot import ExportResult, export_snapshot
 from offloader.metadata.store import create_metadata_engine
-from offloader.objectstore import ObjectStore, open_object_store
-from offloader.objectstore.registry import StoreRegistry, default_location
+from offloader.objectstore import ObjectStore
+from offloader.objectstore.registry import StoreRegistry, default_location, open_object_store
 from offloader.settings import Settings
 
 if TYPE_CHECKING:
@@ -82,3 +83,11 @@ def check_database(settings: Settings) -> str:
         return check_revision(engine)
     finally:
         engine.dispose()
+
+
+def export_metadata(rt: Runtime) -> ExportResult:
+    """``offloader metadata export`` and the GC DAG: a snapshot of ``rt``'s database in its
+    configured store, keeping the newest ``metadata_snapshots_keep``."""
+    return export_snapshot(
+        rt.metadata.engine, rt.objects, rt.stores.default_id(), rt.settings.metadata_snapshots_keep
+    )

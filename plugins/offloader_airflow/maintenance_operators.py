@@ -14,7 +14,7 @@ from typing import Any
 from airflow.sdk import Context
 
 from offloader.gc.sweep import sweep
-from offloader.metadata.backup import export_from
+from offloader.runtime import export_metadata
 from offloader_airflow.base import OffloaderBaseOperator, offloader_template_fields
 from offloader_airflow.operators import _bool
 
@@ -72,6 +72,6 @@ class ExportMetadataOperator(OffloaderBaseOperator):
             self.log.info("dry run: no metadata snapshot written")
             return {"dry_run": True}
         with self.hook.get_runtime() as runtime:
-            result = export_from(runtime)
+            result = export_metadata(runtime)
         self.log.info("wrote metadata snapshot %s", result.snapshot.key)
         return asdict(result)

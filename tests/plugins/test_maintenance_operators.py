@@ -13,7 +13,7 @@ import pytest
 from fixtures.airflow import connection_env, return_value
 from fixtures.backends import make_topic, produce_ledgers
 from offloader.gc.sweep import ORPHAN_REASON
-from offloader.metadata.backup import read_manifest
+from offloader.metadata.snapshot import read_manifest
 from offloader.offload.ledger_offloader import LedgerOffloader
 from offloader.runtime import Runtime
 from offloader.settings import Settings

@@ -154,7 +154,7 @@ def test_unchecked_names_are_the_mutants_without_a_current_verdict() -> None:
     import mutation_run
     from mutmut.mutation.file_mutation import compute_function_hashes
 
-    module = "offloader/offload/keys.py"
+    module = "offloader/keys.py"
     hashes = compute_function_hashes((mutation_run.ROOT / "include" / module).read_text())
     current, other = sorted(hashes)[:2]
     cache = Cache(
@@ -166,7 +166,7 @@ def test_unchecked_names_are_the_mutants_without_a_current_verdict() -> None:
             }
         },
     )
-    prefix = "offloader.offload.keys."
+    prefix = "offloader.keys."
     assert mutation_run.unchecked_names(cache, []) == [
         f"{prefix}{current}__mutmut_2",
         f"{prefix}{other}__mutmut_1",

@@ -27,7 +27,7 @@ from fixtures.exports import (
     streamed_topic,
 )
 from fixtures.spark import SparkSetup, assert_no_secret
-from offloader.bulk.output import ATTEMPTS_DIR
+from offloader.keys import EXPORT_ATTEMPTS_DIR
 from offloader.runtime import Runtime
 
 pytestmark = [pytest.mark.spark, POSTGRES_ONLY]
@@ -118,4 +118,4 @@ def test_export_on_a_standalone_master_to_a_local_directory(
     assert parquet_digests(export_table(files)) == tiered_digests(runtime)
     # the export is a symlink to its one attempt: a directory reader sees it whole
     assert (out / "e").is_symlink()
-    assert [p.name for p in (out / ATTEMPTS_DIR / "e").iterdir()] == [manifest.attempt]
+    assert [p.name for p in (out / EXPORT_ATTEMPTS_DIR / "e").iterdir()] == [manifest.attempt]

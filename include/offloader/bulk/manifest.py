@@ -7,8 +7,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-MANIFEST_NAME = "_manifest.json"
-
 
 class ManifestFile(BaseModel):
     """One Parquet file: ``path`` is relative to the manifest's folder plus ``root``."""

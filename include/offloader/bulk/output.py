@@ -15,26 +15,28 @@ from __future__ import annotations
 
 import abc
 import os
-import re
 import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from offloader.bulk.manifest import MANIFEST_NAME, ExportManifest
+from offloader.bulk.manifest import ExportManifest
 from offloader.exceptions import ObjectNotFoundError
 from offloader.fsutil import fsync_dir
-from offloader.objectstore import open_object_store
+from offloader.keys import (
+    EXPORT_ATTEMPTS_DIR,
+    EXPORT_MANIFEST_NAME,
+    export_attempt_folder,
+    export_prefix,
+    is_export_attempt_key,
+)
 from offloader.objectstore.location import FILE, StoreLocation
+from offloader.objectstore.registry import open_object_store
 
 if TYPE_CHECKING:
     from offloader.objectstore import ObjectStore
     from offloader.settings import Settings
-
-ATTEMPTS_DIR = ".attempts"
-#: an attempt's folder under ``<export id>/`` (``ExportTarget.new_attempt``: a uuid4 hex)
-ATTEMPT_FOLDER = re.compile(r"[0-9a-f]{32}/")
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,7 @@ class DirectoryOutput(ExportOutput):
     def __init__(self, target: ExportTarget, directory: Path) -> None:
         super().__init__(target)
         self.directory = directory
-        self.attempts = directory / ATTEMPTS_DIR / target.export_id
+        self.attempts = directory / EXPORT_ATTEMPTS_DIR / target.export_id
         self.folder = self.attempts / target.attempt
         self.link = directory / target.export_id
 
@@ -115,14 +117,14 @@ class DirectoryOutput(ExportOutput):
                 f"{self.link} exists and is not an export this job published: choose another "
                 "export id or output"
             )
-        self.write(MANIFEST_NAME, manifest.to_bytes())
+        self.write(EXPORT_MANIFEST_NAME, manifest.to_bytes())
         temp = self.directory / f".{self.target.export_id}.{self.target.attempt}.link"
         temp.symlink_to(self.folder.relative_to(self.directory), target_is_directory=True)
         os.replace(temp, self.link)  # the one atomic step
         fsync_dir(self.directory)
 
     def published(self) -> ExportManifest | None:
-        path = self.link / MANIFEST_NAME
+        path = self.link / EXPORT_MANIFEST_NAME
         try:
             data = path.read_bytes()
         except FileNotFoundError:
@@ -143,20 +145,20 @@ class ObjectStoreOutput(ExportOutput):
     def __init__(self, target: ExportTarget, store: ObjectStore) -> None:
         super().__init__(target)
         self.store = store
-        self.prefix = f"{target.export_id}/"
+        self.prefix = export_prefix(target.export_id)
 
     @property
     def root(self) -> str:
-        return f"{self.target.attempt}/"
+        return export_attempt_folder(self.target.attempt)
 
     def write(self, path: str, data: bytes) -> None:
         self.store.put(self.prefix + self.root + path, data)
 
     def publish(self, manifest: ExportManifest) -> None:
-        self.store.put(self.prefix + MANIFEST_NAME, manifest.to_bytes())  # the atomic step
+        self.store.put(self.prefix + EXPORT_MANIFEST_NAME, manifest.to_bytes())  # the atomic step
 
     def published(self) -> ExportManifest | None:
-        key = self.prefix + MANIFEST_NAME
+        key = self.prefix + EXPORT_MANIFEST_NAME
         try:
             data = self.store.get(key)
         except ObjectNotFoundError:
@@ -171,7 +173,7 @@ class ObjectStoreOutput(ExportOutput):
             info.key
             for info in self.store.list(self.prefix)
             if not info.key.startswith(keep)
-            and ATTEMPT_FOLDER.match(info.key, len(self.prefix)) is not None
+            and is_export_attempt_key(info.key, self.target.export_id)
         ]
         result = self.store.delete_many(stale)
         if result.failed:

@@ -10,12 +10,12 @@ from typing import ClassVar
 
 from pydantic import Field, field_validator, model_validator
 
+from offloader.keys import EXPORTS_DIR
 from offloader.objectstore.location import FILE, StoreLocation
 from offloader.params import LedgerSelection, topics_field
 
 MiB = 1024 * 1024
 EXPORT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+-]{0,199}")
-DEFAULT_SUBDIR = "exports"
 
 
 class ExportParams(LedgerSelection):
@@ -105,7 +105,7 @@ class ExportParams(LedgerSelection):
     def with_defaults(self, export_id: str, store_url: str) -> ExportParams:
         """The params with ``export_id`` (the run's id) and the output under ``store_url``
         filled in where they were left empty."""
-        output = self.output or f"{store_url.rstrip('/')}/{DEFAULT_SUBDIR}"
+        output = self.output or f"{store_url.rstrip('/')}/{EXPORTS_DIR}"
         return self.model_copy(
             update={"export_id": check_export_id(self.export_id or export_id), "output": output}
         )

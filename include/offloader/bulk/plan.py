@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from urllib.parse import quote
 
 from offloader.bulk.params import ExportParams
 from offloader.exceptions import TopicDeletedError
+from offloader.keys import export_file_path
 from offloader.metadata import Ledger, MetadataStore, Topic
 from offloader.metadata.records import OffloadMode
 from offloader.metadata.segments import covers
@@ -60,10 +60,7 @@ class ExportSlice:
     def path(self) -> str:
         """The slice's Parquet file, partitioned by topic and ledger (Hive style; the topic
         percent-encoded, so any topic name is one safe path segment)."""
-        return (
-            f"topic={quote(self.topic, safe='')}/ledger_id={self.ledger_id}/"
-            f"part-{self.first_entry_id:020d}-{self.last_entry_id:020d}.parquet"
-        )
+        return export_file_path(self.topic, self.ledger_id, self.first_entry_id, self.last_entry_id)
 
 
 @dataclass(frozen=True)

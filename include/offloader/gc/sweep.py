@@ -23,7 +23,7 @@ What is left and older than ``sweep_grace_seconds`` (the object's LastModified a
 database's clock, invariant 6) is queued for deletion (invariant 5); the GC deletes it.
 The grace period covers writes whose record this sweep could not see yet and any skew
 between the store's clock and the database's. Metadata snapshots (``_metadata/``, see
-metadata/backup.py) are protected by their manifest. Multipart uploads started longer
+metadata/snapshot.py) are protected by their manifest. Multipart uploads started longer
 than ``multipart_max_age_seconds`` ago are aborted unless a live attempt (started, lease
 not over) owns their key, or, under a segment key, the upload is the one recorded on an
 assigned or closing segment (its id, not just its key: a stream's segment stays open across
@@ -32,8 +32,8 @@ under a segment key (one a pass created but died before recording, or a failed s
 is aborted once past the age.
 
 Only keys of the shapes the offloader writes are ever candidates: ledger objects
-(``<uuid>-ledger-<id>[-index]``), segment objects (``<uuid>[-index]``; both shapes in
-offload/keys.py) and snapshots directly under
+(``<uuid>-ledger-<id>[-index]``), segment objects (``<uuid>[-index]``; every shape in
+offloader/keys.py) and snapshots directly under
 ``_metadata/snapshots/``. Anything else in a listed prefix is counted as ``foreign`` and
 left alone: another tool's objects in a shared bucket, or the keys of a recorded store
 nested inside this one (``tiered/<uuid>-ledger-5`` when both ``s3://b`` and
@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -53,14 +52,22 @@ import sqlalchemy as sa
 
 from offloader import failpoints
 from offloader.exceptions import ObjectNotFoundError, StoreUnavailableError
+from offloader.keys import (
+    MANIFEST_KEY,
+    METADATA_PREFIX,
+    is_metadata_key,
+    is_offloaded_object_key,
+    is_segment_object_key,
+    is_snapshot_key,
+)
 from offloader.metadata import AttemptState, MetadataStore, schema
 from offloader.metadata.clock import db_now
 from offloader.metadata.records import SegmentState
+from offloader.metadata.snapshot import read_manifest
 from offloader.metadata.stores import list_stores
 from offloader.objectstore import MultipartUpload, ObjectInfo, ObjectStore
 from offloader.objectstore.location import StoreLocation
 from offloader.objectstore.registry import StoreRegistry
-from offloader.offload.keys import is_offloaded_object_key, is_segment_object_key
 from offloader.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -72,8 +79,6 @@ REFERENCING_SEGMENTS = (SegmentState.ASSIGNED, SegmentState.CLOSING, SegmentStat
 OPEN_SEGMENTS = (SegmentState.ASSIGNED, SegmentState.CLOSING)  # their upload is live
 PAGE = 1000  # keys per metadata lookup (one statement) and per enqueue transaction
 ORPHAN_REASON = "orphan (sweep)"
-METADATA_PREFIX = "_metadata/"  # metadata/backup.py writes snapshots under here
-SNAPSHOT_KEY = re.compile(r"_metadata/snapshots/[^/]+\.jsonl\.gz")
 
 
 @dataclass(frozen=True)
@@ -267,7 +272,7 @@ def _sweep_uploads(
 
 
 def _is_offloader_key(key: str) -> bool:
-    return is_offloaded_object_key(key) or SNAPSHOT_KEY.fullmatch(key) is not None
+    return is_offloaded_object_key(key) or is_snapshot_key(key)
 
 
 def _abort(store: ObjectStore, upload: MultipartUpload) -> None:
@@ -333,8 +338,6 @@ def open_segment_uploads(metadata: MetadataStore, keys: Iterable[str]) -> set[tu
 def _protected_snapshots(store: ObjectStore) -> set[str] | None:
     """Keys under ``_metadata/`` the sweep must keep: the manifest and the snapshots it
     names. None when the manifest cannot be read: then nothing there is touched."""
-    from offloader.metadata.backup import MANIFEST_KEY, read_manifest
-
     try:
         manifest = read_manifest(store)
     except ObjectNotFoundError:
@@ -346,7 +349,7 @@ def _protected_snapshots(store: ObjectStore) -> set[str] | None:
 
 
 def _is_protected_snapshot(key: str, snapshots: set[str] | None) -> bool:
-    if not key.startswith(METADATA_PREFIX):
+    if not is_metadata_key(key):
         return False
     return snapshots is None or key in snapshots
 

@@ -485,7 +485,7 @@ class SegmentStore:
 
         A piece whose ledger has no row keeps its segment: ledger rows are never removed,
         so it comes from a rebuild that found a ledger held only in part and kept the only
-        copy of its entries without recording the ledger (``backup._stream_rows``). Nothing
+        copy of its entries without recording the ledger (``recovery.rows.stream_rows``). Nothing
         can tell whether those entries are wanted, so they are not deleted."""
         pieces = sa.select(SL.c.ledger_id).where(SL.c.segment_id == G.c.segment_id)
         recorded = (

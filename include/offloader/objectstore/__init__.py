@@ -1,8 +1,9 @@
 """The object-store interface (PDP-34's chunk storage): a small verb set with capability flags.
 
 Bindings live in their own modules (``filesystem``, ``s3``) and are chosen by URL scheme in
-:func:`open_object_store`, the one place that builds a binding. Stores recorded in the
-metadata (invariant 7) are opened through ``registry.StoreRegistry``, which calls it.
+``registry.open_object_store``, the one place that builds a binding (kept out of this module,
+which the bindings import). Stores recorded in the metadata (invariant 7) are opened through
+``registry.StoreRegistry``, which calls it.
 """
 
 from __future__ import annotations
@@ -11,12 +12,6 @@ import abc
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
-from urllib.parse import urlparse
-
-if TYPE_CHECKING:
-    from offloader.objectstore.s3 import S3ClientFactory
-    from offloader.settings import Settings
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
@@ -172,24 +167,3 @@ def check_part_copy(
             f"part copy of {source_key!r} at {offset}+{length}: the offset must be >= 0 and "
             f"the length 1..{caps.max_part_size}"
         )
-
-
-def open_object_store(
-    url: str, settings: Settings | None = None, client_factory: S3ClientFactory | None = None
-) -> ObjectStore:
-    """Pick the binding by URL scheme: ``file:///abs/dir`` or ``s3://bucket/prefix``;
-    ``client_factory`` (see :data:`~offloader.objectstore.s3.S3ClientFactory`) makes S3
-    clients instead of the settings' keys."""
-    scheme = urlparse(url).scheme
-    if scheme == "file":
-        from offloader.objectstore.filesystem import FilesystemObjectStore
-
-        return FilesystemObjectStore.from_url(url)
-    if scheme == "s3":
-        from offloader.objectstore.s3 import S3ObjectStore
-
-        return S3ObjectStore.from_url(url, settings, client_factory)
-    raise ValueError(
-        f"object store URL {url!r}: scheme must be 'file' (file:///abs/dir) or 's3' "
-        "(s3://bucket/prefix)"
-    )

@@ -1,4 +1,5 @@
-"""Object stores by recorded location (invariant 7), opened once per runtime.
+"""Opening object stores: a binding by URL, and stores by recorded location (invariant 7),
+opened once per runtime.
 
 Every attempt, committed ledger and queued deletion names the store it went to; readers
 and the GC ask this registry for that store rather than using the configured default.
@@ -10,16 +11,37 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
+from urllib.parse import urlparse
 
 from offloader.exceptions import StoreUnavailableError
-from offloader.objectstore import ObjectStore, open_object_store
+from offloader.objectstore import ObjectStore
 from offloader.objectstore.location import FILE, StoreLocation
 
 if TYPE_CHECKING:
-    from offloader.metadata import MetadataStore
     from offloader.objectstore.s3 import S3ClientFactory
     from offloader.settings import Settings
+
+
+def open_object_store(
+    url: str, settings: Settings | None = None, client_factory: S3ClientFactory | None = None
+) -> ObjectStore:
+    """Pick the binding by URL scheme: ``file:///abs/dir`` or ``s3://bucket/prefix``;
+    ``client_factory`` (see :data:`~offloader.objectstore.s3.S3ClientFactory`) makes S3
+    clients instead of the settings' keys."""
+    scheme = urlparse(url).scheme
+    if scheme == "file":
+        from offloader.objectstore.filesystem import FilesystemObjectStore
+
+        return FilesystemObjectStore.from_url(url)
+    if scheme == "s3":
+        from offloader.objectstore.s3 import S3ObjectStore
+
+        return S3ObjectStore.from_url(url, settings, client_factory)
+    raise ValueError(
+        f"object store URL {url!r}: scheme must be 'file' (file:///abs/dir) or 's3' "
+        "(s3://bucket/prefix)"
+    )
 
 
 def default_location(settings: Settings) -> StoreLocation:
@@ -52,11 +74,20 @@ def open_location(
     return store
 
 
+class RecordedStores(Protocol):
+    """Where the registry finds recorded locations: the metadata store (``MetadataStore``),
+    which sits above the object stores and so is not imported here."""
+
+    def record_store(self, location: StoreLocation) -> int: ...
+
+    def get_store(self, store_id: int) -> StoreLocation: ...
+
+
 @dataclass
 class StoreRegistry:
     """The runtime's stores: the configured default plus every recorded one it opened."""
 
-    metadata: MetadataStore
+    metadata: RecordedStores
     settings: Settings
     default: ObjectStore
     client_factory: S3ClientFactory | None = None  # the runtime's: recorded stores use it too

@@ -16,17 +16,20 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
 
 from offloader import failpoints
 from offloader.exceptions import CommitFailedError
 from offloader.format import ENTRY_FRAME, HEADER_LEN
-from offloader.metadata import Attempt, Ledger, LedgerState
+from offloader.keys import ledger_object_keys
+from offloader.metadata import Attempt, Ledger, LedgerState, MetadataStore
 from offloader.metadata.store import AttemptIntent
-from offloader.offload.keys import ledger_object_keys
-from offloader.offload.lease import LeaseKeeper
-from offloader.offload.ledger_offloader import LedgerOffloader, OffloadResult, Outcome, owner_id
+from offloader.offload.lease import LeaseKeeper, owner_id
+from offloader.offload.outcome import OffloadResult, Outcome
+from offloader.policy import OffloadPolicy
+from offloader.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +37,31 @@ DEFAULT_WINDOW = 64  # ledgers per begin/commit transaction
 MAX_WINDOW = 1000  # keeps one statement's bound parameters well inside SQLite's limit
 
 
+class LedgerSteps(Protocol):
+    """What a window takes from the one-ledger path (``ledger_offloader.LedgerOffloader``):
+    stated here so that path can hand a topic's due ledgers to a window without the two
+    modules importing each other."""
+
+    runtime: Runtime
+    metadata: MetadataStore
+
+    def policy(self, topic: str) -> OffloadPolicy: ...
+
+    def offload_ledger(self, topic: str, ledger_id: int) -> OffloadResult: ...
+
+    def _upload(self, ledger: Ledger, attempt: Attempt, check: Callable[[], None]) -> int: ...
+
+    def _finish_stale(self, ledger: Ledger) -> OffloadResult | None: ...
+
+    def _still_owns(self, attempt: Attempt) -> bool: ...
+
+    def _fail_quietly(self, attempt: Attempt, exc: BaseException) -> None: ...
+
+
 class BatchOffloader:
     """Offloads a list of ledgers of one topic, ``window`` ledgers at a time."""
 
-    def __init__(self, offloader: LedgerOffloader, window: int = DEFAULT_WINDOW) -> None:
+    def __init__(self, offloader: LedgerSteps, window: int = DEFAULT_WINDOW) -> None:
         if isinstance(window, bool) or not isinstance(window, int) or not 1 <= window <= MAX_WINDOW:
             raise ValueError(f"window must be an integer from 1 to {MAX_WINDOW}, got {window!r}")
         self.offloader = offloader

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 from collections.abc import Iterable
 
@@ -14,6 +16,11 @@ log = logging.getLogger(__name__)
 # stuck on the database must not hold the finished upload hostage: the thread is a daemon
 # and its renewals are fenced (a finished attempt no longer owns its ledger).
 STOP_GRACE_SECONDS = 10.0
+
+
+def owner_id() -> str:
+    """Who holds an attempt's lease: this host and process."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 class LeaseKeeper:

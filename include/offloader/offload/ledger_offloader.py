@@ -8,12 +8,9 @@ complete) or supersedes (its objects are queued for deletion once its lease has 
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from enum import StrEnum
 
 from offloader import failpoints
@@ -25,10 +22,13 @@ from offloader.exceptions import (
     StoreUnavailableError,
 )
 from offloader.format import LedgerMetadata, decode_index, encode_blocks, encode_index
+from offloader.format.object_metadata import ledger_user_metadata
+from offloader.keys import ledger_object_keys
 from offloader.metadata import Attempt, Ledger, LedgerState, OffloadMode
+from offloader.offload.batch import BatchOffloader
 from offloader.offload.hot_deletion import retire_empty_ledger
-from offloader.offload.keys import ledger_object_keys, object_user_metadata
-from offloader.offload.lease import LeaseKeeper
+from offloader.offload.lease import LeaseKeeper, owner_id
+from offloader.offload.outcome import OffloadResult, Outcome
 from offloader.offload.planner import due_ledgers
 from offloader.offload.upload import upload_blocks
 from offloader.policy import OffloadPolicy
@@ -38,36 +38,11 @@ from offloader.runtime import Runtime
 log = logging.getLogger(__name__)
 
 
-class Outcome(StrEnum):
-    OFFLOADED = "offloaded"
-    RECOVERED = "recovered"  # a crashed attempt's complete objects were committed
-    ALREADY_OFFLOADED = "already-offloaded"
-    IN_PROGRESS = "in-progress"  # another live attempt holds the lease
-    LOST = "lost"  # another attempt committed first; ours is queued for deletion
-    RETIRED_EMPTY = "retired-empty"  # sealed with no entries: hot file removed, nothing uploaded
-    TRIMMED = "trimmed"  # below the topic's start: deleting or deleted, never offloaded
-    REPLACED = "replaced"  # offloaded again as its own objects; the old ones are queued
-
-
 class EntrySource(StrEnum):
     """Where a replacement (a second offload of an offloaded ledger) reads the entries."""
 
     HOT = "hot"  # the hot copy: scrub's repair, the normal offload path
     TIER = "tier"  # the ledger's objects or segments, every chunk CRC-checked: back to v1
-
-
-@dataclass(frozen=True)
-class OffloadResult:
-    topic: str
-    ledger_id: int
-    outcome: Outcome
-    attempt_id: str | None = None
-    bytes: int = 0
-    seconds: float = 0.0  # batched: the whole window's time, its ledgers moved together
-
-
-def owner_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 class LedgerOffloader:
@@ -91,8 +66,6 @@ class LedgerOffloader:
 
     def offload_topic(self, topic: str, up_to: int | None = None) -> list[OffloadResult]:
         """Offload every due ledger of ``topic``, oldest first, through the batched path."""
-        from offloader.offload.batch import BatchOffloader  # batch builds on this module
-
         return BatchOffloader(self).offload(topic, [x.ledger_id for x in self.plan(topic, up_to)])
 
     def offload_ledger(self, topic: str, ledger_id: int) -> OffloadResult:
@@ -229,7 +202,7 @@ class LedgerOffloader:
             encode_blocks(
                 entries, max_block_size=policy.max_block_size, chunk_target=policy.read_buffer_size
             ),
-            metadata=object_user_metadata(ledger.topic, ledger.ledger_id, "data"),
+            metadata=ledger_user_metadata(ledger.topic, ledger.ledger_id, "data"),
             concurrency=self.runtime.settings.upload_concurrency,
             check=check,
         )
@@ -247,7 +220,7 @@ class LedgerOffloader:
         self.store.put(
             attempt.index_key,
             encode_index(meta, uploaded.blocks, uploaded.chunks),
-            metadata=object_user_metadata(ledger.topic, ledger.ledger_id, "index"),
+            metadata=ledger_user_metadata(ledger.topic, ledger.ledger_id, "index"),
             if_none_match=True,
         )
         failpoints.reach("after-index-upload")

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 
 from offloader import failpoints
 from offloader.exceptions import CommitFailedError
+from offloader.format.object_metadata import segment_user_metadata
+from offloader.keys import segment_object_keys
 from offloader.metadata import Segment
 from offloader.objectstore import MultipartUpload, ObjectStore, PartInfo
 from offloader.rewrite.encode import RewrittenData
@@ -51,7 +53,6 @@ from offloader.rewrite.report import (
 from offloader.rewrite.to_v1 import ToV1Outcome, ToV1Result, migrate_to_v1, plan_to_v1
 from offloader.rewrite.work import StoreRef, WorkOrder, WorkResult, order_for, write_order
 from offloader.runtime import Runtime
-from offloader.stream.offloader import segment_object_keys, segment_user_metadata
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from offloader.exceptions import ObjectNotFoundError
-from offloader.objectstore import open_object_store
 from offloader.objectstore.location import FILE
+from offloader.objectstore.registry import open_object_store
 from offloader.scrub.params import report_location
 from offloader.scrub.report import ScrubReport
 from offloader.settings import Settings

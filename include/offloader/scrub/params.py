@@ -8,11 +8,10 @@ from pathlib import Path
 
 from pydantic import Field, field_validator
 
+from offloader.keys import scrub_report_key
 from offloader.objectstore.location import FILE, StoreLocation
 from offloader.params import TopicSelection, topics_field
 
-#: the default report's folder under the offloader's object store
-DEFAULT_SUBDIR = "scrub-reports"
 #: a report location as the form may take it (the model checks the rest)
 REPORT_PATTERN = r"^(\s*|\s*/\S.*|\s*file:///\S.*|\s*s3://\S.*)$"
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._:+-]")
@@ -63,7 +62,7 @@ class ScrubParams(TopicSelection):
             return self
         name = _NAME_UNSAFE.sub("_", run_id)
         return self.model_copy(
-            update={"report": f"{store_url.rstrip('/')}/{DEFAULT_SUBDIR}/{name}.json"}
+            update={"report": f"{store_url.rstrip('/')}/{scrub_report_key(name)}"}
         )
 
 

@@ -25,9 +25,8 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from urllib.parse import quote
 
-from offloader import __version__, failpoints
+from offloader import failpoints
 from offloader.exceptions import (
     ObjectExistsError,
     ObjectNotFoundError,
@@ -35,9 +34,11 @@ from offloader.exceptions import (
     OffloaderError,
 )
 from offloader.format.layout import ENTRY_FRAME, MIN_BLOCK_SIZE
+from offloader.format.object_metadata import segment_user_metadata
 from offloader.format.segment_blocks import SegmentEncoder
 from offloader.format.segment_index import encode_segment_index
-from offloader.format.segment_layout import SEGMENT_FORMAT_VERSION, EncodedPart, SegmentBlockRef
+from offloader.format.segment_layout import EncodedPart, SegmentBlockRef
+from offloader.keys import segment_object_keys
 from offloader.metadata.records import (
     Ledger,
     LedgerState,
@@ -59,21 +60,6 @@ log = logging.getLogger(__name__)
 
 S3_MIN_PART = 5 * 1024 * 1024
 FEED_BATCH_BYTES = 1024 * 1024  # entries fed to the encoder between size checks
-
-
-def segment_object_keys(segment_id: str) -> tuple[str, str]:
-    """(data key, index key): ``<uuid>`` and ``<uuid>-index`` (FORMAT.md, PIP-76)."""
-    return segment_id, f"{segment_id}-index"
-
-
-def segment_user_metadata(topic: str, segment_id: str, role: str) -> dict[str, str]:
-    return {
-        "format-version": str(SEGMENT_FORMAT_VERSION),
-        "software-version": __version__,
-        "managed-ledger": quote(topic, safe=""),
-        "segment-id": segment_id,
-        "role": role,
-    }
 
 
 @dataclass

@@ -33,15 +33,17 @@ from fixtures.seaweedfs import SeaweedS3
 from offloader.bulk import export as export_module
 from offloader.bulk import output as output_module
 from offloader.bulk.export import export_slices, published_manifest
-from offloader.bulk.output import ATTEMPTS_DIR, ExportTarget, open_output
+from offloader.bulk.output import ExportTarget, open_output
 from offloader.bulk.params import ExportParams
 from offloader.bulk.parquet import SCHEMA, slice_table
 from offloader.bulk.plan import plan_export
 from offloader.exceptions import DamagedObjectError, NotFoundError
+from offloader.keys import EXPORT_ATTEMPTS_DIR
 from offloader.metadata import schema
-from offloader.objectstore import ObjectStore, open_object_store
+from offloader.objectstore import ObjectStore
 from offloader.objectstore.filesystem import FilesystemObjectStore
 from offloader.objectstore.location import StoreLocation
+from offloader.objectstore.registry import open_object_store
 from offloader.offload.ledger_offloader import LedgerOffloader
 from offloader.read.batch import EntryBatch
 from offloader.runtime import Runtime
@@ -78,7 +80,7 @@ def test_export_equals_the_source_and_a_rerun_replaces_it_whole(
 def staged_attempts(rt: Runtime, url: str, export_id: str) -> set[str]:
     """The attempts whose files exist (listing is fine in a test)."""
     if url.startswith("file:"):
-        return {p.name for p in (Path(url[7:]) / ATTEMPTS_DIR / export_id).iterdir()}
+        return {p.name for p in (Path(url[7:]) / EXPORT_ATTEMPTS_DIR / export_id).iterdir()}
     keys = [i.key for i in rt.objects.list(f"exports/{export_id}/")]  # output_url's exports/
     return {k.split("/")[2] for k in keys if k.endswith(".parquet")}
 

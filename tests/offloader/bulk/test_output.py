@@ -12,15 +12,16 @@ from pathlib import Path
 import pytest
 
 from fixtures.faults import FlakyDeletes
-from offloader.bulk.manifest import MANIFEST_NAME, ExportManifest, ManifestFile
+from offloader.bulk.manifest import ExportManifest, ManifestFile
 from offloader.bulk.output import (
-    ATTEMPTS_DIR,
     DirectoryOutput,
     ExportTarget,
     ObjectStoreOutput,
     open_output,
 )
-from offloader.objectstore import ObjectStore, open_object_store
+from offloader.keys import EXPORT_ATTEMPTS_DIR, EXPORT_MANIFEST_NAME
+from offloader.objectstore import ObjectStore
+from offloader.objectstore.registry import open_object_store
 from offloader.settings import Settings
 
 #: files of one attempt: a nested Parquet path and one directly in the attempt's folder
@@ -84,7 +85,7 @@ def test_an_object_store_export_is_its_manifest_and_the_files_it_lists(
     assert output.published() is None
     manifest = manifest_of(target, output.root, FILES)
     output.publish(manifest)
-    assert ExportManifest.model_validate_json(store.get(f"e1/{MANIFEST_NAME}")) == manifest
+    assert ExportManifest.model_validate_json(store.get(f"e1/{EXPORT_MANIFEST_NAME}")) == manifest
     assert output.published() == manifest
     # the reader's contract: each file at the manifest's root + its path, relative to the
     # manifest's folder, with the bytes and digest the manifest gives
@@ -118,7 +119,7 @@ def test_a_new_attempt_removes_only_the_export_s_other_attempts(store: ObjectSto
     assert len(stale) == 2 * len(FILES) + 1
 
     assert new.discard_others() == len(stale)
-    kept = {f"e1/{new.target.attempt}/{p}" for p in FILES} | {f"e1/{MANIFEST_NAME}"}
+    kept = {f"e1/{new.target.attempt}/{p}" for p in FILES} | {f"e1/{EXPORT_MANIFEST_NAME}"}
     assert keys(store) == kept | set(foreign)
     assert new.published() == manifest
     assert new.discard_others() == 0  # nothing left to remove
@@ -139,14 +140,14 @@ def test_an_attempt_that_cannot_be_removed_fails_the_publish(store: ObjectStore)
 
 def test_a_damaged_manifest_is_named_by_its_address(store: ObjectStore, tmp_path: Path) -> None:
     output = ObjectStoreOutput(ExportTarget.new_attempt("s3://unused/out", "e1"), store)
-    store.put(f"e1/{MANIFEST_NAME}", b'{"format": "offloader-export"')
-    where = f"{store.url}/e1/{MANIFEST_NAME}"
+    store.put(f"e1/{EXPORT_MANIFEST_NAME}", b'{"format": "offloader-export"')
+    where = f"{store.url}/e1/{EXPORT_MANIFEST_NAME}"
     with pytest.raises(ValueError, match=re.escape(f"{where} is not an export manifest")):
         output.published()
 
     directory = DirectoryOutput(ExportTarget.new_attempt(tmp_path.as_uri(), "e2"), tmp_path)
     directory.publish(manifest_of(directory.target, ""))
-    path = tmp_path / "e2" / MANIFEST_NAME
+    path = tmp_path / "e2" / EXPORT_MANIFEST_NAME
     path.write_bytes(b"[]")
     with pytest.raises(ValueError, match=re.escape(f"{path} is not an export manifest")):
         directory.published()
@@ -180,7 +181,9 @@ def test_a_directory_output_counts_the_files_it_removes(tmp_path: Path) -> None:
     assert len(others) == 4
 
     assert new.discard_others() == len(others)
-    assert [p.name for p in (tmp_path / ATTEMPTS_DIR / "e1").iterdir()] == [new.target.attempt]
+    assert [p.name for p in (tmp_path / EXPORT_ATTEMPTS_DIR / "e1").iterdir()] == [
+        new.target.attempt
+    ]
     assert new.published() == manifest_of(new.target, "")
 
 

@@ -33,14 +33,13 @@ from offloader.gc.sweep import (
     referenced_keys,
     sweep,
 )
+from offloader.keys import MANIFEST_KEY, ledger_object_keys, segment_object_keys
 from offloader.metadata import Attempt, Ledger, Position
-from offloader.metadata.backup import MANIFEST_KEY, export_from, read_manifest
-from offloader.offload.keys import ledger_object_keys
+from offloader.metadata.snapshot import read_manifest
 from offloader.offload.ledger_offloader import LedgerOffloader
 from offloader.read.topic_reader import TopicReader
-from offloader.runtime import Runtime
+from offloader.runtime import Runtime, export_metadata
 from offloader.settings import Settings
-from offloader.stream.offloader import segment_object_keys
 
 GRACE = 2.0
 
@@ -207,8 +206,8 @@ def test_a_late_write_of_a_retired_attempt_is_swept(swept: Runtime) -> None:
 
 def test_snapshots_survive_the_sweep_and_a_stray_one_does_not(swept: Runtime) -> None:
     rt = swept
-    first = export_from(rt).snapshot
-    second = export_from(rt).snapshot
+    first = export_metadata(rt).snapshot
+    second = export_metadata(rt).snapshot
     stray = "_metadata/snapshots/20000101T000000000Z-stray.jsonl.gz"
     rt.objects.put(stray, b"left by an export killed before its manifest")
     time.sleep(GRACE + 1.5)

@@ -14,18 +14,19 @@ import pytest
 from fixtures.backends import make_topic, produce_ledgers
 from offloader.gc.deletion_queue import process_deletions
 from offloader.gc.sweep import ORPHAN_REASON, open_segment_uploads, sweep
-from offloader.metadata import Position, schema
-from offloader.metadata.records import SegmentState
-from offloader.offload.keys import (
+from offloader.keys import (
     is_ledger_object_key,
     is_offloaded_object_key,
     is_segment_object_key,
     ledger_object_keys,
+    segment_object_keys,
 )
+from offloader.metadata import Position, schema
+from offloader.metadata.records import SegmentState
 from offloader.read.topic_reader import Source, TopicReader
 from offloader.runtime import Runtime
 from offloader.settings import Settings
-from offloader.stream.offloader import StreamingOffloader, segment_object_keys
+from offloader.stream.offloader import StreamingOffloader
 
 GRACE = 2.0
 TOPIC = "events"

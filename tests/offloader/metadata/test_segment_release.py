@@ -139,7 +139,7 @@ def test_one_release_counts_the_segments_of_both_rules(runtime: Runtime) -> None
 
 def test_a_piece_of_an_unrecorded_ledger_keeps_its_segment(runtime: Runtime) -> None:
     """A rebuild from the objects keeps a segment holding a ledger only in part without
-    recording the ledger (metadata/backup.py): no rule may take such a segment for one
+    recording the ledger (recovery/rows.py): no rule may take such a segment for one
     whose ledgers were all deleted, or it would delete the only copy of those entries
     (ledger ids are per topic: topic u's ledger of that id is not this one). Segment d,
     whose pieces are gone from the metadata altogether, is kept too. Segment c, of a

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from offloader.exceptions import ObjectExistsError, ObjectNotFoundError, ObjectStoreError
-from offloader.objectstore import filesystem, open_object_store
+from offloader.objectstore import filesystem
 from offloader.objectstore.filesystem import FilesystemObjectStore
+from offloader.objectstore.registry import open_object_store
 
 
 @pytest.fixture

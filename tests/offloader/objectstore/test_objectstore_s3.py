@@ -15,8 +15,9 @@ from pydantic import SecretStr
 
 from fixtures.seaweedfs import SeaweedS3
 from offloader.exceptions import ObjectExistsError, ObjectNotFoundError, ObjectStoreError
-from offloader.objectstore import MultipartUpload, open_object_store, s3
+from offloader.objectstore import MultipartUpload, s3
 from offloader.objectstore.filesystem import FilesystemObjectStore
+from offloader.objectstore.registry import open_object_store
 from offloader.objectstore.s3 import S3ObjectStore, build_client
 from offloader.settings import Settings
 

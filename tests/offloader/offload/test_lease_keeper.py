@@ -17,10 +17,10 @@ import pytest
 from fixtures.backends import make_topic, produce_ledgers
 from fixtures.takeover import take_over
 from offloader.exceptions import CommitFailedError
+from offloader.keys import ledger_object_keys
 from offloader.metadata import Attempt, MetadataStore, now_ms
 from offloader.metadata.store import AttemptIntent
 from offloader.offload import lease
-from offloader.offload.keys import ledger_object_keys
 from offloader.offload.lease import LeaseKeeper
 from offloader.runtime import Runtime
 

@@ -32,10 +32,10 @@ from offloader.exceptions import NotFoundError, ObjectStoreError
 from offloader.format import ENTRY_FRAME, HEADER_LEN, encode_blocks
 from offloader.gc.deletion_queue import process_deletions
 from offloader.hottier.writer import recover_open_ledgers
+from offloader.keys import ledger_object_keys
 from offloader.metadata import Attempt, AttemptState, OffloadState, Position
 from offloader.metadata.store import AttemptIntent
 from offloader.offload.batch import BatchOffloader
-from offloader.offload.keys import ledger_object_keys
 from offloader.offload.ledger_offloader import LedgerOffloader, OffloadResult, Outcome
 from offloader.offload.runs import offload_batch
 from offloader.read.topic_reader import Source, TopicReader

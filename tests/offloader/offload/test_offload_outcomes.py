@@ -16,8 +16,8 @@ from fixtures.faults import with_objects
 from fixtures.takeover import OnPut, take_over
 from offloader.exceptions import CommitFailedError, ObjectExistsError
 from offloader.hottier.writer import ManagedLedgerWriter
+from offloader.keys import ledger_object_keys
 from offloader.metadata import AttemptState, DeletionState, Position
-from offloader.offload.keys import ledger_object_keys
 from offloader.offload.ledger_offloader import LedgerOffloader, OffloadResult, Outcome
 from offloader.retention.trim import trim_topic
 from offloader.runtime import Runtime

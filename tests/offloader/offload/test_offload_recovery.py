@@ -20,8 +20,8 @@ from fixtures.takeover import OnPut, take_over
 from offloader.exceptions import ObjectStoreError
 from offloader.format import decode_index, encode_index
 from offloader.hottier.writer import ManagedLedgerWriter
+from offloader.keys import ledger_object_keys
 from offloader.metadata import Attempt, AttemptState, Ledger, OffloadState
-from offloader.offload.keys import ledger_object_keys
 from offloader.offload.ledger_offloader import LedgerOffloader, OffloadResult, Outcome
 from offloader.offload.runs import offload_batch
 from offloader.runtime import Runtime

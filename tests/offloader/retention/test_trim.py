@@ -23,9 +23,9 @@ from fixtures.retention import (
 from offloader import failpoints
 from offloader.exceptions import CommitFailedError, NotFoundError, TrimmedError
 from offloader.gc.deletion_queue import process_deletions
+from offloader.keys import ledger_object_keys
 from offloader.metadata import DeletionState, HotState, OffloadState, Position
 from offloader.offload.batch import BatchOffloader
-from offloader.offload.keys import ledger_object_keys
 from offloader.offload.ledger_offloader import LedgerOffloader, Outcome
 from offloader.read.topic_reader import Source, TopicReader
 from offloader.retention.cuts import take_cut

@@ -22,12 +22,13 @@ from fixtures.rewrites import (
     v1_topic,
 )
 from fixtures.streams import crash_at
+from offloader.keys import ledger_object_keys
 from offloader.metadata import OffloadMode, SegmentOrigin, SegmentState
-from offloader.metadata.backup import export_from, import_snapshot, rebuild_from_objects
-from offloader.offload.keys import ledger_object_keys
+from offloader.metadata.snapshot import import_snapshot
+from offloader.recovery import rebuild_from_objects
 from offloader.rewrite.report import REWRITTEN
 from offloader.rewrite.run import recover_stale_rewrites
-from offloader.runtime import Runtime
+from offloader.runtime import Runtime, export_metadata
 
 
 def whole_group(rt: Runtime, **values: object):  # type: ignore[no-untyped-def]
@@ -48,7 +49,7 @@ def test_a_snapshot_carries_rewrite_segments_and_their_leases(
     segments = {s.origin: s for s in rt.metadata.segments.list(T)}
     assert segments[SegmentOrigin.REWRITE].lease_until_ms is not None
     rows, before = table_rows(rt), checksum(rt)
-    export_from(rt)
+    export_metadata(rt)
 
     restored = fresh()
     import_snapshot(restored.metadata.engine, restored.objects, None)

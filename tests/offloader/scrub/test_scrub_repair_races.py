@@ -16,8 +16,8 @@ from fixtures.streamed import (
     shared_segment,
     streamed_topic,
 )
+from offloader.keys import ledger_object_keys
 from offloader.metadata import Position
-from offloader.offload.keys import ledger_object_keys
 from offloader.offload.ledger_offloader import LedgerOffloader, OffloadResult, owner_id
 from offloader.runtime import Runtime
 from offloader.scrub import Action, run_scrub

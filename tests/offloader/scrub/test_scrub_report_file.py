@@ -16,8 +16,9 @@ from typing import Any, cast
 import pytest
 
 from offloader.exceptions import ScrubFailedError
-from offloader.objectstore import ObjectStore, open_object_store
+from offloader.objectstore import ObjectStore
 from offloader.objectstore.location import FILE, StoreLocation
+from offloader.objectstore.registry import open_object_store
 from offloader.scrub import Action, Counts, Finding, FindingKind, LedgerVerdict, ScrubReport
 from offloader.scrub import output as output_module
 from offloader.scrub.output import read_report_at, write_report_at

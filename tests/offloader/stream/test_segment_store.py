@@ -31,10 +31,10 @@ from offloader.metadata import (
     StreamClaim,
     schema,
 )
-from offloader.metadata.backup import export_from, import_snapshot
 from offloader.metadata.segments import PieceRange, SegmentStore, covers
+from offloader.metadata.snapshot import import_snapshot
 from offloader.policy import OffloadPolicy
-from offloader.runtime import Runtime
+from offloader.runtime import Runtime, export_metadata
 
 T = "s"
 
@@ -514,7 +514,7 @@ def test_pieces_and_settling_go_by_entry_not_by_row_order(
         claim = store.claim(T, "p", 60_000)
         offloaded(rt, claim, "b", [(open_id, 0, 4)])
         offloaded(rt, claim, "a", [(open_id, 5, 7)])
-        export_from(rt)
+        export_metadata(rt)
     restored = fresh()
     import_snapshot(restored.metadata.engine, restored.objects, None)
     segments = restored.metadata.segments

@@ -20,18 +20,16 @@ import pytest
 from fixtures.backends import Fresh, make_topic, produce_ledgers, tiered_digests
 from fixtures.streamed import ledgers_by_segment, streamed_topic
 from offloader.format import decode_segment_index
+from offloader.format.object_metadata import segment_user_metadata
 from offloader.hottier.writer import ManagedLedgerWriter
-from offloader.metadata.backup import RebuildResult, rebuild_from_objects
+from offloader.keys import segment_object_keys
 from offloader.metadata.records import HotState, OffloadMode, Segment
 from offloader.objectstore.filesystem import FilesystemObjectStore
 from offloader.offload.hot_deletion import delete_hot_copies
+from offloader.recovery import RebuildResult, rebuild_from_objects
 from offloader.rewrite.to_v1 import ToV1Outcome, migrate_to_v1
 from offloader.runtime import Runtime
-from offloader.stream.offloader import (
-    StreamingOffloader,
-    segment_object_keys,
-    segment_user_metadata,
-)
+from offloader.stream.offloader import StreamingOffloader
 
 TOPIC = "events"
 FS_ONLY = pytest.mark.parametrize("backend_settings", ["fs-sqlite"], indirect=True)

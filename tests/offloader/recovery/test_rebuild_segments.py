@@ -1,99 +1,34 @@
-"""Metadata backup with streaming offload, on both pairings: the streaming tables and the
-ledgers' offload mode round-trip through export and import (an open segment goes on after
-the restore); a rebuild from the objects alone recovers offloaded segments and the ledgers
-they hold whole, skipping (with a reason) damaged, overlapping and partial ones, and the
-segments a migration back to v1 released while they wait out their grace."""
+"""Rebuilding from the objects alone with streaming offload, on both pairings: a rebuild
+recovers offloaded segments and the ledgers they hold whole, skipping (with a reason)
+damaged, overlapping and partial ones, and the segments a migration back to v1 released
+while they wait out their grace."""
 
 from __future__ import annotations
 
-import hashlib
 import time
 import uuid
 
 import sqlalchemy as sa
 
-from fixtures.backends import Fresh, make_topic, produce_ledgers
+from fixtures.backends import Fresh, produce_ledgers
+from fixtures.metadata_backup import LEDGERS, STREAMED, ledger_digests, populate_streamed
 from fixtures.rewrites import check_clean_store
 from fixtures.streamed import ledgers_by_segment, shared_segment, streamed_topic
+from offloader.keys import segment_object_keys
 from offloader.metadata import schema
-from offloader.metadata.backup import export_from, import_snapshot, rebuild_from_objects
 from offloader.metadata.records import HotState, OffloadMode, Segment, SegmentState
 from offloader.offload.hot_deletion import delete_hot_copies
-from offloader.offload.ledger_offloader import LedgerOffloader
 from offloader.read.topic_reader import Source, TopicReader
+from offloader.recovery import rebuild_from_objects
 from offloader.rewrite.to_v1 import ToV1Outcome, migrate_to_v1
 from offloader.runtime import Runtime
 from offloader.scrub import run_scrub
-from offloader.stream.offloader import StreamingOffloader, segment_object_keys
-
-STREAMED = "events"
-LEDGERS = "orders"  # offloaded ledger by ledger (v1 objects)
-STREAM_TABLES = ("streams", "segments", "segment_parts", "segment_ledgers")
-
-
-def populate(rt: Runtime, *, close_now: bool = True) -> None:
-    """A streamed topic (segments of two parts over six ledgers) and a v1-offloaded one."""
-    part = max(4096, rt.objects.capabilities.min_part_size)
-    make_topic(rt, STREAMED, streaming=True, min_part_bytes=part, segment_max_bytes=2 * part)
-    produce_ledgers(rt, STREAMED, [(12, part // 8)] * 6)
-    StreamingOffloader(rt).run_pass(STREAMED, close_now=close_now)
-    make_topic(rt, LEDGERS)
-    produce_ledgers(rt, LEDGERS, [(20, 3000), (5, 100)])
-    LedgerOffloader(rt).offload_topic(LEDGERS, up_to=2)
-
-
-def table_rows(rt: Runtime) -> dict[str, list[tuple]]:
-    with rt.metadata.engine.connect() as conn:
-        return {
-            t.name: sorted(tuple(r) for r in conn.execute(t.select()))
-            for t in schema.metadata.sorted_tables
-        }
-
-
-def ledger_digests(rt: Runtime, topic: str) -> dict[int, str]:
-    """SHA-256 of each offloaded ledger's entries read from the object store alone."""
-    digests = {}
-    for ledger in rt.metadata.list_ledgers(topic):
-        if ledger.is_offloaded:
-            digest = hashlib.sha256()
-            for entry_id, payload in TopicReader(rt).read(
-                topic, ledger.ledger_id, source=Source.TIERED
-            ):
-                digest.update(entry_id.to_bytes(8, "big") + payload)
-            digests[ledger.ledger_id] = digest.hexdigest()
-    return digests
-
-
-def test_streaming_tables_round_trip_through_export_and_import(
-    runtime: Runtime, fresh: Fresh
-) -> None:
-    rt = runtime
-    populate(rt, close_now=False)  # one segment left open, with parts and an upload
-    open_segments = rt.metadata.segments.list(STREAMED, [SegmentState.ASSIGNED])
-    assert len(open_segments) == 1 and open_segments[0].upload_id is not None
-    modes = {x.ledger_id: x.offload_mode for x in rt.metadata.list_ledgers(STREAMED)}
-    assert OffloadMode.STREAM in modes.values()
-    rows = table_rows(rt)
-    assert all(rows[t] for t in STREAM_TABLES)
-    digests = ledger_digests(rt, STREAMED)
-    exported = export_from(rt)
-    assert all(exported.snapshot.rows[t] == len(rows[t]) for t in STREAM_TABLES)
-
-    restored = fresh()
-    import_snapshot(restored.metadata.engine, restored.objects, None)
-    assert table_rows(restored) == rows
-    assert {x.ledger_id: x.offload_mode for x in restored.metadata.list_ledgers(STREAMED)} == modes
-    assert ledger_digests(restored, STREAMED) == digests
-    # the restored stream goes on: the open segment's recorded upload is completed
-    result = StreamingOffloader(restored).run_pass(STREAMED, close_now=True)
-    assert result.committed == [open_segments[0].segment_id] and result.epoch == 2
-    checksum = TopicReader(restored).checksum(STREAMED, source=Source.TIERED)
-    assert checksum == TopicReader(restored).checksum(STREAMED, source=Source.HOT)
+from offloader.stream.offloader import StreamingOffloader
 
 
 def test_rebuild_recovers_segments_and_streamed_ledgers(runtime: Runtime, fresh: Fresh) -> None:
     rt = runtime
-    populate(rt)
+    populate_streamed(rt)
     segments = rt.metadata.segments.list(STREAMED)
     assert len(segments) >= 3 and all(s.state is SegmentState.OFFLOADED for s in segments)
     ledgers = {x.ledger_id: x for x in rt.metadata.list_ledgers(STREAMED) if x.is_offloaded}
@@ -140,7 +75,7 @@ def test_rebuild_skips_damaged_overlapping_and_partial_segments(
     runtime: Runtime, fresh: Fresh
 ) -> None:
     rt = runtime
-    populate(rt)
+    populate_streamed(rt)
     first, second, *_ = rt.metadata.segments.list(STREAMED)
     # a ledger split between the first and second segments, and ledgers whole in the first
     (split,) = {p.ledger_id for p in _ranges(rt, first)} & {

@@ -1,0 +1,28 @@
+"""What offloading one ledger came to: shared by the one-ledger path (ledger_offloader.py)
+and the batched one (batch.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Outcome(StrEnum):
+    OFFLOADED = "offloaded"
+    RECOVERED = "recovered"  # a crashed attempt's complete objects were committed
+    ALREADY_OFFLOADED = "already-offloaded"
+    IN_PROGRESS = "in-progress"  # another live attempt holds the lease
+    LOST = "lost"  # another attempt committed first; ours is queued for deletion
+    RETIRED_EMPTY = "retired-empty"  # sealed with no entries: hot file removed, nothing uploaded
+    TRIMMED = "trimmed"  # below the topic's start: deleting or deleted, never offloaded
+    REPLACED = "replaced"  # offloaded again as its own objects; the old ones are queued
+
+
+@dataclass(frozen=True)
+class OffloadResult:
+    topic: str
+    ledger_id: int
+    outcome: Outcome
+    attempt_id: str | None = None
+    bytes: int = 0
+    seconds: float = 0.0  # batched: the whole window's time, its ledgers moved together
