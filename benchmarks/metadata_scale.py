@@ -48,7 +48,7 @@ def _fill(metadata: MetadataStore, rows: int) -> None:
     """``rows`` ledgers and ``rows - HOT + PENDING`` queue rows, in a few SQL statements."""
     policy = OffloadPolicy(offload_threshold_bytes=0)
     metadata.create_topic(TOPIC, policy)
-    store_id = metadata.record_store(_location())
+    store_id = metadata.record_location(_location())
     offloaded = rows - HOT
     with metadata.transaction() as conn:
         conn.exec_driver_sql(

@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 from pydantic import BaseModel
 
-from offloader.errors import describe_error
+from offloader.diagnostics import describe_error
 from offloader.format import ENTRY_FRAME, HEADER_LEN
 from offloader.gc.deletion_queue import DEFAULT_PASS_LIMIT, process_deletions
 from offloader.gc.sweep import SweepResult, sweep

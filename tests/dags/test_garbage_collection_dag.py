@@ -122,7 +122,7 @@ def test_deletions_that_keep_failing_fail_the_run_and_stay_queued(
         gone = StoreLocation(S3, "gc-no-such-bucket", "", runtime.settings.s3_endpoint_url or "")
     else:
         gone = StoreLocation(FILE, str(tmp_path / "gone"))
-    gone_id = runtime.metadata.record_store(gone)
+    gone_id = runtime.metadata.record_location(gone)
     runtime.metadata.enqueue_deletions(["lost/key"], "test", store_id=gone_id)
     queue_objects(runtime, KEYS[:3], [])
 

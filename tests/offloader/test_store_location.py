@@ -75,7 +75,7 @@ def test_switching_the_store_strands_nothing(
         assert result.outcome is Outcome.OFFLOADED
         newest = b.metadata.get_ledger("orders", ids[2])
         assert newest.store_id != store_a
-        assert b.metadata.get_store(newest.store_id) == default_location(settings_b)
+        assert b.metadata.get_location(newest.store_id) == default_location(settings_b)
         assert {info.key for info in b.objects.list()} == {newest.data_key, newest.index_key}
         assert TopicReader(b).checksum("orders", Source.TIERED).digest == hot_digest
         # the GC deletes a queued key in the store it was queued for, not the default
@@ -137,6 +137,6 @@ def test_a_crashed_attempt_is_finished_in_its_own_store(
         (result,) = LedgerOffloader(b).offload_topic("orders", up_to=ledger_id)
         assert result.outcome is Outcome.RECOVERED
         ledger = b.metadata.get_ledger("orders", ledger_id)
-        assert b.metadata.get_store(ledger.store_id) == default_location(backend_settings)
+        assert b.metadata.get_location(ledger.store_id) == default_location(backend_settings)
         assert list(b.objects.list()) == []
         assert TopicReader(b).checksum("orders", Source.TIERED).digest == digest

@@ -55,8 +55,8 @@ from offloader import failpoints
 from offloader.exceptions import ObjectNotFoundError, StoreUnavailableError
 from offloader.metadata import AttemptState, MetadataStore, schema
 from offloader.metadata.clock import db_now
+from offloader.metadata.locations import list_locations
 from offloader.metadata.records import SegmentState
-from offloader.metadata.stores import list_stores
 from offloader.objectstore import MultipartUpload, ObjectInfo, ObjectStore
 from offloader.objectstore.location import StoreLocation
 from offloader.objectstore.registry import StoreRegistry
@@ -167,7 +167,7 @@ def sweep(
     if not dry_run:
         stores.default_id()  # the configured store is swept even before its first offload
     with metadata.engine.connect() as conn:
-        targets: list[tuple[int | None, StoreLocation]] = list(list_stores(conn))
+        targets: list[tuple[int | None, StoreLocation]] = list(list_locations(conn))
     if stores.default_location not in [location for _, location in targets]:
         targets.insert(0, (None, stores.default_location))  # a scan records nothing
     result = SweepResult(

@@ -44,6 +44,7 @@ from offloader.exceptions import FormatError, ObjectNotFoundError, OffloaderErro
 from offloader.format import SEGMENT_FORMAT_VERSION, decode_index, decode_segment_index
 from offloader.metadata import schema
 from offloader.metadata.clock import db_now_ms
+from offloader.metadata.locations import record_location
 from offloader.metadata.migrate import head_revision
 from offloader.metadata.records import (
     AttemptState,
@@ -53,7 +54,6 @@ from offloader.metadata.records import (
     OffloadState,
     SegmentState,
 )
-from offloader.metadata.stores import record_store
 from offloader.objectstore import ObjectStore
 from offloader.offload.keys import FORMAT_VERSION as OBJECT_FORMAT_VERSION
 from offloader.policy import OffloadPolicy
@@ -497,7 +497,7 @@ def rebuild_from_objects(engine: Engine, store: ObjectStore, location: Any) -> R
     segments = _without_overlaps(segments, skipped)
     with engine.begin() as conn:
         _require_empty(conn, "rebuild the metadata")
-        store_id = record_store(conn, location)
+        store_id = record_location(conn, location)
         now = db_now_ms(conn)
         streamed = _stream_rows(segments, found, store_id, now, skipped)
         topics = sorted({t for t, _ in found} | {s.topic for s in segments})

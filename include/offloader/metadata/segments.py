@@ -156,7 +156,8 @@ class SegmentStore:
         with self.metadata.engine.connect() as conn:
             return _segment(conn, segment_id)
 
-    def list(self, topic: str, states: Iterable[SegmentState] | None = None) -> list[Segment]:
+    def of_topic(self, topic: str, states: Iterable[SegmentState] | None = None) -> list[Segment]:
+        """The segments of ``topic`` (only those in ``states`` if given), in sequence order."""
         query = sa.select(G).where(G.c.topic == topic)
         if states is not None:
             query = query.where(G.c.state.in_(list(states)))

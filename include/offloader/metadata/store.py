@@ -32,6 +32,7 @@ from offloader.exceptions import (
 from offloader.metadata import schema
 from offloader.metadata.clock import db_now, db_now_ms
 from offloader.metadata.clock import now_ms as now_ms  # re-exported: the worker's clock
+from offloader.metadata.locations import load_location, record_location
 from offloader.metadata.migrate import check_revision
 from offloader.metadata.records import (
     Attempt,
@@ -51,7 +52,6 @@ from offloader.metadata.records import (
 )
 from offloader.metadata.rewrites import RewriteStore
 from offloader.metadata.segments import SegmentStore
-from offloader.metadata.stores import load_store, record_store
 from offloader.objectstore.location import StoreLocation
 from offloader.policy import OffloadPolicy
 
@@ -356,14 +356,14 @@ class MetadataStore:
             return [Ledger.model_validate(dict(r)) for r in rows]
 
     # --- object stores (invariant 7) -----------------------------------------------------
-    def record_store(self, location: StoreLocation) -> int:
+    def record_location(self, location: StoreLocation) -> int:
         """The id of ``location`` in the metadata, recorded on first use."""
         with self.transaction() as conn:
-            return record_store(conn, location)
+            return record_location(conn, location)
 
-    def get_store(self, store_id: int) -> StoreLocation:
+    def get_location(self, store_id: int) -> StoreLocation:
         with self.engine.connect() as conn:
-            return load_store(conn, store_id)
+            return load_location(conn, store_id)
 
     # --- offload attempts ----------------------------------------------------------------
     def begin_attempt(
@@ -842,7 +842,7 @@ class MetadataStore:
     def enqueue_deletions(
         self, keys: Iterable[str], reason: str, *, store_id: int, attempt_id: str | None = None
     ) -> None:
-        """Queue ``keys`` of the store ``store_id`` (see record_store) for deletion."""
+        """Queue ``keys`` of the store ``store_id`` (see record_location) for deletion."""
         with self.transaction() as conn:
             self._enqueue(conn, keys, reason, attempt_id, store_id)
 

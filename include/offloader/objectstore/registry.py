@@ -76,7 +76,7 @@ class StoreRegistry:
         """The id under which the default store is recorded (recorded on first use)."""
         with self._lock:
             if self._default_id is None:
-                self._default_id = self.metadata.record_store(self._default_location)
+                self._default_id = self.metadata.record_location(self._default_location)
                 self._opened[self._default_id] = self.default
             return self._default_id
 
@@ -90,7 +90,7 @@ class StoreRegistry:
         with self._lock:
             store = self._opened.get(store_id)
             if store is None:
-                location = self.metadata.get_store(store_id)
+                location = self.metadata.get_location(store_id)
                 if location == self._default_location:
                     store = self.default  # the same store: never open it twice
                 else:
@@ -99,7 +99,7 @@ class StoreRegistry:
             return store
 
     def location(self, store_id: int) -> StoreLocation:
-        return self.metadata.get_store(store_id)
+        return self.metadata.get_location(store_id)
 
     def close(self) -> None:
         """Close every store this registry opened; the default belongs to the runtime."""

@@ -130,7 +130,7 @@ def _objects(metadata: MetadataStore, topic: str, params: RewriteParams) -> list
         else:
             found.append((at, None))  # hot only, open, or an attempt in flight
     needs = {x.ledger_id for x in ledgers if not _v1_object(x)}  # not on objects of its own
-    for segment in metadata.segments.list(topic, [SegmentState.OFFLOADED]):
+    for segment in metadata.segments.of_topic(topic, [SegmentState.OFFLOADED]):
         ids = tuple(sorted({p.ledger_id for p in pieces.get(segment.segment_id, [])}))
         usable = bool(ids) and all(i in needs and params.in_range(i) for i in ids)
         source = Source(segment.begin, segment.data_len, segment=segment, ledger_ids=ids)

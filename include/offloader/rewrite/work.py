@@ -100,7 +100,7 @@ def order_for(
         if store_id is None:
             raise ValueError(f"{what} names no object store: run `offloader db upgrade`")
         if store_id not in locations:
-            locations[store_id] = StoreRef(store_id, metadata.get_store(store_id))
+            locations[store_id] = StoreRef(store_id, metadata.get_location(store_id))
         return locations[store_id]
 
     common = {"segment_id": segment.segment_id, "topic": group.topic, "upload": upload}

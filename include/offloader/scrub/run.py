@@ -27,7 +27,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Sequence
 
-from offloader.errors import describe_error
+from offloader.diagnostics import describe_error
 from offloader.exceptions import HotLedgerMissingError, StoreUnavailableError
 from offloader.metadata import Ledger
 from offloader.metadata.records import OffloadMode, SegmentState
@@ -283,7 +283,9 @@ def _repair(
     if outcome.outcome is not Outcome.REPLACED:
         return _not_replaced(runtime, ledger, replaced_uuid, outcome.outcome)
     repaired = runtime.metadata.get_ledger(topic, ledger_id)
-    location = None if repaired.store_id is None else runtime.metadata.get_store(repaired.store_id)
+    location = (
+        None if repaired.store_id is None else runtime.metadata.get_location(repaired.store_id)
+    )
     again = scrub_ledger_in(_registry_opener(runtime.stores), ScrubTarget.of(repaired, location))
     if again.damaged:
         return LedgerRepair(

@@ -109,7 +109,7 @@ def plan_scrub(metadata: MetadataStore, topics: Sequence[str] | None = None) -> 
         if store_id is None:
             return None
         if store_id not in locations:
-            locations[store_id] = metadata.get_store(store_id)
+            locations[store_id] = metadata.get_location(store_id)
         return locations[store_id]
 
     targets = []
@@ -117,7 +117,7 @@ def plan_scrub(metadata: MetadataStore, topics: Sequence[str] | None = None) -> 
         for ledger in _offloaded(metadata.list_ledgers(name, live=True)):
             targets.append(ScrubTarget.of(ledger, location_of(ledger.store_id)))
         pieces = _segment_pieces(metadata, name)
-        for segment in metadata.segments.list(name, [SegmentState.OFFLOADED]):
+        for segment in metadata.segments.of_topic(name, [SegmentState.OFFLOADED]):
             targets.append(
                 ScrubTarget.of_segment(
                     segment, pieces.get(segment.segment_id, []), location_of(segment.store_id)

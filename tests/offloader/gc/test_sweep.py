@@ -317,7 +317,7 @@ def test_an_unreachable_recorded_store_fails_the_sweep_after_the_others(
 
     rt = swept
     gone = StoreLocation("file", str(tmp_path / "gone"))
-    rt.metadata.record_store(gone)
+    rt.metadata.record_location(gone)
     planted = plant(rt, 1)
     time.sleep(GRACE + 1.5)
     result = sweep(rt.metadata, rt.stores, rt.settings)
@@ -354,7 +354,7 @@ def test_every_recorded_store_is_swept(swept: Runtime, tmp_path) -> None:  # typ
 
     rt = swept
     (tmp_path / "older-store").mkdir()
-    other_id = rt.metadata.record_store(StoreLocation("file", str(tmp_path / "older-store")))
+    other_id = rt.metadata.record_location(StoreLocation("file", str(tmp_path / "older-store")))
     other = rt.stores.get(other_id, "the older store")
     key = ledger_object_keys(str(uuid.uuid4()), 5)[0]
     other.put(key, b"left in the older store")
@@ -481,7 +481,7 @@ def test_a_store_that_cannot_be_opened_is_logged_and_reported(
 
     rt = swept
     gone = StoreLocation("file", str(tmp_path / "gone"))
-    gone_id = rt.metadata.record_store(gone)
+    gone_id = rt.metadata.record_location(gone)
     with caplog.at_level(logging.WARNING, logger="offloader.gc.sweep"):
         result = sweep(rt.metadata, rt.stores, rt.settings)
     (record,) = [r for r in caplog.records if r.name == "offloader.gc.sweep"]
@@ -505,7 +505,7 @@ def test_a_scan_reports_the_configured_store_first_and_its_settings(
     rt = runtime
     (tmp_path / "older-store").mkdir()
     older = StoreLocation("file", str(tmp_path / "older-store"))
-    older_id = rt.metadata.record_store(older)
+    older_id = rt.metadata.record_location(older)
     settings = rt.settings.model_copy(
         update={"sweep_grace_seconds": 7.0, "multipart_max_age_seconds": 11.0}
     )

@@ -86,7 +86,9 @@ def test_committed_segments_are_kept_and_planted_segment_objects_swept(rt: Runti
     result = StreamingOffloader(rt).run_pass(TOPIC, close_now=True)
     assert len(result.committed) >= 2
     before = TopicReader(rt).checksum(TOPIC, source=Source.TIERED)
-    segment_keys = {k for s in rt.metadata.segments.list(TOPIC) for k in (s.data_key, s.index_key)}
+    segment_keys = {
+        k for s in rt.metadata.segments.of_topic(TOPIC) for k in (s.data_key, s.index_key)
+    }
     assert segment_keys == present(rt)
     planted = {}
     for n in range(2):
@@ -120,7 +122,7 @@ def test_a_finished_segments_objects_are_not_references(rt: Runtime, state: Segm
     segment still present afterwards (a late write, a lost queue row) are orphans."""
     stream_topic(rt)
     StreamingOffloader(rt).run_pass(TOPIC, close_now=True)
-    first, *rest = rt.metadata.segments.list(TOPIC)
+    first, *rest = rt.metadata.segments.of_topic(TOPIC)
     set_state(rt, first.segment_id, state)
     time.sleep(GRACE + 1.5)
     scan = sweep(rt.metadata, rt.stores, rt.settings, dry_run=True)

@@ -69,7 +69,7 @@ def test_streaming_tables_round_trip_through_export_and_import(
 ) -> None:
     rt = runtime
     populate(rt, close_now=False)  # one segment left open, with parts and an upload
-    open_segments = rt.metadata.segments.list(STREAMED, [SegmentState.ASSIGNED])
+    open_segments = rt.metadata.segments.of_topic(STREAMED, [SegmentState.ASSIGNED])
     assert len(open_segments) == 1 and open_segments[0].upload_id is not None
     modes = {x.ledger_id: x.offload_mode for x in rt.metadata.list_ledgers(STREAMED)}
     assert OffloadMode.STREAM in modes.values()
@@ -94,7 +94,7 @@ def test_streaming_tables_round_trip_through_export_and_import(
 def test_rebuild_recovers_segments_and_streamed_ledgers(runtime: Runtime, fresh: Fresh) -> None:
     rt = runtime
     populate(rt)
-    segments = rt.metadata.segments.list(STREAMED)
+    segments = rt.metadata.segments.of_topic(STREAMED)
     assert len(segments) >= 3 and all(s.state is SegmentState.OFFLOADED for s in segments)
     ledgers = {x.ledger_id: x for x in rt.metadata.list_ledgers(STREAMED) if x.is_offloaded}
     assert {x.offload_mode for x in ledgers.values()} == {OffloadMode.STREAM}
@@ -112,7 +112,7 @@ def test_rebuild_recovers_segments_and_streamed_ledgers(runtime: Runtime, fresh:
     assert {t: ledger_digests(rebuilt, t) for t in digests} == digests
     assert TopicReader(rebuilt).checksum(STREAMED) == checksum
 
-    again = rebuilt.metadata.segments.list(STREAMED)
+    again = rebuilt.metadata.segments.of_topic(STREAMED)
     # begin: the segment's first entry (the pass may have begun it at the topic's start, 0:0)
     same = ("segment_id", "seq", "state", "end", "data_key", "index_key", "data_len")
     assert [[getattr(s, f) for f in same] for s in again] == [
@@ -141,7 +141,7 @@ def test_rebuild_skips_damaged_overlapping_and_partial_segments(
 ) -> None:
     rt = runtime
     populate(rt)
-    first, second, *_ = rt.metadata.segments.list(STREAMED)
+    first, second, *_ = rt.metadata.segments.of_topic(STREAMED)
     # a ledger split between the first and second segments, and ledgers whole in the first
     (split,) = {p.ledger_id for p in _ranges(rt, first)} & {
         p.ledger_id for p in _ranges(rt, second)
@@ -171,7 +171,7 @@ def test_rebuild_skips_damaged_overlapping_and_partial_segments(
     assert "index" in junk
     assert f"overlaps newer segment {copy_data}" in overlap
     assert partial.startswith(f"ledger {split} of {STREAMED!r}") and "not 0..N" in partial
-    kept = {s.segment_id for s in rebuilt.metadata.segments.list(STREAMED)}
+    kept = {s.segment_id for s in rebuilt.metadata.segments.of_topic(STREAMED)}
     assert first.segment_id not in kept and len(kept) == result.segments
     assert copy_data in kept and second.segment_id not in kept
     recorded = {x.ledger_id for x in rebuilt.metadata.list_ledgers(STREAMED)}
@@ -204,12 +204,12 @@ def _rebuild(rt: Runtime, fresh: Fresh) -> tuple[Runtime, list[str]]:
     result = rebuild_from_objects(
         rebuilt.metadata.engine, rebuilt.objects, rebuilt.stores.default_location
     )
-    assert result.segments == len(rebuilt.metadata.segments.list(STREAMED))
+    assert result.segments == len(rebuilt.metadata.segments.of_topic(STREAMED))
     return rebuilt, result.skipped
 
 
 def _offloaded_segments(rt: Runtime) -> set[str]:
-    return {s.segment_id for s in rt.metadata.segments.list(STREAMED, [SegmentState.OFFLOADED])}
+    return {s.segment_id for s in rt.metadata.segments.of_topic(STREAMED, [SegmentState.OFFLOADED])}
 
 
 def _modes(rt: Runtime) -> dict[int, OffloadMode]:
@@ -236,7 +236,7 @@ def test_a_rebuild_during_the_grace_leaves_segments_released_by_a_migration_to_t
     done = migrate_to_v1(rt, [STREAMED], last_ledger=last)
     assert {r.outcome for r in done} == {ToV1Outcome.MIGRATED}
     released = {
-        s.segment_id: s for s in rt.metadata.segments.list(STREAMED, [SegmentState.DELETED])
+        s.segment_id: s for s in rt.metadata.segments.of_topic(STREAMED, [SegmentState.DELETED])
     }
     assert released and set(released) == {s for s, h in held.items() if max(h) <= last}
     released_keys = {k for s in released.values() for k in (s.data_key, s.index_key)}
@@ -280,7 +280,7 @@ def test_a_rebuild_keeps_a_segment_holding_a_migrated_and_a_streamed_ledger(
     assert shared.segment_id in _offloaded_segments(rt)
 
     # a segment holding the migrated ledger alone (if any) is released, the shared one not
-    released = rt.metadata.segments.list(STREAMED, [SegmentState.DELETED])
+    released = rt.metadata.segments.of_topic(STREAMED, [SegmentState.DELETED])
 
     rebuilt, skipped = _rebuild(rt, fresh)
     assert _offloaded_segments(rebuilt) == _offloaded_segments(rt)
@@ -305,13 +305,13 @@ def test_a_rebuild_after_a_whole_migration_records_no_segment_and_the_stream_goe
     start now that no segment is recorded) streams the new ledger alone."""
     rt = runtime
     ids, checksum = _streamed_for_migration(rt, 4)
-    segments = rt.metadata.segments.list(STREAMED)
+    segments = rt.metadata.segments.of_topic(STREAMED)
     digests = ledger_digests(rt, STREAMED)
     assert {r.outcome for r in migrate_to_v1(rt, [STREAMED])} == {ToV1Outcome.MIGRATED}
     assert _offloaded_segments(rt) == set()
 
     rebuilt, skipped = _rebuild(rt, fresh)
-    assert rebuilt.metadata.segments.list(STREAMED) == []
+    assert rebuilt.metadata.segments.of_topic(STREAMED) == []
     assert sorted(s.split(":")[0] for s in skipped) == sorted(s.index_key for s in segments)
     assert _modes(rebuilt) == dict.fromkeys(ids, OffloadMode.LEDGER)
     check_clean_store(rebuilt)

@@ -16,7 +16,7 @@ def intent(ledger: Ledger, attempt_id: str) -> AttemptIntent:
 
 
 def store_id(store: MetadataStore, name: str = "/objects") -> int:
-    return store.record_store(StoreLocation("file", name))
+    return store.record_location(StoreLocation("file", name))
 
 
 def test_begin_attempts_records_each_intent_and_leases_on_the_database_clock(

@@ -84,7 +84,7 @@ def test_hot_copy_is_not_marked_before_the_lag_on_database_time(
 def test_deletion_queue_is_due_by_database_time(
     store: MetadataStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store_id = store.record_store(StoreLocation("file", "/objects"))
+    store_id = store.record_location(StoreLocation("file", "/objects"))
     store.enqueue_deletions(["k1", "k2"], "test", store_id=store_id)
     skew_worker_clock(monkeypatch, -HOUR)  # by this worker's clock they are not due for an hour
     due = store.due_deletions(10)

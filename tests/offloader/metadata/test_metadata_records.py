@@ -33,7 +33,7 @@ from offloader.policy import OffloadPolicy
 
 def objects_store(store: MetadataStore) -> int:
     """The id of a recorded (file) store, which every attempt and queued key names."""
-    return store.record_store(StoreLocation("file", "/objects"))
+    return store.record_location(StoreLocation("file", "/objects"))
 
 
 @pytest.fixture

@@ -129,7 +129,7 @@ def test_hot_copy_is_marked_before_it_is_deleted(store: MetadataStore) -> None:
 
 
 def test_deletion_queue_retries_and_completes(store: MetadataStore) -> None:
-    store_id = store.record_store(StoreLocation("file", "/o"))
+    store_id = store.record_location(StoreLocation("file", "/o"))
     store.enqueue_deletions(["k1", "k2"], "test", store_id=store_id)
     due = store.due_deletions(10)
     assert [d.object_key for d in due] == ["k1", "k2"]

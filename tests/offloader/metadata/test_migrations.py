@@ -139,7 +139,7 @@ def test_rows_of_0001_are_recorded_as_written_to_the_store_configured_at_upgrade
     store = MetadataStore.open(url)
     try:
         (store_id,) = {a.store_id for a in store.list_attempts()}
-        assert store.get_store(store_id) == OLD_STORE
+        assert store.get_location(store_id) == OLD_STORE
         offloaded, in_flight = store.list_ledgers("t")
         assert offloaded.store_id == store_id  # committed: records where it went
         assert in_flight.store_id is None  # not offloaded: its attempt holds the store
@@ -265,7 +265,7 @@ def test_0006_gives_existing_segments_the_stream_origin_and_no_lease(engine: sa.
     assert upgrade(engine, OLD_STORE) == ("0005", head_revision())
     store = MetadataStore.open(engine.url.render_as_string(hide_password=False))
     try:
-        (segment,) = store.segments.list("t")
+        (segment,) = store.segments.of_topic("t")
         assert (segment.origin, segment.lease_until_ms) == (SegmentOrigin.STREAM, None)
         assert store.segments.last_offloaded_end("t") == Position(ledger_id=2, entry_id=9)
     finally:

@@ -151,7 +151,7 @@ def test_begin_refuses_sources_not_as_planned_and_writes_nothing(
     assert trimmed.is_offloaded
     with pytest.raises(CommitFailedError, match=rf"{T}/{first.ledger_id} was trimmed \(deleting\)"):
         begin(rt, "r", [trimmed])
-    assert rt.metadata.segments.list(T) == []
+    assert rt.metadata.segments.of_topic(T) == []
 
 
 def test_begin_takes_mixed_sources_a_one_entry_ledger_and_a_lease_of_one_millisecond(
@@ -203,7 +203,7 @@ def test_begin_refuses_a_deleted_topic(runtime: Runtime, ledgers: list[Ledger]) 
     rt.metadata.delete_topic(rt.metadata.get_topic(T))
     with pytest.raises(TopicDeletedError, match="nothing to rewrite"):
         begin(rt, "r", ledgers)
-    assert rt.metadata.segments.list(T) == []
+    assert rt.metadata.segments.of_topic(T) == []
 
 
 def test_open_rewrites_are_the_assigned_rewrite_segments_oldest_first(
@@ -509,7 +509,7 @@ def test_two_rewrites_of_the_same_sources_one_wins(runtime: Runtime, ledgers: li
     with pytest.raises(CommitFailedError, match=rf"ledger {T}/{ledgers[0].ledger_id} is offloaded"):
         rt.metadata.rewrites.commit(a, whole(ledgers), ledgers, data_len=10)
     rt.metadata.rewrites.fail(a, "changed")
-    assert {s.segment_id: s.state for s in rt.metadata.segments.list(T)} == {
+    assert {s.segment_id: s.state for s in rt.metadata.segments.of_topic(T)} == {
         "a": SegmentState.FAILED,
         "b": SegmentState.OFFLOADED,
     }

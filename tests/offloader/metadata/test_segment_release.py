@@ -125,7 +125,7 @@ def test_one_release_counts_the_segments_of_both_rules(runtime: Runtime) -> None
     set_state(rt, second, "ledger-mode")
     with rt.metadata.transaction() as conn:
         assert rt.metadata.segments.release_deleted(conn, [T], GRACE) == 2
-    assert {s.segment_id: s.state for s in rt.metadata.segments.list(T)} == {
+    assert {s.segment_id: s.state for s in rt.metadata.segments.of_topic(T)} == {
         "a": SegmentState.DELETED,
         "b": SegmentState.DELETED,
     }

@@ -45,7 +45,7 @@ def test_a_snapshot_carries_rewrite_segments_and_their_leases(
     assert [g.outcome for g in whole_group(rt, **first).groups] == [REWRITTEN]
     with crash_at(monkeypatch, "rewrite-after-first-part"):  # a rewrite left open
         whole_group(rt, first_ledger=ids[3], lease_seconds=2.0)
-    segments = {s.origin: s for s in rt.metadata.segments.list(T)}
+    segments = {s.origin: s for s in rt.metadata.segments.of_topic(T)}
     assert segments[SegmentOrigin.REWRITE].lease_until_ms is not None
     rows, before = table_rows(rt), checksum(rt)
     export_from(rt)
@@ -77,7 +77,7 @@ def test_a_rebuild_during_the_grace_keeps_the_newest_copy_of_each_ledger(
     time.sleep(1.1)  # S3 keeps LastModified to the second: the segment is the newer copy
     (group,) = whole_group(rt, last_ledger=ids[2]).groups
     assert group.outcome == REWRITTEN
-    (segment,) = rt.metadata.segments.list(T)
+    (segment,) = rt.metadata.segments.of_topic(T)
     second = next(x for x in rt.metadata.list_attempts(T) if x.ledger_id == ids[1])
     time.sleep(1.1)
     newer_data, newer_index = ledger_object_keys(str(uuid.uuid4()), ids[1])
@@ -100,7 +100,7 @@ def test_a_rebuild_during_the_grace_keeps_the_newest_copy_of_each_ledger(
         ids[3]: OffloadMode.LEDGER,
     }
     assert rebuilt.metadata.get_ledger(T, ids[1]).data_key == newer_data
-    (again,) = rebuilt.metadata.segments.list(T)
+    (again,) = rebuilt.metadata.segments.of_topic(T)
     assert (again.segment_id, again.state) == (segment.segment_id, SegmentState.OFFLOADED)
     assert entry_digests(rebuilt) == digests
     # what the rebuilt metadata does not take is swept; everything still reads back

@@ -64,7 +64,7 @@ def kill_at(rt: Runtime, point: str) -> None:
 def check_killed_state(rt: Runtime, point: str, sources: list[Ledger], before: set[str]) -> None:
     """What the dead run left: one rewrite segment, as far as it got."""
     stage = REWRITE_POINTS.index(point)
-    (segment,) = rt.metadata.segments.list(T)
+    (segment,) = rt.metadata.segments.of_topic(T)
     assert segment.origin is SegmentOrigin.REWRITE
     assert segment.state is (
         SegmentState.OFFLOADED if stage == COMMITTED else SegmentState.ASSIGNED
@@ -103,7 +103,7 @@ def check_killed_state(rt: Runtime, point: str, sources: list[Ledger], before: s
 
 
 def wait_for_lease_end(rt: Runtime) -> None:
-    (segment,) = rt.metadata.segments.list(T)
+    (segment,) = rt.metadata.segments.of_topic(T)
     deadline = time.monotonic() + 30
     while rt.metadata.db_now_ms() <= (segment.lease_until_ms or 0):
         assert time.monotonic() < deadline
@@ -123,7 +123,7 @@ def test_sigkill_at_each_point_then_gc_alone_cleans_and_a_rerun_converges(
     check_killed_state(rt, point, sources, present)
     assert checksum(rt) == before and entry_digests(rt) == digests
 
-    (crashed,) = rt.metadata.segments.list(T)
+    (crashed,) = rt.metadata.segments.of_topic(T)
     stage = REWRITE_POINTS.index(point)
     if stage < COMMITTED:
         wait_for_lease_end(rt)
@@ -145,7 +145,7 @@ def test_sigkill_at_each_point_then_gc_alone_cleans_and_a_rerun_converges(
 
     report = rewrite(rt, target_bytes=10 * shape(rt).target, small_bytes=shape(rt).target)
     assert [g.outcome for g in report.groups] == ([] if stage == COMMITTED else [REWRITTEN])
-    assert len(rt.metadata.segments.list(T, [SegmentState.OFFLOADED])) == 1
+    assert len(rt.metadata.segments.of_topic(T, [SegmentState.OFFLOADED])) == 1
     gc(rt)
     check_one_copy(rt)
     check_clean_store(rt)
@@ -163,7 +163,7 @@ def test_a_zombie_woken_after_another_run_rewrote_its_group_commits_nothing(
     zombie = run_cli(rt, *args(rt), "--json", failpoints="rewrite-after-first-part:stop")
     try:
         wait_stopped(zombie)
-        (frozen,) = rt.metadata.segments.list(T)
+        (frozen,) = rt.metadata.segments.of_topic(T)
         assert frozen.state is SegmentState.ASSIGNED and frozen.upload_id is not None
         wait_for_lease_end(rt)
 

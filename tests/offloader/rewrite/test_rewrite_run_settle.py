@@ -44,7 +44,7 @@ def written(rt: Runtime, orders: list[WorkOrder]) -> list[WorkResult]:
 def settle(rt: Runtime, group: RewriteGroup, spread: Spread) -> tuple[GroupResult, Segment]:
     """``group`` through the spread path; its result and its (only) rewrite segment."""
     (result,) = Rewriter(rt, owner="test", lease_seconds=30).rewrite_spread([group], spread)
-    (segment,) = rt.metadata.segments.list(T)
+    (segment,) = rt.metadata.segments.of_topic(T)
     return result, segment
 
 

@@ -46,7 +46,7 @@ def outcomes(results: list[ToV1Result]) -> list[tuple[int, ToV1Outcome]]:
 
 
 def segment_states(rt: Runtime, topic: str = T) -> dict[str, SegmentState]:
-    return {s.segment_id: s.state for s in rt.metadata.segments.list(topic)}
+    return {s.segment_id: s.state for s in rt.metadata.segments.of_topic(topic)}
 
 
 def check_v1(rt: Runtime, results: list[ToV1Result]) -> None:
@@ -116,7 +116,7 @@ def test_a_streamed_topic_migrates_to_v1_from_the_tier(runtime: Runtime) -> None
         assert states[segment_id] is (SegmentState.DELETED if gone else SegmentState.OFFLOADED)
     released = {
         k
-        for s in rt.metadata.segments.list(T, [SegmentState.DELETED])
+        for s in rt.metadata.segments.of_topic(T, [SegmentState.DELETED])
         for k in (s.data_key, s.index_key)
     }
     assert released and {

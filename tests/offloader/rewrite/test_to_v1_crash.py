@@ -55,7 +55,7 @@ def test_sigkill_during_a_migration_leaves_a_state_the_next_run_converges(
     (dead,) = rt.metadata.list_attempts(T)
     assert dead.ledger_id == ids[0]
     queued = {d.object_key for d in rt.metadata.pending_deletions()}
-    states = {s.segment_id: s.state for s in rt.metadata.segments.list(T)}
+    states = {s.segment_id: s.state for s in rt.metadata.segments.of_topic(T)}
     if point == "after-commit":  # swapped, with what only it needed released
         assert first.offload_mode is OffloadMode.LEDGER and first.attempt_id is None
         assert (first.offload_uuid, first.data_key) == (dead.attempt_id, dead.data_key)
@@ -64,7 +64,7 @@ def test_sigkill_during_a_migration_leaves_a_state_the_next_run_converges(
         assert {s for s, state in states.items() if state is SegmentState.DELETED} == gone
         assert queued == {
             k
-            for s in rt.metadata.segments.list(T)
+            for s in rt.metadata.segments.of_topic(T)
             if s.segment_id in gone
             for k in (s.data_key, s.index_key)
         }
@@ -93,7 +93,7 @@ def test_sigkill_during_a_migration_leaves_a_state_the_next_run_converges(
             if a.ledger_id == n
         ]
         assert committed == [ledger.offload_uuid]  # exactly one
-    assert {s.state for s in rt.metadata.segments.list(T)} == {SegmentState.DELETED}
+    assert {s.state for s in rt.metadata.segments.of_topic(T)} == {SegmentState.DELETED}
     assert TopicReader(rt).checksum(T, Source.TIERED) == digest
     assert unaccounted_objects(rt) == set()
     assert migrate_to_v1(rt, [T]) == []

@@ -333,7 +333,7 @@ def one_segment(rt: Runtime) -> tuple[Segment, ScrubTarget, list[int]]:
     make_topic(rt, T, streaming=True, min_part_bytes=64 * 1024, segment_max_bytes=1 << 24)
     ids = produce_ledgers(rt, T, [(8, SIZE)] * 2, fixed=True)
     StreamingOffloader(rt).run_pass(T, close_now=True)
-    (segment,) = rt.metadata.segments.list(T)
+    (segment,) = rt.metadata.segments.of_topic(T)
     (target,) = plan_scrub(rt.metadata, [T])
     assert target.segment_id == segment.segment_id
     assert target.pieces == ((ids[0], 0, 7), (ids[1], 0, 7))

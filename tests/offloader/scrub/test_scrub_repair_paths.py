@@ -249,7 +249,7 @@ def test_a_ledger_still_being_streamed_is_told_to_wait_for_its_offload(runtime: 
     streamed_topic(rt, T, 2)
     with streamed_open_ledger(rt, T) as open_id:
         held = ledgers_by_segment(rt, T)
-        (victim,) = [s for s in rt.metadata.segments.list(T) if held[s.segment_id] == {open_id}]
+        (victim,) = [s for s in rt.metadata.segments.of_topic(T) if held[s.segment_id] == {open_id}]
         flip_a_payload_byte(rt, victim)
 
         report = run_scrub(rt, [T])

@@ -74,7 +74,7 @@ def test_a_damaged_segment_with_hot_copies_is_repaired_and_released(runtime: Run
             if a.ledger_id == repair.ledger_id
         ]
         assert committed == [repair.replaced_by]
-    segments = rt.metadata.segments.list(T)
+    segments = rt.metadata.segments.of_topic(T)
     for segment in segments:  # the others still hold stream-mode ledgers
         gone = segment.segment_id in released
         assert segment.state is (SegmentState.DELETED if gone else SegmentState.OFFLOADED)
@@ -165,7 +165,7 @@ def test_a_ledger_still_being_streamed_fails_the_run_and_keeps_the_segment(
     sealed = produce_ledgers(rt, T, [(12, part // 8)])
     with streamed_open_ledger(rt, T) as open_id:
         held = ledgers_by_segment(rt, T)
-        (victim,) = [s for s in rt.metadata.segments.list(T) if open_id in held[s.segment_id]]
+        (victim,) = [s for s in rt.metadata.segments.of_topic(T) if open_id in held[s.segment_id]]
         assert set(sealed) & held[victim.segment_id]
         flip_a_payload_byte(rt, victim)
 

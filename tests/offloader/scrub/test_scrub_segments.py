@@ -35,14 +35,14 @@ def streamed_topic(rt: Runtime) -> list[Segment]:
     make_topic(rt, "orders")
     produce_ledgers(rt, "orders", [(40, 2000), (10, 100)])
     LedgerOffloader(rt).offload_topic("orders", up_to=2)
-    segments = rt.metadata.segments.list(STREAMED)
+    segments = rt.metadata.segments.of_topic(STREAMED)
     assert len(segments) >= 2 and all(s.state is SegmentState.OFFLOADED for s in segments)
     return segments
 
 
 def state(rt: Runtime) -> tuple[object, ...]:
     ledgers = [rt.metadata.list_ledgers(t.name) for t in rt.metadata.list_topics()]
-    segments = [rt.metadata.segments.list(t.name) for t in rt.metadata.list_topics()]
+    segments = [rt.metadata.segments.of_topic(t.name) for t in rt.metadata.list_topics()]
     objects = {info.key: rt.objects.get(info.key) for info in rt.objects.list()}
     return ledgers, segments, rt.metadata.pending_deletions(), objects
 

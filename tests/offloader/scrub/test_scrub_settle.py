@@ -238,7 +238,7 @@ def test_an_unreadable_segment_and_a_damaged_one_without_repair_change_nothing(
     streamed_topic(rt, T, 6)
     victim = shared_segment(rt, T)
     flip_a_payload_byte(rt, victim)
-    other, *_ = rt.metadata.segments.list(T)
+    other, *_ = rt.metadata.segments.of_topic(T)
     assert other.segment_id != victim.segment_id
     held = ledgers_by_segment(rt, T)
     started = rt.metadata.db_now_ms()
