@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.airflow import DagFile, connection_env, return_value, task_states
+from fixtures.metadata import pending_deletions
 from fixtures.rewrites import T, objects, rewrite, shape, uploads, v1_topic
 from fixtures.streams import crash_at
 from offloader.metadata import SegmentState
@@ -137,7 +138,7 @@ def test_deletions_that_keep_failing_fail_the_run_and_stay_queued(
         "summary": ["failed"],
     }
     assert data_keys(runtime) == []
-    (stuck,) = runtime.metadata.pending_deletions()
+    (stuck,) = pending_deletions(runtime.metadata)
     assert (stuck.object_key, stuck.tries) == ("lost/key", 1)
     assert str(gone) in (stuck.last_error or "")
     out, err = capfd.readouterr()
@@ -165,7 +166,7 @@ def test_bad_params_are_refused_before_anything_changes(
     with pytest.raises(ParamValidationError, match=message):
         gc_dag.test(run_conf=conf)
     assert sorted(i.key for i in runtime.objects.list()) == KEYS[:2]
-    assert [d.tries for d in runtime.metadata.pending_deletions()] == [0, 0]
+    assert [d.tries for d in pending_deletions(runtime.metadata)] == [0, 0]
 
 
 @pytest.mark.usefixtures("airflow_db", "airflow_connections")

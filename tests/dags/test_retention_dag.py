@@ -6,6 +6,7 @@ import pytest
 
 from fixtures.airflow import DagFile, return_value, task_states
 from fixtures.backends import make_topic, produce_ledgers, unaccounted_objects
+from fixtures.metadata import pending_deletions
 from offloader.metadata import DeletionState
 from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.ledger_offloader import LedgerOffloader
@@ -55,7 +56,7 @@ def state_of(rt: Runtime) -> tuple:
         rt.metadata.list_topics(),
         {t: rt.metadata.list_ledgers(t) for t in ("orders", "clicks")},
         {t: rt.metadata.list_cuts(t) for t in ("orders", "clicks")},
-        rt.metadata.pending_deletions(),
+        pending_deletions(rt.metadata),
     )
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.backends import make_topic, produce_ledgers, settings_env
+from fixtures.metadata import pending_deletions
 from offloader.exceptions import StoreUnavailableError
 from offloader.gc.deletion_queue import process_deletions
 from offloader.objectstore.registry import default_location
@@ -110,7 +111,7 @@ def test_a_recorded_store_that_is_gone_is_named(
         # the queued key stays queued, its error naming the store
         result = process_deletions(b.metadata, b.stores, b.settings)
         assert (result.failed, result.remaining) == (1, 1)
-        (pending,) = b.metadata.pending_deletions()
+        (pending,) = pending_deletions(b.metadata)
         assert gone in (pending.last_error or "")
     if backend_settings.resolved_object_store_url.startswith("file:"):
         assert not Path(default_location(backend_settings).location).exists()  # not recreated

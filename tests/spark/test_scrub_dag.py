@@ -23,6 +23,7 @@ from fixtures.airflow import (
     task_states,
 )
 from fixtures.backends import POSTGRES_ONLY, tiered_digests
+from fixtures.metadata import list_attempts, pending_deletions
 from fixtures.scrub import (
     expected_counts,
     missing_data_object,
@@ -55,8 +56,8 @@ def scrub_dag() -> DagFile:
 def store_state(rt: Runtime) -> dict[str, Any]:
     return {
         "ledgers": rt.metadata.list_ledgers("orders"),
-        "attempts": rt.metadata.list_attempts(),
-        "deletions": rt.metadata.pending_deletions(),
+        "attempts": list_attempts(rt.metadata),
+        "deletions": pending_deletions(rt.metadata),
         "objects": {i.key: rt.objects.get(i.key) for i in rt.objects.list()},
     }
 

@@ -575,17 +575,6 @@ class MetadataStore:
         with self.engine.connect() as conn:
             return self._attempt(conn, attempt_id)
 
-    def list_attempts(
-        self, topic: str | None = None, state: AttemptState | None = None
-    ) -> list[Attempt]:
-        query = sa.select(A).order_by(A.c.created_ms)
-        if topic is not None:
-            query = query.where(A.c.topic == topic)
-        if state is not None:
-            query = query.where(A.c.state == state)
-        with self.engine.connect() as conn:
-            return [Attempt.model_validate(dict(r)) for r in conn.execute(query).mappings()]
-
     # --- batched offload attempts (many ledgers of one topic, one transaction a step) ---
     def get_ledgers(self, topic: str, ledger_ids: Iterable[int]) -> dict[int, Ledger]:
         """Several ledgers of ``topic`` in one query; NotFoundError names any that is missing."""
@@ -855,14 +844,6 @@ class MetadataStore:
             rows = conn.execute(due_deletions_query(limit, at)).mappings()
             return [Deletion.model_validate(dict(r)) for r in rows]
 
-    def pending_deletions(self) -> list[Deletion]:
-        """Every pending row: for tests and small queues; counts use :meth:`deletion_backlog`."""
-        with self.engine.connect() as conn:
-            rows = conn.execute(
-                sa.select(D).where(D.c.state == "pending").order_by(D.c.id)
-            ).mappings()
-            return [Deletion.model_validate(dict(r)) for r in rows]
-
     def complete_deletions(self, ids: Iterable[int]) -> None:
         ids = list(ids)
         if not ids:
@@ -873,10 +854,6 @@ class MetadataStore:
                 .where(D.c.id.in_(ids), D.c.state == "pending")
                 .values(state="done", done_ms=db_now())
             )
-
-    def retry_deletion_later(self, deletion: Deletion, error: str, delay_ms: int) -> None:
-        """Record a failed try; the next one is due ``delay_ms`` after the database's now."""
-        self.retry_deletions_later([(deletion, error, delay_ms)])
 
     def retry_deletions_later(
         self, failures: Sequence[tuple[Deletion, str, int]], not_before_ms: int = 0

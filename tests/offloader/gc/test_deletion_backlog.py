@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from fixtures.clock import HOUR, skew_worker_clock, stopped_sqlite_clock
 from fixtures.counting import CountingStore
 from fixtures.faults import FaultyStore, OnlyStore
+from fixtures.metadata import pending_deletions, retry_deletion_later
 from offloader.exceptions import ObjectStoreError
 from offloader.gc.deletion_queue import process_deletions
 from offloader.metadata.clock import db_now
@@ -52,7 +53,7 @@ def test_a_pass_does_not_retry_what_it_just_tried(runtime: Runtime) -> None:
     failing = FaultyStore(rt.objects, delete_error=ObjectStoreError("503 SlowDown"))
     result = process_deletions(rt.metadata, OnlyStore(failing), rt.settings, limit=100)
     assert (result.deleted, result.failed, result.delete_requests) == (0, 2, 1)
-    assert [d.tries for d in rt.metadata.pending_deletions()] == [1, 1]
+    assert [d.tries for d in pending_deletions(rt.metadata)] == [1, 1]
 
 
 def test_a_failing_store_keeps_the_work_then_the_queue_drains_when_it_recovers(
@@ -69,7 +70,7 @@ def test_a_failing_store_keeps_the_work_then_the_queue_drains_when_it_recovers(
         result = process_deletions(rt.metadata, OnlyStore(failing), settings)
         assert (result.deleted, result.failed, result.remaining) == (0, 3, 3)
         assert result.backlog.failing_count == (3 if attempt >= 3 else 0)
-    pending = rt.metadata.pending_deletions()
+    pending = pending_deletions(rt.metadata)
     assert [(d.object_key, d.tries) for d in pending] == [(k, 3) for k in keys]
     assert {d.last_error for d in pending} == {"ObjectStoreError: 503 SlowDown"}
     assert sorted(i.key for i in rt.objects.list()) == keys  # nothing deleted, nothing lost
@@ -87,10 +88,10 @@ def test_a_failing_store_keeps_the_work_then_the_queue_drains_when_it_recovers(
 def test_the_failing_list_is_capped_most_tried_first(runtime: Runtime) -> None:
     rt = runtime
     enqueue(rt, ["a", "b", "c", "d"])
-    rows = {d.object_key: d for d in rt.metadata.pending_deletions()}
+    rows = {d.object_key: d for d in pending_deletions(rt.metadata)}
     for key, tries in (("a", 2), ("b", 4), ("c", 3), ("d", 1)):
         for _ in range(tries):
-            rt.metadata.retry_deletion_later(rows[key], f"err {key}", 60_000)
+            retry_deletion_later(rt.metadata, rows[key], f"err {key}", 60_000)
     backlog = rt.metadata.deletion_backlog(failing_tries=2, failing_shown=2)
     assert (backlog.pending, backlog.due, backlog.failing_count) == (4, 0, 3)
     assert [(d.object_key, d.tries, d.last_error) for d in backlog.failing] == [
@@ -106,7 +107,7 @@ def test_the_oldest_item_is_aged_on_the_database_clock(
     assert rt.metadata.deletion_backlog(5).oldest_age_ms is None
     enqueue(rt, ["a"])
     enqueue(rt, ["b"])
-    first, second = rt.metadata.pending_deletions()
+    first, second = pending_deletions(rt.metadata)
     skew_worker_clock(monkeypatch, 5 * HOUR)  # a worker clock far ahead changes nothing
     backlog = rt.metadata.deletion_backlog(5)
     assert backlog.oldest_enqueued_ms == first.enqueued_ms <= second.enqueued_ms
@@ -155,7 +156,7 @@ def test_a_failed_key_is_due_again_one_millisecond_after_the_pass_began(runtime:
     with stopped_sqlite_clock(rt.metadata.engine, now):
         result = process_deletions(rt.metadata, OnlyStore(failing), rt.settings, limit=50)
     assert (result.deleted, result.failed, result.delete_requests) == (0, 1, 1)
-    (row,) = rt.metadata.pending_deletions()
+    (row,) = pending_deletions(rt.metadata)
     assert (row.tries, row.next_try_ms) == (1, now + 1)
 
 
@@ -183,7 +184,7 @@ def test_a_pass_limit_below_one_is_refused(runtime: Runtime, limit: int) -> None
     enqueue(rt, ["a"])
     with pytest.raises(ValueError, match=rf"^limit must be >= 1, got {limit}$"):
         process_deletions(rt.metadata, rt.stores, rt.settings, limit=limit)
-    assert len(rt.metadata.pending_deletions()) == 1
+    assert len(pending_deletions(rt.metadata)) == 1
 
 
 def test_keys_of_a_store_that_cannot_be_opened_stay_queued_with_the_reason(
@@ -196,6 +197,6 @@ def test_keys_of_a_store_that_cannot_be_opened_stay_queued_with_the_reason(
     enqueue(rt, ["a"])
     result = process_deletions(rt.metadata, rt.stores, rt.settings)
     assert (result.deleted, result.failed, result.delete_requests) == (1, 1, 1)
-    (row,) = rt.metadata.pending_deletions()
+    (row,) = pending_deletions(rt.metadata)
     assert row.object_key == "old" and row.tries == 1
     assert (row.last_error or "").startswith(f"queued deletion {row.id} names no object store")

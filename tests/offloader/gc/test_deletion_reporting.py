@@ -8,6 +8,7 @@ import logging
 import pytest
 
 from fixtures.faults import FaultyStore, OnlyStore
+from fixtures.metadata import pending_deletions
 from offloader.exceptions import ObjectStoreError
 from offloader.gc.deletion_queue import process_deletions
 from offloader.runtime import Runtime
@@ -39,7 +40,7 @@ def test_a_pass_takes_10000_rows_unless_told_otherwise(runtime: Runtime) -> None
     rt.metadata.enqueue_deletions(keys, "test", store_id=rt.stores.default_id())
     result = process_deletions(rt.metadata, rt.stores, rt.settings)
     assert (result.deleted, result.failed, result.remaining) == (10_000, 0, 1)
-    assert [d.object_key for d in rt.metadata.pending_deletions()] == [keys[-1]]
+    assert [d.object_key for d in pending_deletions(rt.metadata)] == [keys[-1]]
 
 
 def test_a_failed_delete_is_recorded_and_logged_with_key_try_and_error(
@@ -52,7 +53,7 @@ def test_a_failed_delete_is_recorded_and_logged_with_key_try_and_error(
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         for _ in range(2):
             process_deletions(rt.metadata, OnlyStore(failing), rt.settings)
-    (row,) = rt.metadata.pending_deletions()
+    (row,) = pending_deletions(rt.metadata)
     assert row.last_error == "ObjectStoreError: 503 SlowDown"
     messages = [r.getMessage() for r in caplog.records if r.name == LOGGER]
     assert messages == [

@@ -22,6 +22,7 @@ from fixtures.backends import (
     unaccounted_objects,
 )
 from fixtures.clock import HOUR, skew_worker_clock, stopped_sqlite_clock
+from fixtures.metadata import pending_deletions
 from offloader.exceptions import StoreUnavailableError
 from offloader.gc.deletion_queue import process_deletions
 from offloader.gc.sweep import (
@@ -81,7 +82,7 @@ def begin(rt: Runtime, ledger: Ledger, lease_ms: int, attempt_id: str | None = N
 
 
 def pending(rt: Runtime) -> dict[str, str]:
-    return {d.object_key: d.reason for d in rt.metadata.pending_deletions()}
+    return {d.object_key: d.reason for d in pending_deletions(rt.metadata)}
 
 
 def present(rt: Runtime) -> set[str]:
@@ -117,7 +118,7 @@ def test_planted_objects_are_swept_only_after_the_grace_period(
     assert done.stores[0].queued == 3
     assert pending(rt) == dict.fromkeys(planted, ORPHAN_REASON)
     again = sweep(rt.metadata, rt.stores, rt.settings)  # queued once is enough
-    assert again.orphans == 0 and len(rt.metadata.pending_deletions()) == 3
+    assert again.orphans == 0 and len(pending_deletions(rt.metadata)) == 3
 
     process_deletions(rt.metadata, rt.stores, rt.settings)
     assert not planted.keys() & present(rt)
@@ -291,7 +292,7 @@ def test_a_sweep_killed_after_queueing_converges(swept: Runtime) -> None:
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err.decode()
     assert json.loads(out)["orphans"] == 0  # nothing queued twice
-    assert len(rt.metadata.pending_deletions()) == 4
+    assert len(pending_deletions(rt.metadata)) == 4
     process_deletions(rt.metadata, rt.stores, rt.settings)
     assert unaccounted_objects(rt) == set() and not planted.keys() & present(rt)
 
@@ -361,9 +362,7 @@ def test_every_recorded_store_is_swept(swept: Runtime, tmp_path) -> None:  # typ
     time.sleep(GRACE + 1.5)
     result = sweep(rt.metadata, rt.stores, rt.settings)
     assert {s.store_id for s in result.stores} == {rt.stores.default_id(), other_id}
-    assert [(d.object_key, d.store_id) for d in rt.metadata.pending_deletions()] == [
-        (key, other_id)
-    ]
+    assert [(d.object_key, d.store_id) for d in pending_deletions(rt.metadata)] == [(key, other_id)]
     process_deletions(rt.metadata, rt.stores, rt.settings)
     assert not other.exists(key)
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from fixtures.backends import make_topic, produce_ledgers
+from fixtures.metadata import pending_deletions
 from offloader.gc.deletion_queue import process_deletions
 from offloader.gc.sweep import ORPHAN_REASON, open_segment_uploads, sweep
 from offloader.metadata import Position, schema
@@ -48,7 +49,7 @@ def stream_topic(rt: Runtime, ledgers: int = 4) -> int:
 
 
 def pending(rt: Runtime) -> dict[str, str]:
-    return {d.object_key: d.reason for d in rt.metadata.pending_deletions()}
+    return {d.object_key: d.reason for d in pending_deletions(rt.metadata)}
 
 
 def present(rt: Runtime) -> set[str]:

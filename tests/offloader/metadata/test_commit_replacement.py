@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from fixtures.backends import produce_ledgers
-from fixtures.metadata import begin
+from fixtures.metadata import begin, pending_deletions
 from fixtures.scrub import offloaded_topic
 from offloader.exceptions import CommitFailedError
 from offloader.metadata import AttemptState
@@ -41,9 +41,9 @@ def test_the_swap_supersedes_only_the_replaced_attempt(runtime: Runtime) -> None
     # the other ledger's committed attempt is untouched
     assert rt.metadata.get_attempt(second.offload_uuid or "").state is AttemptState.COMMITTED
     assert rt.metadata.get_ledger("orders", second.ledger_id) == second
-    queued = {(d.object_key, d.attempt_id) for d in rt.metadata.pending_deletions()}
+    queued = {(d.object_key, d.attempt_id) for d in pending_deletions(rt.metadata)}
     assert queued == {(first.data_key, first.offload_uuid), (first.index_key, first.offload_uuid)}
-    assert {d.reason for d in rt.metadata.pending_deletions()} == {f"replaced: {reason}"[:255]}
+    assert {d.reason for d in pending_deletions(rt.metadata)} == {f"replaced: {reason}"[:255]}
 
 
 def test_an_attempt_that_lost_its_ledger_is_refused_by_name(runtime: Runtime) -> None:
@@ -58,7 +58,7 @@ def test_an_attempt_that_lost_its_ledger_is_refused_by_name(runtime: Runtime) ->
         rt.metadata.commit_replacement(stale, 1, "r")
     assert rt.metadata.get_ledger("orders", first.ledger_id) == before
     # only the takeover's queueing of the stale attempt's keys: the offloaded objects stay
-    assert {d.object_key for d in rt.metadata.pending_deletions()} == {"stale-d", "stale-i"}
+    assert {d.object_key for d in pending_deletions(rt.metadata)} == {"stale-d", "stale-i"}
 
 
 def test_a_ledger_that_is_not_offloaded_cannot_be_replaced(runtime: Runtime) -> None:
@@ -85,7 +85,7 @@ def test_the_replaced_objects_are_due_after_the_grace(runtime: Runtime) -> None:
     rt.metadata.commit_replacement(attempt, 123, "crc mismatch", grace_ms=3_600_000)
     after = rt.metadata.db_now_ms()
 
-    queued = rt.metadata.pending_deletions()
+    queued = pending_deletions(rt.metadata)
     assert {d.object_key for d in queued} == {first.data_key, first.index_key}
     assert all(before + 3_600_000 <= d.next_try_ms <= after + 3_600_000 for d in queued)
     assert rt.metadata.due_deletions(10) == []

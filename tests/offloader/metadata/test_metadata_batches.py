@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from fixtures.metadata import begin, sealed_ledger
+from fixtures.metadata import begin, pending_deletions, sealed_ledger
 from offloader.metadata import AttemptState, Ledger, MetadataStore, OffloadState
 from offloader.metadata.store import AttemptIntent
 from offloader.objectstore.location import StoreLocation
@@ -66,7 +66,7 @@ def test_begin_attempts_takes_only_live_ledgers_whose_lease_is_over(store: Metad
     superseded = store.get_attempt("stale")
     assert superseded.state is AttemptState.SUPERSEDED
     assert superseded.detail == "lease expired; superseded by n2"
-    assert sorted(d.object_key for d in store.pending_deletions()) == ["stale-d", "stale-i"]
+    assert sorted(d.object_key for d in pending_deletions(store)) == ["stale-d", "stale-i"]
     assert store.get_ledger("t", live.ledger_id).attempt_id == "live"
     assert store.get_ledger("t", moved.ledger_id).attempt_id == "mover"
     assert store.get_ledger("t", trimmed.ledger_id) == trimmed

@@ -12,7 +12,7 @@ from sqlalchemy.dialects import mysql
 from sqlalchemy.exc import CompileError
 
 from fixtures.clock import HOUR, database_time_ms, skew_worker_clock, stopped_sqlite_clock
-from fixtures.metadata import begin, sealed_ledger
+from fixtures.metadata import begin, pending_deletions, retry_deletion_later, sealed_ledger
 from offloader.exceptions import CommitFailedError
 from offloader.metadata import AttemptState, HotState, MetadataStore
 from offloader.metadata.clock import db_now
@@ -49,7 +49,7 @@ def test_worker_ahead_cannot_supersede_a_live_attempt(
     current = store.get_ledger("t", ledger.ledger_id)
     assert (current.attempt_id, current.version) == ("live", ledger.version)
     assert store.get_attempt("live").state is AttemptState.STARTED
-    assert store.pending_deletions() == []
+    assert pending_deletions(store) == []
     assert store.commit_offload(live, 1).offload_uuid == "live"
 
 
@@ -62,7 +62,7 @@ def test_worker_behind_supersedes_an_expired_attempt(
     ledger, fresh = begin(store, ledger, "fresh")
     assert fresh.epoch == stale.epoch + 1 and ledger.attempt_id == "fresh"
     assert store.get_attempt("stale").state is AttemptState.SUPERSEDED
-    assert {d.object_key for d in store.pending_deletions()} == {"stale-d", "stale-i"}
+    assert {d.object_key for d in pending_deletions(store)} == {"stale-d", "stale-i"}
 
 
 def test_hot_copy_is_not_marked_before_the_lag_on_database_time(
@@ -90,9 +90,9 @@ def test_deletion_queue_is_due_by_database_time(
     due = store.due_deletions(10)
     assert [d.object_key for d in due] == ["k1", "k2"]
     skew_worker_clock(monkeypatch, HOUR)  # now an hour ahead: a 60 s backoff must still hold
-    store.retry_deletion_later(due[0], "503 SlowDown", delay_ms=LEASE_MS)
+    retry_deletion_later(store, due[0], "503 SlowDown", delay_ms=LEASE_MS)
     assert [d.object_key for d in store.due_deletions(10)] == ["k2"]
-    (retried,) = [d for d in store.pending_deletions() if d.object_key == "k1"]
+    (retried,) = [d for d in pending_deletions(store) if d.object_key == "k1"]
     assert abs(retried.next_try_ms - (database_time_ms(store.engine) + LEASE_MS)) <= TOLERANCE_MS
 
 
@@ -108,7 +108,7 @@ def test_a_renewal_between_look_and_takeover_keeps_the_attempt(store: MetadataSt
         begin(store, seen, "usurper")
     assert store.get_ledger("t", ledger.ledger_id).attempt_id == "live"
     assert store.get_attempt("live").state is AttemptState.STARTED
-    assert store.pending_deletions() == []
+    assert pending_deletions(store) == []
 
 
 def test_a_database_without_a_clock_expression_is_named() -> None:

@@ -15,7 +15,13 @@ import sqlalchemy as sa
 
 from fixtures.backends import run_in_threads
 from fixtures.clock import stopped_sqlite_clock
-from fixtures.metadata import begin, sealed_ledger
+from fixtures.metadata import (
+    begin,
+    list_attempts,
+    pending_deletions,
+    retry_deletion_later,
+    sealed_ledger,
+)
 from offloader.exceptions import AlreadyExistsError, CommitFailedError, NotFoundError
 from offloader.metadata import (
     AttemptState,
@@ -238,7 +244,7 @@ def test_retired_attempts_record_why_and_queue_their_keys(store: MetadataStore) 
         None,
     )
     assert freed.version == ledger.version + 1
-    queued = [(d.object_key, d.reason, d.attempt_id) for d in store.pending_deletions()]
+    queued = [(d.object_key, d.reason, d.attempt_id) for d in pending_deletions(store)]
     assert queued == [
         ("old-d", "attempt superseded", "old"),
         ("old-i", "attempt superseded", "old"),
@@ -246,7 +252,7 @@ def test_retired_attempts_record_why_and_queue_their_keys(store: MetadataStore) 
         ("new-i", "attempt failed", "new"),
     ]
     store.fail_attempt(stale, "zombie")  # a superseded attempt queues its keys again
-    again = [(d.object_key, d.reason, d.attempt_id) for d in store.pending_deletions()][4:]
+    again = [(d.object_key, d.reason, d.attempt_id) for d in pending_deletions(store)][4:]
     assert again == [
         ("old-d", "late objects of a superseded attempt", "old"),
         ("old-i", "late objects of a superseded attempt", "old"),
@@ -265,7 +271,7 @@ def test_retiring_an_attempt_leaves_other_attempts_alone(store: MetadataStore) -
         None,
         None,
     )
-    assert {d.attempt_id for d in store.pending_deletions()} == {"mine"}
+    assert {d.attempt_id for d in pending_deletions(store)} == {"mine"}
     assert store.get_ledger("u", other.ledger_id).attempt_id == "other"
 
 
@@ -275,11 +281,11 @@ def test_attempts_are_listed_oldest_first_by_topic_and_state(store: MetadataStor
     _, a1 = begin(store, first, "a1")
     store.commit_offload(a1, 1)
     begin(store, other, "b1")
-    assert [a.attempt_id for a in store.list_attempts()] == ["a1", "b1"]
-    assert [a.attempt_id for a in store.list_attempts(topic="u")] == ["b1"]
-    committed = store.list_attempts(state=AttemptState.COMMITTED)
+    assert [a.attempt_id for a in list_attempts(store)] == ["a1", "b1"]
+    assert [a.attempt_id for a in list_attempts(store, topic="u")] == ["b1"]
+    committed = list_attempts(store, state=AttemptState.COMMITTED)
     assert [a.attempt_id for a in committed] == ["a1"]
-    assert store.list_attempts(topic="u", state=AttemptState.COMMITTED) == []
+    assert list_attempts(store, topic="u", state=AttemptState.COMMITTED) == []
 
 
 def test_times_are_milliseconds_since_the_epoch() -> None:
@@ -392,7 +398,7 @@ def test_queued_deletions_record_reason_and_attempt(store: MetadataStore) -> Non
     before = now_ms()
     store.enqueue_deletions(["k1"], "r" * 300, attempt_id="a1", store_id=objects_store(store))
     store.enqueue_deletions([], "nothing", store_id=objects_store(store))
-    (row,) = store.pending_deletions()
+    (row,) = pending_deletions(store)
     assert (row.object_key, row.reason, row.attempt_id) == ("k1", "r" * 255, "a1")
     assert (row.state, row.tries, row.last_error, row.done_ms) == ("pending", 0, None, None)
     assert before <= row.enqueued_ms == row.next_try_ms <= now_ms()
@@ -407,7 +413,7 @@ def test_a_delayed_deletion_is_due_exactly_its_delay_after_it_was_queued(
     keys, store_id = [f"k{i}" for i in range(3000)], objects_store(store)
     with store.transaction() as conn:
         store._enqueue(conn, keys, "grace", None, store_id, delay_ms=60_000)
-    delays = {d.next_try_ms - d.enqueued_ms for d in store.pending_deletions()}
+    delays = {d.next_try_ms - d.enqueued_ms for d in pending_deletions(store)}
     assert delays == {60_000}
 
 
@@ -428,14 +434,14 @@ def unordered_selects_reversed(store: MetadataStore) -> None:
 def test_due_deletions_come_soonest_first_up_to_the_limit(store: MetadataStore) -> None:
     unordered_selects_reversed(store)
     store.enqueue_deletions(["a", "b", "c", "d"], "test", store_id=objects_store(store))
-    a, b, _, _ = store.pending_deletions()
-    store.retry_deletion_later(a, "later", delay_ms=2 * 3_600_000)
-    store.retry_deletion_later(b, "sooner", delay_ms=3_600_000)
+    a, b, _, _ = pending_deletions(store)
+    retry_deletion_later(store, a, "later", delay_ms=2 * 3_600_000)
+    retry_deletion_later(store, b, "sooner", delay_ms=3_600_000)
     # pending is in queue order, whatever order the database finds the rows in
-    assert [x.object_key for x in store.pending_deletions()] == ["a", "b", "c", "d"]
+    assert [x.object_key for x in pending_deletions(store)] == ["a", "b", "c", "d"]
     assert [x.object_key for x in store.due_deletions(10)] == ["c", "d"]
     assert [x.object_key for x in store.due_deletions(1)] == ["c"]
-    at = {x.object_key: x.next_try_ms for x in store.pending_deletions()}["a"]
+    at = {x.object_key: x.next_try_ms for x in pending_deletions(store)}["a"]
     assert [x.object_key for x in store.due_deletions(10, at_ms=at)] == ["c", "d", "b", "a"]
     assert [x.object_key for x in store.due_deletions(10, at_ms=at - 1)] == ["c", "d", "b"]
 
@@ -445,7 +451,7 @@ def test_the_backlog_lists_the_most_tried_items_first_then_the_oldest(
 ) -> None:
     keys = [f"k{n:02}" for n in range(22)]
     store.enqueue_deletions(keys, "test", store_id=objects_store(store))
-    rows = store.pending_deletions()
+    rows = pending_deletions(store)
     # retried in id order with shrinking delays, so the next tries run against the ids:
     # the index on next_try_ms hands the failing rows over in the reverse of their id order
     store.retry_deletions_later([(d, "once", (30 - n) * 60_000) for n, d in enumerate(rows)][1:])
@@ -472,7 +478,7 @@ def test_the_oldest_items_age_is_never_negative(
     """An item queued this very millisecond is 0 ms old, and so is one whose time is ahead
     of the database's clock (the clock stepped back since)."""
     store.enqueue_deletions(["a"], "test", store_id=objects_store(store))
-    (row,) = store.pending_deletions()
+    (row,) = pending_deletions(store)
     with stopped_sqlite_clock(store.engine, row.enqueued_ms + offset_ms):
         backlog = store.deletion_backlog(failing_tries=1)
     assert (backlog.oldest_enqueued_ms, backlog.oldest_age_ms) == (row.enqueued_ms, age_ms)
@@ -487,7 +493,7 @@ def queue_rows(store: MetadataStore) -> dict[str, dict]:
 
 def test_completed_deletions_keep_their_first_completion(store: MetadataStore) -> None:
     store.enqueue_deletions(["a", "b"], "test", store_id=objects_store(store))
-    a, b = store.pending_deletions()
+    a, b = pending_deletions(store)
     store.complete_deletions([])
     before = now_ms()
     store.complete_deletions([a.id])
@@ -496,10 +502,10 @@ def test_completed_deletions_keep_their_first_completion(store: MetadataStore) -
     assert first["done_ms"] is not None and before <= first["done_ms"] <= now_ms()
     time.sleep(0.01)
     store.complete_deletions([a.id])  # done already: nothing changes
-    store.retry_deletion_later(a, "x" * 3000, delay_ms=0)  # done: no longer retried
-    store.retry_deletion_later(b, "x" * 3000, delay_ms=0)
+    retry_deletion_later(store, a, "x" * 3000, delay_ms=0)  # done: no longer retried
+    retry_deletion_later(store, b, "x" * 3000, delay_ms=0)
     assert queue_rows(store)["a"] == first
-    (left,) = store.pending_deletions()
+    (left,) = pending_deletions(store)
     assert (left.object_key, left.tries, left.last_error) == ("b", 1, "x" * 2000)
     counts = store.counts()
     assert counts["deletions_by_state"] == {"done": 1, "pending": 1}
@@ -521,7 +527,7 @@ def test_counts_summarise_every_table(store: MetadataStore) -> None:
     _, attempt = begin(store, ledger, "a1")
     store.fail_attempt(attempt, "boom")
     counts = store.counts()
-    pending = store.pending_deletions()
+    pending = pending_deletions(store)
     assert counts == {
         "topics": 2,
         "ledgers_by_state": {"sealed/none/present": 2},

@@ -5,7 +5,7 @@ retention) leaves exactly one committed attempt and every key accounted for."""
 
 import pytest
 
-from fixtures.metadata import begin, sealed_ledger
+from fixtures.metadata import begin, list_attempts, pending_deletions, sealed_ledger
 from offloader.exceptions import CommitFailedError
 from offloader.metadata import (
     AttemptState,
@@ -23,11 +23,11 @@ def offloaded(store: MetadataStore, attempt_id: str = "a1") -> Ledger:
 
 
 def queued(store: MetadataStore) -> dict[str, tuple[str, str | None]]:
-    return {d.object_key: (d.reason, d.attempt_id) for d in store.pending_deletions()}
+    return {d.object_key: (d.reason, d.attempt_id) for d in pending_deletions(store)}
 
 
 def committed(store: MetadataStore) -> list[str]:
-    return [a.attempt_id for a in store.list_attempts("t", AttemptState.COMMITTED)]
+    return [a.attempt_id for a in list_attempts(store, "t", AttemptState.COMMITTED)]
 
 
 def test_a_replacement_swaps_the_objects_and_queues_the_old_ones(store: MetadataStore) -> None:
@@ -36,7 +36,7 @@ def test_a_replacement_swaps_the_objects_and_queues_the_old_ones(store: Metadata
     # still offloaded on a1's objects while a2 uploads: readers keep reading them
     assert during.is_offloaded and during.offload_uuid == "a1" and during.data_key == "a1-d"
     assert during.attempt_id == "a2" and during.offload_epoch == ledger.offload_epoch + 1
-    assert store.pending_deletions() == []
+    assert pending_deletions(store) == []
     with pytest.raises(CommitFailedError):
         store.commit_offload(attempt, 5)  # a first offload's commit cannot take it
     after = store.commit_replacement(attempt, 1234, "CRC mismatch")
@@ -53,7 +53,7 @@ def test_a_replacement_swaps_the_objects_and_queues_the_old_ones(store: Metadata
     assert committed(store) == ["a2"]  # exactly one
     with pytest.raises(CommitFailedError, match="no longer owns"):
         store.commit_replacement(attempt, 1234, "again")
-    assert len(store.pending_deletions()) == 2
+    assert len(pending_deletions(store)) == 2
 
 
 def test_the_batch_commit_does_not_take_a_replacement_either(store: MetadataStore) -> None:
@@ -79,7 +79,7 @@ def test_only_an_offloaded_ledger_with_its_hot_copy_is_replaced(store: MetadataS
     # a record read before the hot copy was marked loses the compare-and-set
     with pytest.raises(CommitFailedError, match="someone else moved"):
         begin(store, ledger, "z", replace=True)
-    assert [a.attempt_id for a in store.list_attempts("t")] == ["a1"]
+    assert [a.attempt_id for a in list_attempts(store, "t")] == ["a1"]
 
 
 def test_a_failed_replacement_leaves_the_ledger_on_its_objects(store: MetadataStore) -> None:

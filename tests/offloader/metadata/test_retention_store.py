@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import event
 
 from fixtures.counting import counting_transactions
-from fixtures.metadata import begin, sealed_ledger
+from fixtures.metadata import begin, pending_deletions, sealed_ledger
 from offloader.exceptions import CommitFailedError, NotFoundError, TopicDeletedError
 from offloader.metadata import (
     AttemptState,
@@ -71,10 +71,10 @@ def test_marking_is_batched_set_based_and_records_the_intent(store: MetadataStor
     assert ledger5.offload_state is OffloadState.NONE
     with pytest.raises(CommitFailedError):
         store.commit_offload(in_flight, 10)
-    queued = {(d.object_key, d.ledger_id, d.attempt_id) for d in store.pending_deletions()}
+    queued = {(d.object_key, d.ledger_id, d.attempt_id) for d in pending_deletions(store)}
     assert ("flying-d", 5, "flying") in queued and ("flying-i", 5, "flying") in queued
-    assert {d.ledger_id for d in store.pending_deletions()} == {2, 3, 5, 9}
-    assert all(d.store_id is not None for d in store.pending_deletions())
+    assert {d.ledger_id for d in pending_deletions(store)} == {2, 3, 5, 9}
+    assert all(d.store_id is not None for d in pending_deletions(store))
 
 
 def test_a_ledger_below_a_moved_start_is_not_live_before_it_is_marked(
@@ -116,7 +116,7 @@ def test_ledgers_become_deleted_only_when_hot_copy_and_keys_are_gone(
     assert store.hot_copies_of_deleting(10) == []
     assert store.finish_deleted_ledgers() == 1  # ledger 2: nothing was queued
     assert store.get_ledger("t", 1).deletion_state is DeletionState.DELETING
-    store.complete_deletions([d.id for d in store.pending_deletions()])
+    store.complete_deletions([d.id for d in pending_deletions(store)])
     assert store.finish_deleted_ledgers() == 1
     deleted = store.get_ledger("t", 1)
     assert deleted.deletion_state is DeletionState.DELETED and deleted.deleted_ms is not None
@@ -170,7 +170,7 @@ def test_a_trim_counts_the_ledgers_and_keys_its_marking_then_takes(store: Metada
 
     store.move_start(store.get_topic("t"), Position(ledger_id=5, entry_id=0))
     assert store.mark_ledgers_deleting("t", 5, 10) == ([1, 2, 3, 4], 2 * 3)
-    assert [d.tries for d in store.pending_deletions()] == [0] * 6  # none tried yet
+    assert [d.tries for d in pending_deletions(store)] == [0] * 6  # none tried yet
     assert (store.ledgers_to_trim("t", 5), store.count_keys_to_trim("t", 5)) == ([], 0)
     assert store.ledgers_to_trim("t", 7) == [5, 6]
     assert store.count_keys_to_trim("t", 7) == 2
@@ -238,7 +238,7 @@ def test_a_trim_cut_short_and_a_finished_deletion_are_judged_per_topic(
         assert done.version == marked[key].version + 1
         assert done.deleted_ms is not None and before <= done.deleted_ms <= store.db_now_ms()
     assert store.get_ledger("u", 1) == marked[("u", 1)]
-    store.complete_deletions([d.id for d in store.pending_deletions()])
+    store.complete_deletions([d.id for d in pending_deletions(store)])
     assert store.finish_deleted_ledgers() == 1
     assert store.get_ledger("u", 1).deletion_state is DeletionState.DELETED
     assert [x.is_live for x in store.list_ledgers("v")] == [True, True]
@@ -332,7 +332,7 @@ def test_marking_records_when_and_why_and_leaves_other_attempts_alone(
     assert store.get_attempt("elsewhere").state is AttemptState.STARTED
     assert store.get_ledger("u", other).attempt_id == elsewhere.attempt_id
     committed = "t-1"
-    assert {(d.object_key, d.reason, d.attempt_id) for d in store.pending_deletions()} == {
+    assert {(d.object_key, d.reason, d.attempt_id) for d in pending_deletions(store)} == {
         (f"{committed}-d", "ledger trimmed", committed),
         (f"{committed}-i", "ledger trimmed", committed),
         ("flying-d", "attempt of a trimmed ledger", flying.attempt_id),

@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from fixtures.backends import produce_ledgers
 from fixtures.clock import stopped_sqlite_clock
 from fixtures.metadata import begin as begin_attempt
+from fixtures.metadata import pending_deletions
 from fixtures.races import rival_inside_commit
 from fixtures.rewrites import assign_stream_segment, stream_segment, stream_segment_of, table_rows
 from fixtures.scrub import offloaded_topic
@@ -77,7 +78,7 @@ def whole(ledgers: list[Ledger]) -> list[PieceRange]:
 
 
 def queued(rt: Runtime) -> dict[str, str]:
-    return {d.object_key: d.reason for d in rt.metadata.pending_deletions()}
+    return {d.object_key: d.reason for d in pending_deletions(rt.metadata)}
 
 
 def wait_past_lease(rt: Runtime, segment: Segment) -> None:
@@ -257,7 +258,7 @@ def test_a_rewrite_whose_lease_ran_out_has_lost_its_segment(
     assert queued(rt) == {
         f"{name}-{key}": "failed rewrite (lease ran out)" for name in "qr" for key in "di"
     }
-    assert all(d.next_try_ms == d.enqueued_ms for d in rt.metadata.pending_deletions())
+    assert all(d.next_try_ms == d.enqueued_ms for d in pending_deletions(rt.metadata))
     assert rt.metadata.rewrites.recover_stale() == []  # once
     assert rt.metadata.segments.get("live").state is SegmentState.ASSIGNED
     assert rt.metadata.rewrites.open_rewrites() == [live]
@@ -363,7 +364,7 @@ def test_commit_swaps_v1_ledgers_onto_the_segment_in_one_step(
     assert attempt.state is AttemptState.COMMITTED
     # the old objects wait out the grace; the stream still has not moved
     now_ms = rt.metadata.db_now_ms()
-    deletions = rt.metadata.pending_deletions()
+    deletions = pending_deletions(rt.metadata)
     assert {d.object_key for d in deletions} == {
         k for x in sources for k in (x.data_key, x.index_key)
     }
@@ -518,7 +519,7 @@ def test_two_rewrites_of_the_same_sources_one_wins(runtime: Runtime, ledgers: li
     } == {"b"}
     assert {"a-d", "a-i"} <= set(queued(rt))
     # b's commit was given no grace: the v1 objects are due at once
-    assert all(d.next_try_ms == d.enqueued_ms for d in rt.metadata.pending_deletions())
+    assert all(d.next_try_ms == d.enqueued_ms for d in pending_deletions(rt.metadata))
 
 
 # --- fail ----------------------------------------------------------------------------------
@@ -534,11 +535,11 @@ def test_fail_queues_at_once_requeues_late_objects_and_refuses_a_committed_one(
     assert failed.version == segment.version + 1
     now_ms = rt.metadata.db_now_ms()
     assert failed.finished_ms is not None and before_ms <= failed.finished_ms <= now_ms
-    assert all(d.next_try_ms == d.enqueued_ms for d in rt.metadata.pending_deletions())
+    assert all(d.next_try_ms == d.enqueued_ms for d in pending_deletions(rt.metadata))
     assert queued(rt) == {"r-d": "failed rewrite", "r-i": "failed rewrite"}
     again = rt.metadata.rewrites.fail(segment, "late")
     assert again == failed
-    reasons = sorted(d.reason for d in rt.metadata.pending_deletions())
+    reasons = sorted(d.reason for d in pending_deletions(rt.metadata))
     assert reasons == ["failed rewrite"] * 2 + ["late objects of a failed rewrite"] * 2
     done = begin(rt, "done", ledgers[1:2])
     rt.metadata.rewrites.commit(done, whole(ledgers[1:2]), ledgers[1:2], data_len=10)
@@ -588,7 +589,7 @@ def test_segment_sources_are_retired_and_the_stream_still_continues_after_them(
         assert source.finished_ms is None
         assert now.finished_ms is not None and before_ms <= now.finished_ms <= after_ms
     assert set(queued(rt)) == {k for s in sources for k in (s.data_key, s.index_key)}
-    assert all(d.next_try_ms == d.enqueued_ms + 60_000 for d in rt.metadata.pending_deletions())
+    assert all(d.next_try_ms == d.enqueued_ms + 60_000 for d in pending_deletions(rt.metadata))
     for ledger in streamed[:2]:
         assert [p.segment.segment_id for p in rt.metadata.segments.pieces(T, ledger.ledger_id)] == [
             "r"

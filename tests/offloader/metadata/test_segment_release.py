@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from fixtures.metadata import begin, sealed_ledger
+from fixtures.metadata import begin, list_attempts, pending_deletions, sealed_ledger
 from fixtures.segment_rows import offloaded
 from offloader.exceptions import CommitFailedError
 from offloader.metadata import (
@@ -75,7 +75,7 @@ def queued(rt: Runtime) -> dict[str, tuple[str, int]]:
     """Queued key -> (reason, how long after it was queued it is due)."""
     return {
         d.object_key: (d.reason, d.next_try_ms - d.enqueued_ms)
-        for d in rt.metadata.pending_deletions()
+        for d in pending_deletions(rt.metadata)
     }
 
 
@@ -233,7 +233,7 @@ def test_the_swap_of_the_last_ledger_that_needs_a_segment_releases_it(runtime: R
     swap(rt, ids[2], "v1-2", grace_ms=0)
     assert rt.metadata.segments.get("b").state is SegmentState.DELETED
     assert queued(rt)["b-d"] == (reason, 0)
-    committed = rt.metadata.list_attempts(T, AttemptState.COMMITTED)
+    committed = list_attempts(rt.metadata, T, AttemptState.COMMITTED)
     assert sorted(a.attempt_id for a in committed) == ["v1-0", "v1-1", "v1-2"]  # one each
 
 

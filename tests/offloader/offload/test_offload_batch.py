@@ -25,7 +25,7 @@ from fixtures.backends import (
 )
 from fixtures.counting import CountingStore, counting_transactions
 from fixtures.faults import with_objects
-from fixtures.metadata import ledger_record
+from fixtures.metadata import ledger_record, list_attempts, pending_deletions
 from fixtures.takeover import OnPut, take_over
 from offloader import failpoints
 from offloader.exceptions import NotFoundError, ObjectStoreError
@@ -54,7 +54,7 @@ def small_topic(rt: Runtime) -> tuple[list[int], str]:
 def committed_attempts(rt: Runtime, ledger_id: int) -> list[str]:
     return [
         a.attempt_id
-        for a in rt.metadata.list_attempts("orders", AttemptState.COMMITTED)
+        for a in list_attempts(rt.metadata, "orders", AttemptState.COMMITTED)
         if a.ledger_id == ledger_id
     ]
 
@@ -127,8 +127,8 @@ def test_sigkill_mid_batch_then_rerun_converges(runtime: Runtime, point: str) ->
     crashed = run_batch(rt, ids, failpoints=point)
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr.decode()
     started, committed = CRASH_STATE[point]
-    assert len(rt.metadata.list_attempts("orders", AttemptState.STARTED)) == started
-    assert len(rt.metadata.list_attempts("orders", AttemptState.COMMITTED)) == committed
+    assert len(list_attempts(rt.metadata, "orders", AttemptState.STARTED)) == started
+    assert len(list_attempts(rt.metadata, "orders", AttemptState.COMMITTED)) == committed
     offloading = [
         x.ledger_id
         for x in rt.metadata.list_ledgers("orders")
@@ -176,9 +176,7 @@ def test_a_frozen_batch_loses_only_the_ledger_taken_over(runtime: Runtime) -> No
     assert rt.metadata.get_ledger("orders", ids[1]).offload_uuid == winner.attempt_id
     lost = rt.metadata.get_attempt(taken)
     assert lost.state is AttemptState.SUPERSEDED
-    assert {lost.data_key, lost.index_key} <= {
-        d.object_key for d in rt.metadata.pending_deletions()
-    }
+    assert {lost.data_key, lost.index_key} <= {d.object_key for d in pending_deletions(rt.metadata)}
     assert_converged(rt, ids, checksum)
 
 
@@ -303,7 +301,7 @@ def test_a_bad_batch_is_refused_before_anything_changes(
     assert str(still_open.value) == (
         f"ledgers [{opened}] of orders are open; only sealed ledgers move"
     )
-    assert runtime.metadata.list_attempts("orders") == []
+    assert list_attempts(runtime.metadata, "orders") == []
     assert list(runtime.objects.list()) == []
 
 
@@ -339,7 +337,7 @@ def test_a_lost_commit_makes_only_that_ledger_lost(runtime: Runtime) -> None:
     assert rt.metadata.get_ledger("orders", ids[2]).offload_uuid == "attempt-2"
     assert rt.metadata.get_ledger("orders", ids[1]).attempt_id == winner.attempt_id
     assert rt.metadata.get_attempt(zombie.attempt_id).state is AttemptState.SUPERSEDED
-    queued = [d.object_key for d in rt.metadata.pending_deletions()]
+    queued = [d.object_key for d in pending_deletions(rt.metadata)]
     # queued when superseded, and again by the lost commit (objects written late)
     assert queued.count(zombie.data_key) == 2 and queued.count(zombie.index_key) == 2
 
@@ -376,7 +374,7 @@ def assert_lost_to_winner(rt: Runtime, result: OffloadResult, lost: int) -> None
     zombie = rt.metadata.get_attempt(result.attempt_id or "")
     assert (zombie.ledger_id, zombie.state) == (lost, AttemptState.SUPERSEDED)
     assert zombie.detail == "lease expired; superseded by winner"
-    queued = [d.object_key for d in rt.metadata.pending_deletions()]
+    queued = [d.object_key for d in pending_deletions(rt.metadata)]
     assert sorted(queued) == sorted([zombie.data_key, zombie.index_key] * 2)
 
 
@@ -488,7 +486,7 @@ def test_upload_errors_fail_their_ledgers_after_the_others_commit(runtime: Runti
     assert str(raised.value) == f"injected: PUT of ledger {ids[0]} refused"
     assert rt.metadata.get_ledger("orders", ids[2]).is_offloaded
     assert rt.metadata.get_ledger("orders", ids[1]).attempt_id == "winner"
-    failed = rt.metadata.list_attempts("orders", AttemptState.FAILED)
+    failed = list_attempts(rt.metadata, "orders", AttemptState.FAILED)
     assert sorted((a.ledger_id, a.detail) for a in failed) == [
         (i, f"InjectedPutError: injected: PUT of ledger {i} refused") for i in failing
     ]
@@ -499,8 +497,8 @@ def test_upload_errors_fail_their_ledgers_after_the_others_commit(runtime: Runti
             None,
             None,
         )
-    (zombie,) = rt.metadata.list_attempts("orders", AttemptState.SUPERSEDED)
-    queued = [d.object_key for d in rt.metadata.pending_deletions()]
+    (zombie,) = list_attempts(rt.metadata, "orders", AttemptState.SUPERSEDED)
+    queued = [d.object_key for d in pending_deletions(rt.metadata)]
     assert sorted(queued) == sorted(
         [k for a in failed for k in (a.data_key, a.index_key)]
         + [zombie.data_key, zombie.index_key] * 2
@@ -593,13 +591,13 @@ def test_a_failed_commit_fails_the_whole_window(
     monkeypatch.setattr(rt.metadata, "commit_offloads", unreachable)
     with pytest.raises(ConnectionError):
         offload_batch(rt, "orders", ids[:3])
-    failed = rt.metadata.list_attempts("orders", AttemptState.FAILED)
+    failed = list_attempts(rt.metadata, "orders", AttemptState.FAILED)
     assert sorted((a.ledger_id, a.detail) for a in failed) == [
         (i, "ConnectionError: database unreachable") for i in ids[:3]
     ]
     for ledger in rt.metadata.list_ledgers("orders")[:3]:
         assert (ledger.offload_state, ledger.attempt_id) == (OffloadState.NONE, None)
-    queued = [d.object_key for d in rt.metadata.pending_deletions()]
+    queued = [d.object_key for d in pending_deletions(rt.metadata)]
     assert sorted(queued) == sorted(k for a in failed for k in (a.data_key, a.index_key))
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from fixtures.backends import make_topic, produce_ledgers, unaccounted_objects
 from fixtures.clock import HOUR, skew_worker_clock
+from fixtures.metadata import list_attempts, pending_deletions
 from offloader.gc.deletion_queue import process_deletions
 from offloader.metadata import AttemptState
 from offloader.offload.hot_deletion import delete_hot_copies
@@ -49,9 +50,9 @@ def test_worker_ahead_reports_a_live_attempt_in_progress(
         Outcome.IN_PROGRESS
     ]
     assert rt.metadata.get_ledger("orders", ledger_id).attempt_id == peer.attempt_id
-    assert [a.attempt_id for a in rt.metadata.list_attempts("orders")] == [peer.attempt_id]
+    assert [a.attempt_id for a in list_attempts(rt.metadata, "orders")] == [peer.attempt_id]
     assert rt.metadata.get_attempt(peer.attempt_id).state is AttemptState.STARTED
-    assert rt.metadata.pending_deletions() == []
+    assert pending_deletions(rt.metadata) == []
 
 
 def test_worker_behind_takes_over_an_expired_attempt(

@@ -26,6 +26,7 @@ from fixtures.backends import (
     uploads_not_of_dead_attempts,
 )
 from fixtures.faults import ServerErrorProxy
+from fixtures.metadata import list_attempts, pending_deletions
 from offloader.gc.deletion_queue import process_deletions
 from offloader.metadata import Attempt, AttemptState, HotState, OffloadState
 from offloader.offload.ledger_offloader import LedgerOffloader, Outcome
@@ -75,13 +76,13 @@ def setup_topic(rt: Runtime) -> tuple[list[int], str]:
 def committed_attempts(rt: Runtime, ledger_id: int) -> list[Attempt]:
     return [
         a
-        for a in rt.metadata.list_attempts("orders", AttemptState.COMMITTED)
+        for a in list_attempts(rt.metadata, "orders", AttemptState.COMMITTED)
         if a.ledger_id == ledger_id
     ]
 
 
 def queued_keys(rt: Runtime, attempt_id: str) -> set[str]:
-    return {d.object_key for d in rt.metadata.pending_deletions() if d.attempt_id == attempt_id}
+    return {d.object_key for d in pending_deletions(rt.metadata) if d.attempt_id == attempt_id}
 
 
 def wait_for_lease_end(rt: Runtime) -> None:
@@ -130,7 +131,7 @@ IN_FLIGHT = {
 
 def check_crashed_attempts(rt: Runtime, ids: list[int], point: str) -> dict[int, Attempt]:
     """Killed inside the batch: both attempts recorded, in flight, objects as far as each got."""
-    attempts = {a.ledger_id: a for a in rt.metadata.list_attempts("orders")}
+    attempts = {a.ledger_id: a for a in list_attempts(rt.metadata, "orders")}
     assert sorted(attempts) == ids
     for name, ledger_id in zip(("large", "small"), ids, strict=True):
         attempt = attempts[ledger_id]
@@ -143,7 +144,7 @@ def check_crashed_attempts(rt: Runtime, ids: list[int], point: str) -> dict[int,
         assert rt.objects.exists(attempt.index_key) is index, (name, "index")
         open_uploads = {u.key for u in rt.objects.list_multipart_uploads()}
         assert (attempt.data_key in open_uploads) is uploading, (name, "multipart")
-    assert rt.metadata.pending_deletions() == []
+    assert pending_deletions(rt.metadata) == []
     return attempts
 
 
@@ -181,7 +182,7 @@ def test_sigkill_at_each_point_leaves_a_state_the_next_run_resolves(
         wait_for_lease_end(rt)
         check_resolved(rt, offload_json(rt, ids[-1]), crashed, point)
     elif point == "after-commit":  # the batch committed; the hot copies are untouched
-        attempts = rt.metadata.list_attempts("orders")
+        attempts = list_attempts(rt.metadata, "orders")
         assert sorted(a.ledger_id for a in attempts) == ids
         assert all(a.state is AttemptState.COMMITTED for a in attempts)
         for attempt in attempts:
@@ -213,7 +214,7 @@ def test_sigkill_at_a_random_moment(runtime: Runtime) -> None:
     victim = run_cli(rt, "offload", "orders", "--up-to", str(ids[-1]))
     # wait until the first attempt is recorded, then kill somewhere after it
     deadline = time.monotonic() + 60
-    while not rt.metadata.list_attempts("orders") and time.monotonic() < deadline:
+    while not list_attempts(rt.metadata, "orders") and time.monotonic() < deadline:
         time.sleep(0.005)
     time.sleep(delay)
     victim.send_signal(signal.SIGKILL)
@@ -247,7 +248,7 @@ def test_zombie_woken_after_takeover_cannot_commit(runtime: Runtime) -> None:
     )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        attempts = rt.metadata.list_attempts("orders")
+        attempts = list_attempts(rt.metadata, "orders")
         if attempts and _is_stopped(zombie.pid):
             break
         time.sleep(0.02)
@@ -317,7 +318,7 @@ def test_transient_500s_on_the_wire_are_retried(runtime: Runtime) -> None:
     for ledger_id in ids:
         (committed,) = committed_attempts(rt, ledger_id)
         assert committed.attempt_id == rt.metadata.get_ledger("orders", ledger_id).offload_uuid
-    assert len(rt.metadata.list_attempts("orders")) == 2  # no failed attempt on the way
-    assert rt.metadata.pending_deletions() == []
+    assert len(list_attempts(rt.metadata, "orders")) == 2  # no failed attempt on the way
+    assert pending_deletions(rt.metadata) == []
     assert list(rt.objects.list_multipart_uploads()) == []
     assert unaccounted_objects(rt) == set()

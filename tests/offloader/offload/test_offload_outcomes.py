@@ -13,6 +13,7 @@ import pytest
 
 from fixtures.backends import make_topic, produce_ledgers, unaccounted_objects
 from fixtures.faults import with_objects
+from fixtures.metadata import list_attempts, pending_deletions
 from fixtures.takeover import OnPut, take_over
 from offloader.exceptions import CommitFailedError, ObjectExistsError
 from offloader.hottier.writer import ManagedLedgerWriter
@@ -80,7 +81,7 @@ def test_ledgers_below_the_start_are_trimmed_and_the_start_ledger_moves(
     assert offloader.offload_ledger("orders", ids[0]) == OffloadResult(
         "orders", ids[0], Outcome.TRIMMED
     )
-    assert rt.metadata.list_attempts("orders") == [] and set(rt.objects.list()) == set()
+    assert list_attempts(rt.metadata, "orders") == [] and set(rt.objects.list()) == set()
     assert offloader.offload_ledger("orders", ids[1]).outcome is Outcome.OFFLOADED
 
 
@@ -110,7 +111,7 @@ def test_an_empty_sealed_ledger_is_retired_not_uploaded(runtime: Runtime) -> Non
     result = LedgerOffloader(rt).offload_ledger("orders", empty.ledger_id)
     assert result == OffloadResult("orders", empty.ledger_id, Outcome.RETIRED_EMPTY)
     assert not rt.hot.exists("orders", empty.ledger_id)
-    assert rt.metadata.list_attempts("orders") == [] and set(rt.objects.list()) == set()
+    assert list_attempts(rt.metadata, "orders") == [] and set(rt.objects.list()) == set()
     assert rt.hot.exists("orders", full)
 
 
@@ -155,13 +156,15 @@ def test_a_ledger_taken_between_the_read_and_the_begin(
     result = LedgerOffloader(rt).offload_ledger("orders", ledger_id)
     if other == "begins":
         assert result == OffloadResult("orders", ledger_id, Outcome.IN_PROGRESS, "winner")
-        assert [a.attempt_id for a in rt.metadata.list_attempts("orders")] == ["winner"]
+        assert [a.attempt_id for a in list_attempts(rt.metadata, "orders")] == ["winner"]
     else:
         assert theirs[0].outcome is Outcome.OFFLOADED
         # the ledger row no longer names an attempt once committed
         assert result == OffloadResult("orders", ledger_id, Outcome.ALREADY_OFFLOADED)
-        assert [a.attempt_id for a in rt.metadata.list_attempts("orders")] == [theirs[0].attempt_id]
-    assert rt.metadata.pending_deletions() == [] and unaccounted_objects(rt) == set()
+        assert [a.attempt_id for a in list_attempts(rt.metadata, "orders")] == [
+            theirs[0].attempt_id
+        ]
+    assert pending_deletions(rt.metadata) == [] and unaccounted_objects(rt) == set()
 
 
 def test_an_offload_whose_ledger_is_trimmed_meanwhile_is_lost(
@@ -194,7 +197,7 @@ def test_an_offload_whose_ledger_is_trimmed_meanwhile_is_lost(
     assert warning in {f"offload of orders/{ids[0]} lost: {w}" for w in why}
     assert rt.metadata.get_ledger("orders", ids[0]).deletion_state is DeletionState.DELETING
     assert {attempt.data_key, attempt.index_key} <= {
-        d.object_key for d in rt.metadata.pending_deletions()
+        d.object_key for d in pending_deletions(rt.metadata)
     }
 
 
@@ -230,7 +233,7 @@ def test_an_index_key_already_taken_is_not_overwritten(runtime: Runtime) -> None
     objects = OnPut(rt.objects, before=squat)
     with pytest.raises(ObjectExistsError):
         LedgerOffloader(with_objects(rt, objects)).offload_ledger("orders", ledger_id)
-    (failed,) = rt.metadata.list_attempts("orders")
+    (failed,) = list_attempts(rt.metadata, "orders")
     assert failed.state is AttemptState.FAILED
     assert rt.objects.get(failed.index_key) == b"not ours"
     assert rt.metadata.get_ledger("orders", ledger_id).offload_uuid is None
@@ -249,14 +252,14 @@ def test_an_interrupted_upload_fails_its_attempt_and_is_raised(runtime: Runtime)
     objects = OnPut(rt.objects, before=interrupted)
     with pytest.raises(KeyboardInterrupt):
         LedgerOffloader(with_objects(rt, objects)).offload_ledger("orders", ledger_id)
-    (failed,) = rt.metadata.list_attempts("orders")
+    (failed,) = list_attempts(rt.metadata, "orders")
     assert (failed.state, failed.detail) == (
         AttemptState.FAILED,
         f"KeyboardInterrupt: interrupted before PUT {failed.data_key}",
     )
     ledger = rt.metadata.get_ledger("orders", ledger_id)
     assert (ledger.attempt_id, ledger.attempt_lease_ms) == (None, None)
-    assert {d.object_key for d in rt.metadata.pending_deletions()} == {
+    assert {d.object_key for d in pending_deletions(rt.metadata)} == {
         failed.data_key,
         failed.index_key,
     }

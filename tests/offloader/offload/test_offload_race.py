@@ -13,6 +13,7 @@ from fixtures.backends import (
     run_in_threads,
     unaccounted_objects,
 )
+from fixtures.metadata import list_attempts, pending_deletions
 from offloader.exceptions import CommitFailedError
 from offloader.gc.deletion_queue import process_deletions
 from offloader.metadata import Attempt, AttemptState, OffloadState
@@ -48,7 +49,7 @@ def test_concurrent_offloaders_commit_once(runtime: Runtime) -> None:
         }
         committed = [
             a
-            for a in rt.metadata.list_attempts("orders", AttemptState.COMMITTED)
+            for a in list_attempts(rt.metadata, "orders", AttemptState.COMMITTED)
             if a.ledger_id == ledger_id
         ]
         assert len(committed) == 1
@@ -80,7 +81,7 @@ def test_loser_of_the_commit_queues_its_objects(runtime: Runtime) -> None:
     with pytest.raises(CommitFailedError, match="no longer owns"):
         rt.metadata.commit_offload(old, 1)
     rt.metadata.fail_attempt(old, "lost the commit")
-    queued = [d.object_key for d in rt.metadata.pending_deletions()]
+    queued = [d.object_key for d in pending_deletions(rt.metadata)]
     assert queued.count("old-data") == 2 and queued.count("old-index") == 2
     assert rt.metadata.get_ledger("orders", ledger_id).offload_uuid == result.attempt_id
     assert unaccounted_objects(rt) == set()
@@ -128,12 +129,12 @@ def test_database_connection_dropped_at_commit(
     assert ledger.offload_state is OffloadState.NONE
     failed = rt.metadata.get_attempt(attempt.attempt_id)
     assert failed.state is AttemptState.FAILED and "OperationalError" in (failed.detail or "")
-    queued = {d.object_key for d in rt.metadata.pending_deletions()}
+    queued = {d.object_key for d in pending_deletions(rt.metadata)}
     assert queued == {attempt.data_key, attempt.index_key}
     assert unaccounted_objects(rt) == set()
 
     assert LedgerOffloader(rt).offload_ledger("orders", ledger_id).outcome is Outcome.OFFLOADED
-    (committed,) = rt.metadata.list_attempts("orders", AttemptState.COMMITTED)
+    (committed,) = list_attempts(rt.metadata, "orders", AttemptState.COMMITTED)
     assert committed.attempt_id == rt.metadata.get_ledger("orders", ledger_id).offload_uuid
     assert TopicReader(rt).checksum("orders", Source.TIERED) == checksum
     assert process_deletions(rt.metadata, rt.stores, rt.settings).remaining == 0

@@ -16,6 +16,7 @@ import pytest
 
 from fixtures.backends import make_topic, produce_ledgers, unaccounted_objects
 from fixtures.faults import with_objects
+from fixtures.metadata import list_attempts, pending_deletions
 from fixtures.takeover import OnPut, take_over
 from offloader.exceptions import ObjectStoreError
 from offloader.format import decode_index, encode_index
@@ -82,7 +83,7 @@ def test_a_live_attempt_with_complete_objects_is_left_to_its_worker(
     ledger = rt.metadata.get_ledger("orders", live.ledger_id)
     assert (ledger.attempt_id, ledger.offload_uuid) == ("live", None)
     assert rt.metadata.get_attempt("live").state is AttemptState.STARTED
-    assert rt.metadata.pending_deletions() == []
+    assert pending_deletions(rt.metadata) == []
 
 
 @pytest.mark.parametrize("path", ["single", "batch"])
@@ -98,7 +99,7 @@ def test_a_dead_attempt_with_complete_objects_is_recovered(
     ledger = rt.metadata.get_ledger("orders", dead.ledger_id)
     assert (ledger.offload_uuid, ledger.data_len, ledger.store_id) == ("dead", size, dead.store_id)
     assert rt.metadata.get_attempt("dead").state is AttemptState.COMMITTED
-    assert rt.metadata.pending_deletions() == []
+    assert pending_deletions(rt.metadata) == []
     assert messages(caplog, logging.INFO) == [f"recovered attempt dead of orders/{dead.ledger_id}"]
 
 
@@ -167,7 +168,7 @@ def test_a_dead_attempt_short_of_complete_objects_is_superseded(
     superseded = rt.metadata.get_attempt("dead")
     assert superseded.state is AttemptState.SUPERSEDED
     assert superseded.detail == f"lease expired; superseded by {result.attempt_id}"
-    queued = sorted(d.object_key for d in rt.metadata.pending_deletions())
+    queued = sorted(d.object_key for d in pending_deletions(rt.metadata))
     assert queued == sorted([dead.data_key, dead.index_key])
     assert unaccounted_objects(rt) == set()
 
@@ -270,7 +271,7 @@ def test_an_upload_error_is_raised_when_ownership_cannot_be_checked(
     ledger = first_ledger(rt)
     database_unreachable_at(monkeypatch, rt, "renew_lease")
     offload_refused(rt, ledger)
-    (failed,) = rt.metadata.list_attempts("orders", AttemptState.FAILED)
+    (failed,) = list_attempts(rt.metadata, "orders", AttemptState.FAILED)
     assert failed.detail == f"Refused: injected: PUT {failed.data_key} refused"
     ledger = rt.metadata.get_ledger("orders", ledger.ledger_id)
     assert (ledger.offload_state, ledger.attempt_id) == (OffloadState.NONE, None)
@@ -290,7 +291,7 @@ def test_a_failure_that_cannot_be_recorded_is_logged_and_the_error_raised(
     with caplog.at_level(logging.ERROR, logger=LOGGER):
         offload_refused(rt, ledger)
     after = rt.metadata.db_now_ms()
-    (started,) = rt.metadata.list_attempts("orders", AttemptState.STARTED)
+    (started,) = list_attempts(rt.metadata, "orders", AttemptState.STARTED)
     ledger = rt.metadata.get_ledger("orders", ledger.ledger_id)
     assert ledger.attempt_id == started.attempt_id
     # the ownership check renewed the lease by the whole lease from its moment: the next

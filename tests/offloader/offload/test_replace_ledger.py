@@ -14,7 +14,7 @@ import pytest
 from fixtures.backends import unaccounted_objects
 from fixtures.clock import stopped_sqlite_clock
 from fixtures.faults import ServerErrors, _Delegating, with_objects
-from fixtures.metadata import begin
+from fixtures.metadata import begin, list_attempts, pending_deletions
 from fixtures.scrub import offloaded_topic
 from fixtures.takeover import OnPut, take_over
 from offloader.exceptions import HotLedgerMissingError, ObjectStoreError
@@ -54,7 +54,9 @@ def test_what_a_replacement_refuses_to_touch(runtime: Runtime) -> None:
         f"ledger orders/{second.ledger_id} has no hot copy (hot state present): "
         "its damaged objects cannot be offloaded again"
     )
-    assert unchanged(rt, second) and rt.metadata.list_attempts("orders", AttemptState.STARTED) == []
+    assert (
+        unchanged(rt, second) and list_attempts(rt.metadata, "orders", AttemptState.STARTED) == []
+    )
     # a live replacement holds the ledger
     during, _ = begin(rt.metadata, first, "live", replace=True)
     result = off.replace_ledger("orders", first.ledger_id, first.offload_uuid, "r")
@@ -70,7 +72,7 @@ def test_what_a_replacement_refuses_to_touch(runtime: Runtime) -> None:
     trim_topic(rt, "orders", start)
     assert off.replace_ledger("orders", first.ledger_id, first.offload_uuid, "r") == trimmed
     assert (
-        rt.metadata.list_attempts("orders", AttemptState.COMMITTED)[0].attempt_id
+        list_attempts(rt.metadata, "orders", AttemptState.COMMITTED)[0].attempt_id
         == first.offload_uuid
     )
 
@@ -106,7 +108,7 @@ def check_stale_replacement_is_superseded(
     assert rt.metadata.get_attempt("dead").state is AttemptState.SUPERSEDED
     after = rt.metadata.get_ledger("orders", first.ledger_id)
     assert after.offload_uuid == result.attempt_id and after.attempt_id is None
-    queued = {d.object_key for d in rt.metadata.pending_deletions()}
+    queued = {d.object_key for d in pending_deletions(rt.metadata)}
     assert queued == {"dead-d", "dead-i", first.data_key, first.index_key}
     assert unaccounted_objects(rt) == set()
     (line,) = [r.getMessage() for r in caplog.records if r.name == LOGGER]
@@ -165,7 +167,7 @@ def test_a_replacement_whose_intent_is_refused_says_what_holds_the_ledger(
     )
     assert result == OffloadResult("orders", first.ledger_id, *expected)
     after = rt.metadata.get_ledger("orders", first.ledger_id)
-    recorded = {a.attempt_id for a in rt.metadata.list_attempts() if a.ledger_id == first.ledger_id}
+    recorded = {a.attempt_id for a in list_attempts(rt.metadata) if a.ledger_id == first.ledger_id}
     assert recorded == {first.offload_uuid, after.attempt_id or after.offload_uuid}  # none ours
 
 
@@ -180,8 +182,8 @@ def test_a_replacement_whose_upload_fails_keeps_the_old_objects(runtime: Runtime
     after = rt.metadata.get_ledger("orders", first.ledger_id)
     assert after.is_offloaded and after.offload_uuid == first.offload_uuid
     assert (after.data_key, after.attempt_id) == (first.data_key, None)
-    (failed,) = rt.metadata.list_attempts("orders", AttemptState.FAILED)
-    assert {d.object_key for d in rt.metadata.pending_deletions()} == {
+    (failed,) = list_attempts(rt.metadata, "orders", AttemptState.FAILED)
+    assert {d.object_key for d in pending_deletions(rt.metadata)} == {
         failed.data_key,
         failed.index_key,
     }
@@ -212,9 +214,7 @@ def test_a_replacement_taken_over_before_its_commit_is_lost(runtime: Runtime) ->
     assert ours.state is AttemptState.SUPERSEDED
     after = rt.metadata.get_ledger("orders", first.ledger_id)
     assert after.offload_uuid == first.offload_uuid and after.attempt_id == "winner"
-    assert {ours.data_key, ours.index_key} <= {
-        d.object_key for d in rt.metadata.pending_deletions()
-    }
+    assert {ours.data_key, ours.index_key} <= {d.object_key for d in pending_deletions(rt.metadata)}
 
 
 def test_a_scrub_whose_repair_is_taken_over_reports_it_in_progress(runtime: Runtime) -> None:
@@ -246,7 +246,7 @@ def test_the_replaced_objects_wait_out_the_grace(backend_settings: Settings) -> 
         )
         assert replaced.outcome is Outcome.REPLACED
         delays = {
-            d.object_key: d.next_try_ms - d.enqueued_ms for d in rt.metadata.pending_deletions()
+            d.object_key: d.next_try_ms - d.enqueued_ms for d in pending_deletions(rt.metadata)
         }
         assert delays == {old.data_key: 3_600_000, old.index_key: 3_600_000}
         gc = process_deletions(rt.metadata, rt.stores, rt.settings)

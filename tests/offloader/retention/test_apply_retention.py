@@ -9,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from fixtures.backends import make_topic, unaccounted_objects
+from fixtures.metadata import pending_deletions
 from fixtures.retention import assert_trimmed, digest, gc_leaves_only_the_kept
 from offloader.hottier.writer import ManagedLedgerWriter
 from offloader.metadata import StreamCut
@@ -172,7 +173,7 @@ def test_dry_run_and_no_policy_change_nothing(runtime: Runtime) -> None:
     assert len(rt.metadata.list_cuts(TOPIC)) == cut_count
     assert rt.metadata.list_ledgers(TOPIC) == ledgers
     assert rt.metadata.get_topic(TOPIC).start.key() == (0, 0)
-    assert rt.metadata.pending_deletions() == []
+    assert pending_deletions(rt.metadata) == []
 
 
 def test_an_upload_in_flight_never_counts_toward_size(runtime: Runtime) -> None:
@@ -203,7 +204,7 @@ def test_an_upload_in_flight_never_counts_toward_size(runtime: Runtime) -> None:
     # the trimmed ledger's attempt is superseded and its objects queued: nothing leaks
     assert rt.metadata.get_attempt("in-flight").state.value == "superseded"
     assert {attempt.data_key, attempt.index_key} <= {
-        d.object_key for d in rt.metadata.pending_deletions()
+        d.object_key for d in pending_deletions(rt.metadata)
     }
     assert unaccounted_objects(rt) == set()
 

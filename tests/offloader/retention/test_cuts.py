@@ -6,6 +6,7 @@ import pytest
 
 from fixtures.backends import make_topic
 from fixtures.cli import assert_one_line_error
+from fixtures.metadata import pending_deletions
 from fixtures.retention import cli, cli_json, mixed_topic
 from offloader.exceptions import NotFoundError
 from offloader.hottier.writer import ManagedLedgerWriter
@@ -81,7 +82,7 @@ def test_a_cut_on_an_empty_topic_is_at_its_first_ledger_with_no_bytes(runtime: R
         [],
         0,
     )
-    assert runtime.metadata.pending_deletions() == []
+    assert pending_deletions(runtime.metadata) == []
 
 
 def test_cuts_of_an_unknown_topic_or_an_unknown_cut_are_clear_errors(runtime: Runtime) -> None:

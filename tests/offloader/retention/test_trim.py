@@ -10,6 +10,7 @@ import uuid
 import pytest
 
 from fixtures.cli import assert_one_line_error
+from fixtures.metadata import list_attempts, pending_deletions
 from fixtures.retention import (
     all_entries,
     at_or_above,
@@ -39,7 +40,7 @@ def snapshot(rt: Runtime) -> tuple[object, ...]:
     return (
         rt.metadata.get_topic("orders"),
         rt.metadata.list_ledgers("orders"),
-        rt.metadata.pending_deletions(),
+        pending_deletions(rt.metadata),
         {lid: rt.hot.exists("orders", lid) for lid in range(1, 8)},
         stored_keys(rt),
     )
@@ -103,7 +104,7 @@ def test_trim_moves_the_start_hides_the_head_and_deletes_what_is_wholly_below(
     # intent recorded: deleting, hot copies gone (mark first), committed keys queued with
     # the store each offload recorded and the ledger they belong to
     queued = {
-        (d.object_key, d.store_id, d.topic, d.ledger_id) for d in rt.metadata.pending_deletions()
+        (d.object_key, d.store_id, d.topic, d.ledger_id) for d in pending_deletions(rt.metadata)
     }
     expected = set()
     for lid, ledger in doomed.items():
@@ -341,7 +342,7 @@ def test_an_offload_in_flight_when_its_ledger_is_trimmed_cannot_commit_or_leak(
     for lid in ids[:2]:
         ledger = rt.metadata.get_ledger("orders", lid)
         assert (ledger.attempt_id, ledger.offload_state) == (None, OffloadState.NONE)
-    assert {a.state for a in rt.metadata.list_attempts("orders")} == {"superseded"}
+    assert {a.state for a in list_attempts(rt.metadata, "orders")} == {"superseded"}
     process_deletions(rt.metadata, rt.stores, rt.settings)
     # the zombie's PUTs land late (its hot copy is gone by now: it had read it earlier)
     zombie = attempts[1][1]

@@ -11,6 +11,7 @@ import uuid
 import pytest
 
 from fixtures.backends import Fresh
+from fixtures.metadata import list_attempts
 from fixtures.rewrites import (
     T,
     check_clean_store,
@@ -78,7 +79,7 @@ def test_a_rebuild_during_the_grace_keeps_the_newest_copy_of_each_ledger(
     (group,) = whole_group(rt, last_ledger=ids[2]).groups
     assert group.outcome == REWRITTEN
     (segment,) = rt.metadata.segments.of_topic(T)
-    second = next(x for x in rt.metadata.list_attempts(T) if x.ledger_id == ids[1])
+    second = next(x for x in list_attempts(rt.metadata, T) if x.ledger_id == ids[1])
     time.sleep(1.1)
     newer_data, newer_index = ledger_object_keys(str(uuid.uuid4()), ids[1])
     for source, target in ((second.data_key, newer_data), (second.index_key, newer_index)):
@@ -89,7 +90,7 @@ def test_a_rebuild_during_the_grace_keeps_the_newest_copy_of_each_ledger(
         rebuilt.metadata.engine, rebuilt.objects, rebuilt.stores.default_location
     )
     superseded = sorted(s.split(":")[0] for s in result.skipped)
-    first_v1 = [x for x in rt.metadata.list_attempts(T) if x.ledger_id in (ids[0], ids[2])]
+    first_v1 = [x for x in list_attempts(rt.metadata, T) if x.ledger_id in (ids[0], ids[2])]
     # ledger 2's original v1 copy is simply older than its new one (not reported, as before)
     assert superseded == sorted(a.index_key for a in first_v1), result.skipped
     modes = {x.ledger_id: x.offload_mode for x in rebuilt.metadata.list_ledgers(T)}

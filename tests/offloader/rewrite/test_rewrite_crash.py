@@ -21,6 +21,7 @@ import pytest
 
 from fixtures.backends import BACKENDS, crash_cases, run_cli, wait_stopped
 from fixtures.cli import run_cli as run_cli_done
+from fixtures.metadata import pending_deletions
 from fixtures.rewrites import (
     T,
     check_clean_store,
@@ -92,11 +93,11 @@ def check_killed_state(rt: Runtime, point: str, sources: list[Ledger], before: s
     now = [rt.metadata.get_ledger(T, x.ledger_id) for x in sources]
     if stage < COMMITTED:
         assert now == sources
-        assert rt.metadata.pending_deletions() == []
+        assert pending_deletions(rt.metadata) == []
         assert before <= present
     else:
         assert all(x.offload_mode is OffloadMode.STREAM and x.data_key is None for x in now)
-        queued = {d.object_key for d in rt.metadata.pending_deletions()}
+        queued = {d.object_key for d in pending_deletions(rt.metadata)}
         assert queued == {k for x in sources for k in (x.data_key, x.index_key)}
         assert segment.data_len == rt.objects.stat(segment.data_key).size
     check_one_copy(rt)
@@ -190,7 +191,7 @@ def test_a_zombie_woken_after_another_run_rewrote_its_group_commits_nothing(
     after = table_rows(rt)
     for table in ("segments", "segment_ledgers", "ledgers", "offload_attempts"):
         assert after[table] == rows[table], table
-    late = [d for d in rt.metadata.pending_deletions() if d.object_key not in present]
+    late = [d for d in pending_deletions(rt.metadata) if d.object_key not in present]
     assert {d.object_key for d in late} <= {frozen.data_key, frozen.index_key}
     gc(rt)
     assert objects(rt) == present

@@ -12,6 +12,7 @@ import pytest
 
 from fixtures.backends import run_in_threads
 from fixtures.metadata import begin as begin_attempt
+from fixtures.metadata import pending_deletions
 from fixtures.rewrites import (
     T,
     check_clean_store,
@@ -182,7 +183,7 @@ def test_a_trim_between_the_upload_and_the_swap_fails_the_rewrite_and_queues_its
     assert result.outcome == CHANGED and "was trimmed" in (result.detail or "")
     (failed,) = rt.metadata.segments.of_topic(T)
     assert failed.state is SegmentState.FAILED
-    queued = {d.object_key for d in rt.metadata.pending_deletions()}
+    queued = {d.object_key for d in pending_deletions(rt.metadata)}
     assert {failed.data_key, failed.index_key} <= queued
     assert all(rt.metadata.get_ledger(T, i).offload_mode is OffloadMode.LEDGER for i in ids)
     gc(rt)
@@ -219,7 +220,7 @@ def test_two_runs_of_the_same_sources_leave_exactly_one_winner(
     assert states == sorted([SegmentState.FAILED, SegmentState.OFFLOADED])
     (loser,) = rt.metadata.segments.of_topic(T, [SegmentState.FAILED])
     assert {loser.data_key, loser.index_key} <= {
-        d.object_key for d in rt.metadata.pending_deletions()
+        d.object_key for d in pending_deletions(rt.metadata)
     }
     check_one_copy(rt)
     assert checksum(rt) == before
@@ -320,7 +321,7 @@ def test_compaction_merges_small_stream_segments_and_the_stream_goes_on(
             SegmentState.DELETED,
             f"rewritten into segment {merged.segment_id}",
         )
-    assert {d.object_key for d in rt.metadata.pending_deletions()} == {
+    assert {d.object_key for d in pending_deletions(rt.metadata)} == {
         k for x in small for k in (x.data_key, x.index_key)
     }
     check_one_copy(rt, "s")

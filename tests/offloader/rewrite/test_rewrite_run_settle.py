@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
+from fixtures.metadata import pending_deletions
 from fixtures.rewrites import T, shape, uploads, v1_topic
 from offloader.metadata import Position, Segment, SegmentState
 from offloader.objectstore import MultipartUpload
@@ -51,7 +52,7 @@ def settle(rt: Runtime, group: RewriteGroup, spread: Spread) -> tuple[GroupResul
 def given_up(rt: Runtime, segment: Segment, detail: str) -> None:
     """The rewrite segment failed with ``detail``, its keys queued, its upload aborted."""
     assert (segment.state, segment.detail) == (SegmentState.FAILED, detail)
-    queued = {d.object_key for d in rt.metadata.pending_deletions()}
+    queued = {d.object_key for d in pending_deletions(rt.metadata)}
     assert {segment.data_key, segment.index_key} <= queued
     assert uploads(rt) == set()
 

@@ -17,6 +17,7 @@ import time
 import pytest
 
 from fixtures.backends import crash_cases, settings_env, unaccounted_objects
+from fixtures.metadata import list_attempts, pending_deletions
 from fixtures.streamed import SWAP_POINTS, ledgers_by_segment, streamed_topic
 from offloader.gc.deletion_queue import process_deletions
 from offloader.metadata import AttemptState, OffloadMode, SegmentState
@@ -52,9 +53,9 @@ def test_sigkill_during_a_migration_leaves_a_state_the_next_run_converges(
     migrate_in_a_child(rt, point)
 
     first = rt.metadata.get_ledger(T, ids[0])
-    (dead,) = rt.metadata.list_attempts(T)
+    (dead,) = list_attempts(rt.metadata, T)
     assert dead.ledger_id == ids[0]
-    queued = {d.object_key for d in rt.metadata.pending_deletions()}
+    queued = {d.object_key for d in pending_deletions(rt.metadata)}
     states = {s.segment_id: s.state for s in rt.metadata.segments.of_topic(T)}
     if point == "after-commit":  # swapped, with what only it needed released
         assert first.offload_mode is OffloadMode.LEDGER and first.attempt_id is None
@@ -89,7 +90,7 @@ def test_sigkill_during_a_migration_leaves_a_state_the_next_run_converges(
         assert ledger.offload_mode is OffloadMode.LEDGER
         committed = [
             a.attempt_id
-            for a in rt.metadata.list_attempts(T, AttemptState.COMMITTED)
+            for a in list_attempts(rt.metadata, T, AttemptState.COMMITTED)
             if a.ledger_id == n
         ]
         assert committed == [ledger.offload_uuid]  # exactly one

@@ -20,6 +20,7 @@ from fixtures.backends import (
     unaccounted_objects,
     uploads_not_of_dead_attempts,
 )
+from fixtures.metadata import list_attempts, pending_deletions
 from fixtures.scrub import DAMAGES, offloaded_topic
 from offloader.gc.deletion_queue import process_deletions
 from offloader.metadata import Attempt, AttemptState, Ledger
@@ -50,7 +51,7 @@ def digest(rt: Runtime, ledger: Ledger, source: Source) -> str:
 def attempts_of(rt: Runtime, ledger: Ledger) -> dict[str, Attempt]:
     return {
         a.attempt_id: a
-        for a in rt.metadata.list_attempts("orders")
+        for a in list_attempts(rt.metadata, "orders")
         if a.ledger_id == ledger.ledger_id
     }
 
@@ -68,7 +69,7 @@ def check_killed(rt: Runtime, victim: Ledger, point: str) -> Attempt:
     assert victim.offload_uuid is not None
     (replacement,) = [a for a in attempts.values() if a.attempt_id != victim.offload_uuid]
     ledger = rt.metadata.get_ledger("orders", victim.ledger_id)
-    queued = {d.object_key for d in rt.metadata.pending_deletions()}
+    queued = {d.object_key for d in pending_deletions(rt.metadata)}
     if point == "after-commit":
         assert ledger.offload_uuid == replacement.attempt_id and ledger.attempt_id is None
         assert replacement.state is AttemptState.COMMITTED

@@ -12,6 +12,7 @@ import re
 import pytest
 
 from fixtures.backends import make_topic, produce_ledgers, tiered_digests, unaccounted_objects
+from fixtures.metadata import list_attempts, pending_deletions
 from fixtures.streamed import (
     flip_a_payload_byte,
     ledgers_by_segment,
@@ -70,7 +71,7 @@ def test_a_damaged_segment_with_hot_copies_is_repaired_and_released(runtime: Run
         assert ledger.offload_uuid == repair.replaced_by is not None
         committed = [
             a.attempt_id
-            for a in rt.metadata.list_attempts(T, AttemptState.COMMITTED)
+            for a in list_attempts(rt.metadata, T, AttemptState.COMMITTED)
             if a.ledger_id == repair.ledger_id
         ]
         assert committed == [repair.replaced_by]
@@ -78,7 +79,7 @@ def test_a_damaged_segment_with_hot_copies_is_repaired_and_released(runtime: Run
     for segment in segments:  # the others still hold stream-mode ledgers
         gone = segment.segment_id in released
         assert segment.state is (SegmentState.DELETED if gone else SegmentState.OFFLOADED)
-    queued = {d.object_key: d.reason for d in rt.metadata.pending_deletions()}
+    queued = {d.object_key: d.reason for d in pending_deletions(rt.metadata)}
     keys = {k for s in segments if s.segment_id in released for k in (s.data_key, s.index_key)}
     assert set(queued) == keys
     assert all(r.startswith("segment released: scrub: ") for r in queued.values())

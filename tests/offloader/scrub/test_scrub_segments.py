@@ -11,6 +11,7 @@ import sqlalchemy as sa
 import fixtures.streamed
 from fixtures.backends import make_topic, produce_ledgers
 from fixtures.damage import flip, overwrite_object
+from fixtures.metadata import pending_deletions
 from offloader.exceptions import ScrubFailedError
 from offloader.format import decode_segment_index
 from offloader.metadata import schema
@@ -44,7 +45,7 @@ def state(rt: Runtime) -> tuple[object, ...]:
     ledgers = [rt.metadata.list_ledgers(t.name) for t in rt.metadata.list_topics()]
     segments = [rt.metadata.segments.of_topic(t.name) for t in rt.metadata.list_topics()]
     objects = {info.key: rt.objects.get(info.key) for info in rt.objects.list()}
-    return ledgers, segments, rt.metadata.pending_deletions(), objects
+    return ledgers, segments, pending_deletions(rt.metadata), objects
 
 
 def test_segments_are_planned_and_scrubbed_clean(runtime: Runtime) -> None:

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 from fixtures.backends import Fresh, produce_ledgers
 from fixtures.clock import database_time_ms
+from fixtures.metadata import pending_deletions
 from fixtures.segment_rows import add_part, assign, offloaded, pos
 from offloader.exceptions import (
     CommitFailedError,
@@ -315,13 +316,13 @@ def test_a_failed_segment_queues_its_keys_and_is_replaced(rt: Runtime, store: Se
     failed = store.fail(claim, segment, detail)
     assert failed.state is SegmentState.FAILED and failed.detail == detail[:2000]
     assert failed.finished_ms is not None
-    queued = {(d.object_key, d.store_id, d.reason) for d in rt.metadata.pending_deletions()}
+    queued = {(d.object_key, d.store_id, d.reason) for d in pending_deletions(rt.metadata)}
     home = rt.stores.default_id()
     assert queued == {("a-d", home, "failed segment"), ("a-i", home, "failed segment")}
     assert store.current(T) == failed  # waiting to be replaced
     with pytest.raises(CommitFailedError, match="changed since"):
         store.fail(claim, segment, "again")  # an old version: no second queueing
-    assert len(rt.metadata.pending_deletions()) == 2
+    assert len(pending_deletions(rt.metadata)) == 2
 
     replacement = assign(rt, claim, "b", failed.begin)
     assert replacement.replaces == "a" and replacement.seq == 2
@@ -562,7 +563,7 @@ def test_a_segment_is_released_once_every_ledger_it_holds_is_deleted(
     # deleting is not enough: the segment goes once its ledgers are deleted
     rt.metadata.mark_ledgers_deleting(T, ids[2], 100)
     assert store.get("a").state is SegmentState.OFFLOADED
-    assert rt.metadata.pending_deletions() == []
+    assert pending_deletions(rt.metadata) == []
     rt.metadata.mark_hot_copies_deleted(T, ids[:2])
     for ledger_id in ids[:2]:
         rt.hot.delete(T, ledger_id)
@@ -581,7 +582,7 @@ def test_a_segment_is_released_once_every_ledger_it_holds_is_deleted(
     released = store.get("a")
     assert released.state is SegmentState.DELETED and released.version == a.version + 1
     assert store.get("b").state is SegmentState.OFFLOADED
-    deletions = rt.metadata.pending_deletions()
+    deletions = pending_deletions(rt.metadata)
     assert {(d.object_key, d.store_id) for d in deletions} == {
         ("a-d", a.store_id),
         ("a-i", a.store_id),
@@ -592,6 +593,6 @@ def test_a_segment_is_released_once_every_ledger_it_holds_is_deleted(
     assert delete_ledgers_below(rt, ids[2] + 1) == [ids[2]]
     assert store.get("b").state is SegmentState.DELETED
     assert all(x.deletion_state is DeletionState.DELETED for x in rt.metadata.list_ledgers(T))
-    assert {d.object_key for d in rt.metadata.pending_deletions()} == {"a-d", "a-i", "b-d", "b-i"}
+    assert {d.object_key for d in pending_deletions(rt.metadata)} == {"a-d", "a-i", "b-d", "b-i"}
     with rt.metadata.transaction() as conn:
         assert store.release_deleted(conn, [T]) == 0  # once only

@@ -24,6 +24,7 @@ import pytest
 import sqlalchemy as sa
 
 from fixtures.backends import BACKENDS, crash_cases, run_cli, settings_env
+from fixtures.metadata import pending_deletions
 from fixtures.streams import (
     check_sealed_ledgers_streamed,
     converge,
@@ -124,7 +125,7 @@ def check_killed_state(rt: Runtime, point: str) -> None:
             if x.offload_state is OffloadState.OFFLOADED and x.offload_mode is OffloadMode.STREAM
         ]
         assert settled and all(x.ledger_id < segment.end.ledger_id for x in settled)  # type: ignore[union-attr]
-    assert rt.metadata.pending_deletions() == []
+    assert pending_deletions(rt.metadata) == []
 
 
 def check_clean_store(rt: Runtime) -> None:
@@ -195,7 +196,7 @@ def snapshot(rt: Runtime) -> dict[str, Any]:
             t.name: sorted(map(tuple, conn.execute(sa.select(t)).all()), key=repr) for t in tables
         }
     rows["ledgers"] = rt.metadata.list_ledgers(T)
-    rows["deletions"] = rt.metadata.pending_deletions()
+    rows["deletions"] = pending_deletions(rt.metadata)
     return rows
 
 

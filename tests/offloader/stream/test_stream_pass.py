@@ -15,6 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from fixtures.backends import produce_ledgers
+from fixtures.metadata import pending_deletions
 from fixtures.streams import (
     check_sealed_ledgers_streamed,
     check_segments,
@@ -531,7 +532,7 @@ def test_a_segment_whose_upload_vanished_is_failed_and_replaced(
     )
     (replacement,) = rt.metadata.segments.of_topic(T, [SegmentState.OFFLOADED])
     assert replacement.replaces == segment.segment_id and replacement.begin == segment.begin
-    assert {d.object_key for d in rt.metadata.pending_deletions()} == {
+    assert {d.object_key for d in pending_deletions(rt.metadata)} == {
         segment.data_key,
         segment.index_key,
     }
