@@ -307,7 +307,7 @@ def cmd_metadata_rebuild(args: argparse.Namespace, rt: Runtime) -> tuple[Any, st
 
 
 def cmd_status(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
-    backlog = rt.metadata.deletion_backlog(rt.settings.gc_failing_tries)
+    backlog = rt.metadata.deletions.backlog(rt.settings.gc_failing_tries)
     tiers = topic_tiers(rt.metadata)
     status = {
         "metadata_url": _redact_url(rt.settings.resolved_metadata_url),
@@ -350,7 +350,7 @@ def cmd_cut_create(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
 
 
 def cmd_cut_list(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
-    cuts = rt.metadata.list_cuts(args.topic)
+    cuts = rt.metadata.retention.list_cuts(args.topic)
     return cuts, _listing(map(_cut_line, cuts), "(no cuts)")
 
 

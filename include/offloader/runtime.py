@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 from offloader.hottier import HotLedgerStore
 from offloader.metadata import MetadataStore
+from offloader.metadata.engine import create_metadata_engine
 from offloader.metadata.migrate import check_revision, upgrade
-from offloader.metadata.store import create_metadata_engine
 from offloader.objectstore import ObjectStore, open_object_store
 from offloader.objectstore.registry import StoreRegistry, default_location
 from offloader.settings import Settings

@@ -77,7 +77,7 @@ def tiers_report(metadata: MetadataStore, failing_tries: int) -> TiersReport:
     return TiersReport(
         now_ms=now,
         topics=topic_tiers(metadata),
-        deletion_backlog=metadata.deletion_backlog(failing_tries),
+        deletion_backlog=metadata.deletions.backlog(failing_tries),
         history=tier_history(metadata),
     )
 

@@ -30,7 +30,7 @@ def queue_objects(rt: Runtime, written: list[str], missing: list[str]) -> None:
     """Objects that exist and keys that do not (both must leave the queue as deleted)."""
     for key in written:
         rt.objects.put(key, b"x" * 100)
-    rt.metadata.enqueue_deletions([*written, *missing], "test", store_id=rt.stores.default_id())
+    rt.metadata.deletions.enqueue([*written, *missing], "test", store_id=rt.stores.default_id())
 
 
 def data_keys(rt: Runtime) -> list[str]:
@@ -82,7 +82,7 @@ def test_a_run_drains_the_queue_and_a_second_changes_nothing(
     # "kept" is an orphan, but younger than the sweep's grace period
     assert return_value(run, "sweep")["orphans"] == 0
     assert data_keys(runtime) == ["kept"]
-    assert runtime.metadata.count_pending_deletions() == 0
+    assert runtime.metadata.deletions.count_pending() == 0
     assert snapshot_count(runtime) == 1
 
     again = gc_dag.test(run_conf={})
@@ -124,7 +124,7 @@ def test_deletions_that_keep_failing_fail_the_run_and_stay_queued(
     else:
         gone = StoreLocation(FILE, str(tmp_path / "gone"))
     gone_id = runtime.metadata.record_location(gone)
-    runtime.metadata.enqueue_deletions(["lost/key"], "test", store_id=gone_id)
+    runtime.metadata.deletions.enqueue(["lost/key"], "test", store_id=gone_id)
     queue_objects(runtime, KEYS[:3], [])
 
     run = gc_dag.test(run_conf={}, retries=False)

@@ -59,7 +59,7 @@ def test_a_ledgers_life_moves_its_bytes_between_tiers(runtime: Runtime) -> None:
     assert report.history[-1].offloaded_bytes == offloaded
 
     drain_queue(rt.metadata, rt.stores, rt.settings)
-    assert rt.metadata.finish_deleted_ledgers() == 1
+    assert rt.metadata.retention.finish_deleted_ledgers() == 1
     assert tiers(rt)["orders"] == (len(size) - 2, hot, 1, data[ids[1]], 0)
 
     history = tier_history(rt.metadata)
@@ -93,13 +93,13 @@ def test_an_attempts_leftovers_count_for_its_topic_and_sweep_orphans_for_none(
     LedgerOffloader(rt).offload_topic("orders", up_to=ledger_id)
     ledger = rt.metadata.get_ledger("orders", ledger_id)
     assert ledger.offload_uuid and ledger.store_id is not None
-    rt.metadata.enqueue_deletions(
+    rt.metadata.deletions.enqueue(
         ["a/data", "a/index"],
         "lost attempt",
         store_id=ledger.store_id,
         attempt_id=ledger.offload_uuid,
     )
-    rt.metadata.enqueue_deletions(["orphan"], "sweep", store_id=ledger.store_id)
+    rt.metadata.deletions.enqueue(["orphan"], "sweep", store_id=ledger.store_id)
     [orders] = topic_tiers(rt.metadata)
     assert orders.pending_deletions == 2
     assert tiers_report(rt.metadata, 5).deletion_backlog.pending == 3

@@ -57,7 +57,7 @@ def test_streamed_ledgers_and_segments_count_as_offloaded(runtime: Runtime) -> N
 
     trim_topic(rt, TOPIC, Position(ledger_id=last_ledger + 1, entry_id=0))
     drain_queue(rt.metadata, rt.stores, rt.settings)
-    rt.metadata.finish_deleted_ledgers()
+    rt.metadata.retention.finish_deleted_ledgers()
     after = {s.segment_id: s.state for s in rt.metadata.segments.of_topic(TOPIC)}
     assert {i for i, state in after.items() if state is SegmentState.DELETED} == {
         s.segment_id for s in gone

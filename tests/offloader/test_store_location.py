@@ -63,7 +63,7 @@ def test_switching_the_store_strands_nothing(
         LedgerOffloader(a).offload_topic("orders", up_to=ids[1])
         before = {i: tiered(a, i) for i in ids[:2]}
         a.objects.put("stray", b"queued in A")
-        a.metadata.enqueue_deletions(["stray"], "test", store_id=a.stores.default_id())
+        a.metadata.deletions.enqueue(["stray"], "test", store_id=a.stores.default_id())
         store_a = a.metadata.get_ledger("orders", ids[0]).store_id
         keys_a = {info.key for info in a.objects.list()}
 
@@ -95,7 +95,7 @@ def test_a_recorded_store_that_is_gone_is_named(
         make_topic(a)
         (ledger_id,) = produce_ledgers(a, "orders", [(10, 1000)])
         LedgerOffloader(a).offload_topic("orders", up_to=ledger_id)
-        a.metadata.enqueue_deletions(["late"], "test", store_id=a.stores.default_id())
+        a.metadata.deletions.enqueue(["late"], "test", store_id=a.stores.default_id())
         remove_store(request, a)
     gone = str(default_location(backend_settings))
     with Runtime.open(another_store(request, backend_settings)) as b:

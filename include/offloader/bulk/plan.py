@@ -23,8 +23,8 @@ from urllib.parse import quote
 from offloader.bulk.params import ExportParams
 from offloader.exceptions import TopicDeletedError
 from offloader.metadata import Ledger, MetadataStore, Topic
+from offloader.metadata.pieces import covers
 from offloader.metadata.records import OffloadMode
-from offloader.metadata.segments import covers
 from offloader.objectstore.location import StoreLocation
 from offloader.offload.planner import CreationWindow
 

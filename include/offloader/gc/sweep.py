@@ -225,7 +225,7 @@ def _sweep_store(
             out.objects.extend(due)
         elif due:
             assert out.store_id is not None  # a sweep records the store first
-            metadata.enqueue_deletions([o.key for o in due], ORPHAN_REASON, store_id=out.store_id)
+            metadata.deletions.enqueue([o.key for o in due], ORPHAN_REASON, store_id=out.store_id)
             out.queued += len(due)
             failpoints.reach("after-sweep-enqueue")
     if store.capabilities.multipart:

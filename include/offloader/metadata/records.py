@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -331,3 +332,12 @@ class LedgerPieceRecord(Record):
     ledger_id: int
     first_entry_id: int
     last_entry_id: int
+
+
+@dataclass(frozen=True)
+class PieceRange:
+    """Entries ``first..last`` of ``ledger_id`` held by a segment being committed."""
+
+    ledger_id: int
+    first: int
+    last: int

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -36,22 +35,23 @@ from sqlalchemy.engine import Connection
 from offloader import failpoints
 from offloader.exceptions import CommitFailedError, TopicDeletedError
 from offloader.metadata import schema
+from offloader.metadata._rows import next_seq, read_segment, read_topic
 from offloader.metadata.clock import db_now
+from offloader.metadata.deletions import queue_keys, queue_rows
+from offloader.metadata.engine import Database
+from offloader.metadata.pieces import record_pieces
 from offloader.metadata.records import (
     AttemptState,
     DeletionState,
     Ledger,
     OffloadMode,
     OffloadState,
+    PieceRange,
     Position,
     Segment,
     SegmentOrigin,
     SegmentState,
 )
-from offloader.metadata.segments import PieceRange, _segment, next_seq
-
-if TYPE_CHECKING:
-    from offloader.metadata.store import MetadataStore
 
 G, SL, L, A = schema.segments, schema.segment_ledgers, schema.ledgers, schema.offload_attempts
 REWRITE = G.c.origin == SegmentOrigin.REWRITE
@@ -59,32 +59,18 @@ REWRITE = G.c.origin == SegmentOrigin.REWRITE
 
 class RewriteStore:
     """The rewrite half of the metadata store (``metadata.rewrites``); shares its engine,
-    clock and deletion queue."""
+    clock and deletion queue (metadata/deletions.py)."""
 
-    def __init__(self, metadata: MetadataStore) -> None:
-        self.metadata = metadata
+    def __init__(self, db: Database) -> None:
+        self.db = db
 
-    # --- reads for the planner -------------------------------------------------------
-    def offloaded_pieces(self, topic: str) -> dict[str, list[PieceRange]]:
-        """The ledger ranges of every offloaded segment of ``topic``, by segment id."""
-        query = (
-            sa.select(SL.c.segment_id, SL.c.ledger_id, SL.c.first_entry_id, SL.c.last_entry_id)
-            .join(G, G.c.segment_id == SL.c.segment_id)
-            .where(SL.c.topic == topic, G.c.state == SegmentState.OFFLOADED)
-            .order_by(SL.c.segment_id, SL.c.ledger_id)
-        )
-        pieces: dict[str, list[PieceRange]] = {}
-        with self.metadata.engine.connect() as conn:
-            for segment_id, ledger_id, first, last in conn.execute(query):
-                pieces.setdefault(segment_id, []).append(PieceRange(ledger_id, first, last))
-        return pieces
-
+    # --- reads ------------------------------------------------------------------------
     def open_rewrites(self, topic: str | None = None) -> list[Segment]:
         """Rewrite segments being written (assigned), oldest first."""
         query = sa.select(G).where(REWRITE, G.c.state == SegmentState.ASSIGNED)
         if topic is not None:
             query = query.where(G.c.topic == topic)
-        with self.metadata.engine.connect() as conn:
+        with self.db.engine.connect() as conn:
             rows = conn.execute(query.order_by(G.c.assigned_ms, G.c.segment_id)).mappings()
             return [Segment.model_validate(dict(r)) for r in rows]
 
@@ -109,8 +95,8 @@ class RewriteStore:
         if lease_ms <= 0:
             raise ValueError(f"lease_ms must be positive, got {lease_ms}")
         spans = _spans(topic, ledgers, segments)
-        with self.metadata.transaction() as conn:
-            current = self.metadata._topic(conn, topic)  # NotFoundError for an unknown topic
+        with self.db.transaction() as conn:
+            current = read_topic(conn, topic)  # NotFoundError for an unknown topic
             if current.is_deleted:
                 raise TopicDeletedError(f"topic {topic!r} was deleted: nothing to rewrite")
             _check_ledgers(conn, ledgers)
@@ -138,18 +124,18 @@ class RewriteStore:
                     lease_until_ms=db_now() + lease_ms,
                 )
             )
-            return _segment(conn, segment_id)
+            return read_segment(conn, segment_id)
 
     def record_upload(self, segment: Segment, upload_id: str) -> Segment:
         """The multipart upload the segment's parts go to (created after begin)."""
-        with self.metadata.transaction() as conn:
+        with self.db.transaction() as conn:
             _cas_open(conn, segment, upload_id=upload_id)
-            return _segment(conn, segment.segment_id)
+            return read_segment(conn, segment.segment_id)
 
     def renew(self, segment: Segment, lease_ms: int) -> bool:
         """Extend the lease from the database's now; False once the segment is no longer
         open or its lease already ran out (then the run has lost it)."""
-        with self.metadata.transaction() as conn:
+        with self.db.transaction() as conn:
             result = conn.execute(
                 G.update()
                 .where(_owned(segment.segment_id))
@@ -180,7 +166,7 @@ class RewriteStore:
             raise ValueError(f"segment {segment.segment_id}: a committed segment holds bytes")
         reason = f"rewritten into segment {segment.segment_id}"
         last = pieces[-1]
-        with self.metadata.transaction() as conn:
+        with self.db.transaction() as conn:
             _cas_open(
                 conn,
                 segment,
@@ -199,27 +185,15 @@ class RewriteStore:
                 self._retire_segment(conn, source, reason, grace_ms)
                 if i == 0 and not ledgers:
                     failpoints.reach("mid-rewrite-commit")
-            conn.execute(
-                SL.insert(),
-                [
-                    dict(
-                        segment_id=segment.segment_id,
-                        topic=segment.topic,
-                        ledger_id=p.ledger_id,
-                        first_entry_id=p.first,
-                        last_entry_id=p.last,
-                    )
-                    for p in pieces
-                ],
-            )
-            return _segment(conn, segment.segment_id)
+            record_pieces(conn, segment, pieces)
+            return read_segment(conn, segment.segment_id)
 
     def fail(self, segment: Segment, detail: str) -> Segment:
         """Give the rewrite up: failed, its keys queued at once (no reader ever used them).
         A rewrite already failed (recovered after its lease ran out) has its keys queued
         again: its run may have written after they were deleted. Returns the segment as it
         now is; the caller aborts its upload. CommitFailedError if it was committed."""
-        with self.metadata.transaction() as conn:
+        with self.db.transaction() as conn:
             result = conn.execute(
                 G.update()
                 .where(
@@ -234,7 +208,7 @@ class RewriteStore:
                     detail=detail[:2000],
                 )
             )
-            current = _segment(conn, segment.segment_id)
+            current = read_segment(conn, segment.segment_id)
             if result.rowcount == 1:
                 reason = "failed rewrite"
             elif current.state is SegmentState.FAILED:
@@ -250,7 +224,7 @@ class RewriteStore:
         """Fail every rewrite whose lease ran out on the database's clock (its run died or
         froze), queueing its keys; returns them so the caller aborts their uploads."""
         stale = sa.and_(REWRITE, G.c.state == SegmentState.ASSIGNED, G.c.lease_until_ms <= db_now())
-        with self.metadata.transaction() as conn:
+        with self.db.transaction() as conn:
             rows = (
                 conn.execute(
                     G.update()
@@ -312,7 +286,7 @@ class RewriteStore:
             for key in (x.data_key, x.index_key)
             if key is not None
         ]
-        self.metadata._queue_rows(conn, rows, grace_ms)
+        queue_rows(conn, rows, grace_ms)
         conn.execute(
             A.update()
             .where(
@@ -347,7 +321,7 @@ class RewriteStore:
 
     def _queue(self, conn: Connection, segment: Segment, reason: str, delay_ms: int) -> None:
         keys = [segment.data_key, segment.index_key]
-        self.metadata._enqueue(conn, keys, reason, None, segment.store_id, delay_ms)
+        queue_keys(conn, keys, reason, None, segment.store_id, delay_ms)
 
 
 # --- conditions and checks ---------------------------------------------------------------
@@ -370,7 +344,7 @@ def _cas_open(conn: Connection, segment: Segment, **values: object) -> None:
     )
     if result.rowcount == 1:
         return
-    current = _segment(conn, segment.segment_id)
+    current = read_segment(conn, segment.segment_id)
     if current.state is not SegmentState.ASSIGNED or current.origin is not SegmentOrigin.REWRITE:
         why = f"is {current.origin} segment {current.state}"
     elif current.version != segment.version:

@@ -108,7 +108,7 @@ offload_attempts = Table(
     Column("created_ms", BigInteger, nullable=False),
     Column("finished_ms", BigInteger),
     Column("detail", Text),
-    Column("store_id", Integer),  # recorded at begin_attempt: intent before effect
+    Column("store_id", Integer),  # recorded at attempts.begin: intent before effect
     Index("ix_offload_attempts_ledger", "topic", "ledger_id"),
     Index("ix_offload_attempts_data_key", "data_key"),
     Index("ix_offload_attempts_index_key", "index_key"),

@@ -23,7 +23,7 @@ from offloader import failpoints
 from offloader.exceptions import CommitFailedError
 from offloader.format import ENTRY_FRAME, HEADER_LEN
 from offloader.metadata import Attempt, Ledger, LedgerState
-from offloader.metadata.store import AttemptIntent
+from offloader.metadata.attempts import AttemptIntent
 from offloader.offload.keys import ledger_object_keys
 from offloader.offload.lease import LeaseKeeper
 from offloader.offload.ledger_offloader import LedgerOffloader, OffloadResult, Outcome, owner_id
@@ -85,7 +85,7 @@ class BatchOffloader:
         intents = [_intent(ledger) for ledger in free]
         lease_ms = int(self.settings.attempt_lease_seconds * 1000)
         attempts = (
-            self.metadata.begin_attempts(
+            self.metadata.attempts.begin_batch(
                 intents, owner_id(), lease_ms, store_id=self.offloader.runtime.stores.default_id()
             )
             if intents
@@ -143,12 +143,12 @@ class BatchOffloader:
     ) -> dict[int, OffloadResult]:
         started = time.monotonic()
         with LeaseKeeper(
-            self.metadata, attempts.values(), self.settings.attempt_lease_seconds
+            self.metadata.attempts, attempts.values(), self.settings.attempt_lease_seconds
         ) as lease:
             outcomes = self._upload_all(ledgers, attempts, lease)
         finished = [(attempts[i], n) for i, n in outcomes.items() if isinstance(n, int)]
-        committed = self.metadata.commit_offloads(finished) if finished else set()
-        for attempt, _ in finished:  # committed, or retired and queued by commit_offloads
+        committed = self.metadata.attempts.commit_batch(finished) if finished else set()
+        for attempt, _ in finished:  # committed, or retired and queued by commit_batch
             uncommitted.pop(attempt.ledger_id)
         if committed:
             failpoints.reach("after-commit")
@@ -173,7 +173,7 @@ class BatchOffloader:
             attempt = uncommitted.pop(ledger_id)
             if isinstance(exc, CommitFailedError) or not self.offloader._still_owns(attempt):
                 log.warning("offload of %s/%s lost: %s", attempt.topic, ledger_id, exc)
-                self.metadata.fail_attempt(attempt, f"lost: {exc}")
+                self.metadata.attempts.fail(attempt, f"lost: {exc}")
                 results[ledger_id] = OffloadResult(
                     attempt.topic, ledger_id, Outcome.LOST, attempt.attempt_id
                 )

@@ -115,7 +115,7 @@ def _topics(metadata: MetadataStore, topics: list[str] | None) -> list[str]:
 def _objects(metadata: MetadataStore, topic: str, params: RewriteParams) -> list[Source | None]:
     """The topic's objects in position order; None marks what breaks a run."""
     ledgers = metadata.list_ledgers(topic, live=True)
-    pieces = metadata.rewrites.offloaded_pieces(topic)
+    pieces = metadata.segments.offloaded_pieces(topic)
     streamed = {p.ledger_id for ranges in pieces.values() for p in ranges}
     found: list[tuple[Position, Source | None]] = []
     for ledger in ledgers:

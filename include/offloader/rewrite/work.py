@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from offloader.metadata import Ledger, MetadataStore, Segment
-from offloader.metadata.segments import PieceRange
+from offloader.metadata.records import PieceRange
 from offloader.objectstore import MultipartUpload, ObjectStore, PartInfo
 from offloader.objectstore.location import StoreLocation
 from offloader.objectstore.registry import OpenedLocations
@@ -110,7 +110,7 @@ def order_for(
         return WorkOrder(
             **common, target=target, layout=layout, ledgers=ledgers, ledger_stores=stores
         )
-    recorded = metadata.rewrites.offloaded_pieces(group.topic)
+    recorded = metadata.segments.offloaded_pieces(group.topic)
     sources = tuple(
         SegmentInput(
             ref(s.store_id, f"segment {s.segment_id}"),

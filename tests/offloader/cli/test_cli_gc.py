@@ -16,7 +16,7 @@ from offloader.settings import Settings
 def queue(data_dir: Path, keys: list[str]) -> list[int]:
     """Queue keys of the default store (none of them exist: each counts as deleted)."""
     with Runtime.open(Settings(data_dir=data_dir)) as rt:
-        rt.metadata.enqueue_deletions(keys, "test", store_id=rt.stores.default_id())
+        rt.metadata.deletions.enqueue(keys, "test", store_id=rt.stores.default_id())
         return [d.id for d in pending_deletions(rt.metadata)]
 
 

@@ -21,7 +21,7 @@ from offloader.settings import Settings
 
 def enqueue(rt: Runtime, keys: list[str], reason: str) -> None:
     """Queue keys of the runtime's default store."""
-    rt.metadata.enqueue_deletions(keys, reason, store_id=rt.stores.default_id())
+    rt.metadata.deletions.enqueue(keys, reason, store_id=rt.stores.default_id())
 
 
 def test_queued_objects_are_deleted(runtime: Runtime) -> None:
@@ -45,10 +45,10 @@ def test_a_failing_store_keeps_everything_queued_with_backoff(runtime: Runtime) 
     assert (result.deleted, result.failed, result.remaining) == (0, 2, 2)
     pending = pending_deletions(rt.metadata)
     assert all(d.tries == 1 and "SlowDown" in (d.last_error or "") for d in pending)
-    assert rt.metadata.due_deletions(10) == []  # backing off: not due yet
+    assert rt.metadata.deletions.due(10) == []  # backing off: not due yet
     # once the backoff has passed, both are due again
     far = max(d.next_try_ms for d in pending) + 1
-    assert len(rt.metadata.due_deletions(10, at_ms=far)) == 2
+    assert len(rt.metadata.deletions.due(10, at_ms=far)) == 2
 
 
 def test_per_key_refusals_are_retried_not_dropped(runtime: Runtime) -> None:
@@ -137,7 +137,7 @@ def test_sigkill_after_the_first_of_several_batches_then_rerun_converges(
     for key in [*keys, "keep"]:
         rt.objects.put(key, b"x")
     enqueue(rt, keys, "test")
-    first = [d.object_key for d in rt.metadata.due_deletions(2)]
+    first = [d.object_key for d in rt.metadata.deletions.due(2)]
 
     killed = run_cli(rt, "gc", failpoints="after-store-delete")
     killed.communicate(timeout=120)
@@ -152,7 +152,7 @@ def test_sigkill_after_the_first_of_several_batches_then_rerun_converges(
     assert rerun.returncode == 0, err.decode()
     result = json.loads(out)
     assert (result["deleted"], result["failed"], result["delete_requests"]) == (5, 0, 3)
-    assert rt.metadata.count_pending_deletions() == 0
+    assert rt.metadata.deletions.count_pending() == 0
     assert [i.key for i in rt.objects.list()] == ["keep"]
     again = process_deletions(rt.metadata, rt.stores, rt.settings)
     assert (again.deleted, again.failed, again.delete_requests) == (0, 0, 0)

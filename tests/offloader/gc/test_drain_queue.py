@@ -18,7 +18,7 @@ def queue(rt: Runtime, count: int) -> list[str]:
     keys = [f"k{n:03d}" for n in range(count)]
     for key in keys:
         rt.objects.put(key, b"x")
-    rt.metadata.enqueue_deletions(keys, "test", store_id=rt.stores.default_id())
+    rt.metadata.deletions.enqueue(keys, "test", store_id=rt.stores.default_id())
     return keys
 
 

@@ -75,7 +75,7 @@ def begin(rt: Runtime, ledger: Ledger, lease_ms: int, attempt_id: str | None = N
     """An attempt on ``ledger`` as a worker records it, its lease ``lease_ms`` from now."""
     attempt_id = attempt_id or str(uuid.uuid4())
     data_key, index_key = ledger_object_keys(attempt_id, ledger.ledger_id)
-    _, attempt = rt.metadata.begin_attempt(
+    _, attempt = rt.metadata.attempts.begin(
         ledger, attempt_id, data_key, index_key, "test", lease_ms, store_id=rt.stores.default_id()
     )
     return attempt
@@ -191,10 +191,12 @@ def test_a_late_write_of_a_retired_attempt_is_swept(swept: Runtime) -> None:
     store_id = rt.stores.default_id()
     old_id = str(uuid.uuid4())
     old_keys = ledger_object_keys(old_id, ledger.ledger_id)
-    ledger, _ = rt.metadata.begin_attempt(ledger, old_id, *old_keys, "zombie", 1, store_id=store_id)
+    ledger, _ = rt.metadata.attempts.begin(
+        ledger, old_id, *old_keys, "zombie", 1, store_id=store_id
+    )
     time.sleep(0.05)
     new_id = str(uuid.uuid4())
-    rt.metadata.begin_attempt(
+    rt.metadata.attempts.begin(
         ledger, new_id, *ledger_object_keys(new_id, ledger.ledger_id), "t", 60_000,
         store_id=store_id,
     )  # fmt: skip
@@ -241,7 +243,7 @@ def test_a_lookup_answers_for_the_keys_asked_and_only_those(swept: Runtime) -> N
         begin=Position(ledger_id=0, entry_id=0),
     )
     (queued,) = plant(rt, 1)
-    rt.metadata.enqueue_deletions([queued], "test", store_id=store_id)
+    rt.metadata.deletions.enqueue([queued], "test", store_id=store_id)
     offloaded = [x for x in rt.metadata.list_ledgers("orders") if x.is_offloaded]
     every = {k for x in offloaded for k in (x.data_key, x.index_key)}
     every |= {started.data_key, started.index_key, data, index, queued}

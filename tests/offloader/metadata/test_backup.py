@@ -63,7 +63,7 @@ def populated(runtime: Runtime) -> Runtime:
     from offloader.offload.hot_deletion import delete_hot_copies
 
     delete_hot_copies(rt.metadata, rt.hot, "orders")
-    rt.metadata.enqueue_deletions(["some-leftover"], "test", store_id=rt.stores.default_id())
+    rt.metadata.deletions.enqueue(["some-leftover"], "test", store_id=rt.stores.default_id())
     return rt
 
 
@@ -92,7 +92,7 @@ def test_export_wipe_import_reads_back_identical(populated: Runtime, fresh: Fres
     for topic, checksum in checksums.items():
         assert TopicReader(restored).checksum(topic) == checksum
     # the restored database goes on working: new ids continue after the restored ones
-    restored.metadata.enqueue_deletions(["after-restore"], "t", store_id=1)
+    restored.metadata.deletions.enqueue(["after-restore"], "t", store_id=1)
     ids = [d.id for d in pending_deletions(restored.metadata)]
     assert len(set(ids)) == len(ids) == 2
     produce_ledgers(restored, "orders", [(3, 10)])
@@ -237,7 +237,7 @@ def test_an_export_killed_before_its_manifest_never_becomes_the_latest(
 ) -> None:
     rt = populated
     first = export_from(rt).snapshot
-    rt.metadata.enqueue_deletions(["after-first"], "t", store_id=rt.stores.default_id())
+    rt.metadata.deletions.enqueue(["after-first"], "t", store_id=rt.stores.default_id())
     proc = run_cli(rt, "metadata", "export", failpoints="after-snapshot-upload")
     proc.communicate(timeout=120)
     assert proc.returncode == -signal.SIGKILL

@@ -25,8 +25,8 @@ from offloader.metadata import (
     TopicState,
     schema,
 )
+from offloader.metadata.engine import create_metadata_engine
 from offloader.metadata.migrate import current_revision, head_revision, upgrade
-from offloader.metadata.store import create_metadata_engine
 from offloader.objectstore.location import StoreLocation
 
 OLD_STORE = StoreLocation("s3", "old-bucket", "ledgers", "http://127.0.0.1:8333")
@@ -206,11 +206,11 @@ def test_0003_upgrades_a_0002_database_with_data(engine: sa.Engine) -> None:
         ledgers = store.list_ledgers("t")
         assert [x.deletion_state for x in ledgers] == [DeletionState.NONE] * 2
         assert [(d.topic, d.ledger_id) for d in pending_deletions(store)] == [(None, None)]
-        assert store.list_cuts("t") == []
-        cut = store.create_cut("t")  # both ledgers sealed, 100 bytes each
+        assert store.retention.list_cuts("t") == []
+        cut = store.retention.create_cut("t")  # both ledgers sealed, 100 bytes each
         assert (cut.position, cut.offset_bytes) == (Position(ledger_id=3, entry_id=0), 200)
-        store.move_start(topic, Position(ledger_id=2, entry_id=0))
-        ids, queued = store.mark_ledgers_deleting("t", 2, 10)
+        store.retention.move_start(topic, Position(ledger_id=2, entry_id=0))
+        ids, queued = store.retention.mark_ledgers_deleting("t", 2, 10)
         assert (ids, queued) == ([1], 2)
         assert {(d.object_key, d.ledger_id) for d in pending_deletions(store)} >= {
             ("u1-ledger-1", 1),

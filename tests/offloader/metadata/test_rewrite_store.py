@@ -35,7 +35,7 @@ from offloader.metadata import (
     SegmentState,
     schema,
 )
-from offloader.metadata.segments import PieceRange
+from offloader.metadata.records import PieceRange
 from offloader.policy import OffloadPolicy
 from offloader.runtime import Runtime
 
@@ -146,8 +146,8 @@ def test_begin_refuses_sources_not_as_planned_and_writes_nothing(
     # read as they are now (no stale version): in flight, trimmed
     with pytest.raises(CommitFailedError, match=rf"{T}/{second.ledger_id} has offload attempt"):
         begin(rt, "r", [rt.metadata.get_ledger(T, second.ledger_id)])
-    rt.metadata.move_start(rt.metadata.get_topic(T), pos(second.ledger_id, 0))
-    rt.metadata.mark_ledgers_deleting(T, second.ledger_id, 100)
+    rt.metadata.retention.move_start(rt.metadata.get_topic(T), pos(second.ledger_id, 0))
+    rt.metadata.retention.mark_ledgers_deleting(T, second.ledger_id, 100)
     trimmed = rt.metadata.get_ledger(T, first.ledger_id)
     assert trimmed.is_offloaded
     with pytest.raises(CommitFailedError, match=rf"{T}/{first.ledger_id} was trimmed \(deleting\)"):
@@ -201,7 +201,7 @@ def test_begin_takes_mixed_sources_a_one_entry_ledger_and_a_lease_of_one_millise
 
 def test_begin_refuses_a_deleted_topic(runtime: Runtime, ledgers: list[Ledger]) -> None:
     rt = runtime
-    rt.metadata.delete_topic(rt.metadata.get_topic(T))
+    rt.metadata.retention.delete_topic(rt.metadata.get_topic(T))
     with pytest.raises(TopicDeletedError, match="nothing to rewrite"):
         begin(rt, "r", ledgers)
     assert rt.metadata.segments.of_topic(T) == []
@@ -353,14 +353,14 @@ def test_commit_swaps_v1_ledgers_onto_the_segment_in_one_step(
             None,
         )
         assert (now.offloaded_ms, now.hot_state) == (old.offloaded_ms, old.hot_state)
-        attempt = rt.metadata.get_attempt(old.offload_uuid or "")
+        attempt = rt.metadata.attempts.get(old.offload_uuid or "")
         assert attempt.state is AttemptState.SUPERSEDED
         assert attempt.detail == "rewritten into segment r"
         (piece,) = rt.metadata.segments.pieces(T, old.ledger_id)
         assert piece.segment.segment_id == "r"
         assert (piece.first_entry_id, piece.last_entry_id) == (0, old.entry_count - 1)
     assert rt.metadata.get_ledger(T, untouched.ledger_id) == untouched
-    attempt = rt.metadata.get_attempt(untouched.offload_uuid or "")
+    attempt = rt.metadata.attempts.get(untouched.offload_uuid or "")
     assert attempt.state is AttemptState.COMMITTED
     # the old objects wait out the grace; the stream still has not moved
     now_ms = rt.metadata.db_now_ms()
@@ -372,7 +372,7 @@ def test_commit_swaps_v1_ledgers_onto_the_segment_in_one_step(
     assert all(d.next_try_ms >= now_ms + 3_500_000 for d in deletions)
     assert all(d.tries == 0 for d in deletions)
     assert {d.attempt_id for d in deletions} == {x.offload_uuid for x in sources}
-    assert rt.metadata.due_deletions(100) == []
+    assert rt.metadata.deletions.due(100) == []
     assert rt.metadata.segments.last_offloaded_end(T) is None
     # a second swap of the same sources finds them rewritten
     with pytest.raises(CommitFailedError, match=r"already rewritten"):
@@ -415,8 +415,8 @@ def test_a_source_that_moved_rolls_the_whole_swap_back(
     segment = begin(rt, "r", ledgers)
     if change == "trimmed":
         topic = rt.metadata.get_topic(T)
-        rt.metadata.move_start(topic, pos(third.ledger_id + 1, 0))
-        rt.metadata.mark_ledgers_deleting(T, third.ledger_id + 1, 100)
+        rt.metadata.retention.move_start(topic, pos(third.ledger_id + 1, 0))
+        rt.metadata.retention.mark_ledgers_deleting(T, third.ledger_id + 1, 100)
         # the first two were trimmed too: the refusal names the first source it finds
         expected = rf"ledger {T}/{first.ledger_id} was trimmed"
     elif change == "replaced":
@@ -424,7 +424,7 @@ def test_a_source_that_moved_rolls_the_whole_swap_back(
         expected = rf"ledger {T}/{third.ledger_id} has offload attempt repair in flight"
     elif change == "repaired":  # scrub's repair swapped it onto new v1 objects meanwhile
         _, attempt = begin_attempt(rt.metadata, third, "repair", replace=True)
-        rt.metadata.commit_replacement(attempt, 5, "crc mismatch")
+        rt.metadata.attempts.commit_replacement(attempt, 5, "crc mismatch")
         expected = re.escape(
             f"ledger {T}/{third.ledger_id} was offloaded again (attempt repair, "
             f"was {third.offload_uuid}): the rewrite of it is called off"
@@ -613,8 +613,8 @@ def test_a_segment_source_that_moved_or_holds_a_trimmed_ledger_is_refused(
         begin(rt, "r", segments=[stale, second])
     segment = begin(rt, "r", segments=[first, second])
     topic = rt.metadata.get_topic(T)
-    rt.metadata.move_start(topic, pos(streamed[1].ledger_id, 0))
-    rt.metadata.mark_ledgers_deleting(T, streamed[1].ledger_id, 100)
+    rt.metadata.retention.move_start(topic, pos(streamed[1].ledger_id, 0))
+    rt.metadata.retention.mark_ledgers_deleting(T, streamed[1].ledger_id, 100)
     before = table_rows(rt)
     expected = (
         f"segment {first.segment_id} holds trimmed ledger {streamed[0].ledger_id}: the rewrite "
@@ -635,11 +635,13 @@ def test_a_trimmed_ledger_refuses_only_the_segment_that_holds_it(
     rt = runtime
     rt.metadata.create_topic("aaa", OffloadPolicy(streaming=True, min_part_bytes=1))
     assert produce_ledgers(rt, "aaa", SHAPES) == [x.ledger_id for x in streamed]
-    rt.metadata.move_start(rt.metadata.get_topic("aaa"), pos(streamed[-1].ledger_id + 1, 0))
-    rt.metadata.mark_ledgers_deleting("aaa", streamed[-1].ledger_id + 1, 100)
+    rt.metadata.retention.move_start(
+        rt.metadata.get_topic("aaa"), pos(streamed[-1].ledger_id + 1, 0)
+    )
+    rt.metadata.retention.mark_ledgers_deleting("aaa", streamed[-1].ledger_id + 1, 100)
     trimmed, *sources = stream_segments(rt, streamed)
-    rt.metadata.move_start(rt.metadata.get_topic(T), pos(streamed[1].ledger_id, 0))
-    rt.metadata.mark_ledgers_deleting(T, streamed[1].ledger_id, 100)
+    rt.metadata.retention.move_start(rt.metadata.get_topic(T), pos(streamed[1].ledger_id, 0))
+    rt.metadata.retention.mark_ledgers_deleting(T, streamed[1].ledger_id, 100)
     with pytest.raises(CommitFailedError, match=rf"segment {trimmed.segment_id} holds trimmed"):
         begin(rt, "other", segments=[trimmed])
     segment = begin(rt, "r", segments=sources)
@@ -825,7 +827,7 @@ def test_offloaded_pieces_are_those_of_the_topics_offloaded_segments_by_id(
     rt.metadata.create_topic("aaa", OffloadPolicy(streaming=True, min_part_bytes=1))
     (other,) = produce_ledgers(rt, "aaa", SHAPES[:1])
     stream_segment(rt.metadata, "aaa", "aa", other, SHAPES[0][0] - 1)
-    assert list(rt.metadata.rewrites.offloaded_pieces(T).items()) == [
+    assert list(rt.metadata.segments.offloaded_pieces(T).items()) == [
         ("a", [PieceRange(l3, 0, n3 - 1)]),
         ("b", [PieceRange(l1, 0, n1 - 1), PieceRange(l2, 0, 5)]),
         ("d", [PieceRange(l2, 6, n2 - 1)]),

@@ -33,7 +33,7 @@ from offloader.format import ENTRY_FRAME, HEADER_LEN, encode_blocks
 from offloader.gc.deletion_queue import process_deletions
 from offloader.hottier.writer import recover_open_ledgers
 from offloader.metadata import Attempt, AttemptState, OffloadState, Position
-from offloader.metadata.store import AttemptIntent
+from offloader.metadata.attempts import AttemptIntent
 from offloader.offload.batch import BatchOffloader
 from offloader.offload.keys import ledger_object_keys
 from offloader.offload.ledger_offloader import LedgerOffloader, OffloadResult, Outcome
@@ -174,7 +174,7 @@ def test_a_frozen_batch_loses_only_the_ledger_taken_over(runtime: Runtime) -> No
         str(i): str(Outcome.LOST if i == ids[1] else Outcome.OFFLOADED) for i in ids
     }
     assert rt.metadata.get_ledger("orders", ids[1]).offload_uuid == winner.attempt_id
-    lost = rt.metadata.get_attempt(taken)
+    lost = rt.metadata.attempts.get(taken)
     assert lost.state is AttemptState.SUPERSEDED
     assert {lost.data_key, lost.index_key} <= {d.object_key for d in pending_deletions(rt.metadata)}
     assert_converged(rt, ids, checksum)
@@ -239,7 +239,7 @@ def test_settled_ledgers_are_skipped_with_their_outcome(runtime: Runtime) -> Non
     ids, _ = small_topic(rt)
     first = offload_batch(rt, "orders", ids[:1])
     ledger = rt.metadata.get_ledger("orders", ids[1])
-    _, live = rt.metadata.begin_attempt(
+    _, live = rt.metadata.attempts.begin(
         ledger, "live-attempt", "live-d", "live-i", "other", 60_000, store_id=rt.stores.default_id()
     )
     results = offload_batch(rt, "orders", ids[:3], window=WINDOW)
@@ -262,7 +262,9 @@ def test_trimmed_empty_and_tiny_ledgers_in_a_batch(runtime: Runtime) -> None:
     rt.metadata.allocate_ledger("orders", rt.metadata.claim_writer("orders").writer_epoch)
     (empty,) = recover_open_ledgers(rt.metadata, rt.hot, "orders")
     ids += [empty.ledger_id, *produce_ledgers(rt, "orders", [(1, 100)])]
-    rt.metadata.move_start(rt.metadata.get_topic("orders"), Position(ledger_id=ids[1], entry_id=0))
+    rt.metadata.retention.move_start(
+        rt.metadata.get_topic("orders"), Position(ledger_id=ids[1], entry_id=0)
+    )
     results = offload_batch(rt, "orders", ids, window=WINDOW)
     assert [(r.topic, r.ledger_id, r.outcome) for r in results] == [
         ("orders", ids[0], Outcome.TRIMMED),
@@ -306,7 +308,7 @@ def test_a_bad_batch_is_refused_before_anything_changes(
 
 
 def test_a_lost_commit_makes_only_that_ledger_lost(runtime: Runtime) -> None:
-    """commit_offloads: one attempt was superseded meanwhile; it alone is retired and its
+    """commit_batch: one attempt was superseded meanwhile; it alone is retired and its
     objects queued, in the same transaction as the others' commits."""
     rt = runtime
     ids, _ = small_topic(rt)
@@ -315,12 +317,12 @@ def test_a_lost_commit_makes_only_that_ledger_lost(runtime: Runtime) -> None:
     for n, ledger_id in enumerate(ids[:3]):
         keys = ledger_object_keys(f"attempt-{n}", ledger_id)
         intents.append(AttemptIntent(ledgers[ledger_id], f"attempt-{n}", *keys))
-    attempts = rt.metadata.begin_attempts(
+    attempts = rt.metadata.attempts.begin_batch(
         intents, "me", lease_ms=-1, store_id=rt.stores.default_id()
     )  # leases already over
     assert sorted(attempts) == ids[:3]
     zombie = attempts[ids[1]]
-    _, winner = rt.metadata.begin_attempt(
+    _, winner = rt.metadata.attempts.begin(
         rt.metadata.get_ledger("orders", ids[1]),
         "winner",
         "w-d",
@@ -330,13 +332,13 @@ def test_a_lost_commit_makes_only_that_ledger_lost(runtime: Runtime) -> None:
         store_id=rt.stores.default_id(),
     )
     # one renewal for the batch: only the superseded attempt is reported lost
-    assert rt.metadata.renew_leases(attempts.values(), 60_000) == {zombie.attempt_id}
-    committed = rt.metadata.commit_offloads([(a, 10) for a in attempts.values()])
+    assert rt.metadata.attempts.renew_batch(attempts.values(), 60_000) == {zombie.attempt_id}
+    committed = rt.metadata.attempts.commit_batch([(a, 10) for a in attempts.values()])
     assert committed == {attempts[ids[0]].attempt_id, attempts[ids[2]].attempt_id}
     assert rt.metadata.get_ledger("orders", ids[0]).offload_uuid == "attempt-0"
     assert rt.metadata.get_ledger("orders", ids[2]).offload_uuid == "attempt-2"
     assert rt.metadata.get_ledger("orders", ids[1]).attempt_id == winner.attempt_id
-    assert rt.metadata.get_attempt(zombie.attempt_id).state is AttemptState.SUPERSEDED
+    assert rt.metadata.attempts.get(zombie.attempt_id).state is AttemptState.SUPERSEDED
     queued = [d.object_key for d in pending_deletions(rt.metadata)]
     # queued when superseded, and again by the lost commit (objects written late)
     assert queued.count(zombie.data_key) == 2 and queued.count(zombie.index_key) == 2
@@ -371,7 +373,7 @@ def assert_lost_to_winner(rt: Runtime, result: OffloadResult, lost: int) -> None
         "orders", lost, Outcome.LOST, result.attempt_id, 0, result.seconds
     )
     assert rt.metadata.get_ledger("orders", lost).attempt_id == "winner"
-    zombie = rt.metadata.get_attempt(result.attempt_id or "")
+    zombie = rt.metadata.attempts.get(result.attempt_id or "")
     assert (zombie.ledger_id, zombie.state) == (lost, AttemptState.SUPERSEDED)
     assert zombie.detail == "lease expired; superseded by winner"
     queued = [d.object_key for d in pending_deletions(rt.metadata)]
@@ -442,7 +444,7 @@ def test_a_ledger_lost_mid_upload_stops_there_and_only_it_is_lost(
     assert [r.outcome for r in results] == [Outcome.OFFLOADED, Outcome.LOST, Outcome.OFFLOADED]
     assert_lost_to_winner(rt, results[1], ids[1])
     assert results[1].seconds == 0.0  # gave up before the commit: no time to report
-    zombie = rt.metadata.get_attempt(results[1].attempt_id or "")
+    zombie = rt.metadata.attempts.get(results[1].attempt_id or "")
     assert not rt.objects.exists(zombie.index_key)
     assert warnings_of(caplog) == [
         f"offload of orders/{ids[1]} lost: attempt {zombie.attempt_id} lost ledger "
@@ -541,7 +543,7 @@ def test_a_ledger_taken_between_the_read_and_the_begin_is_reported_as_found(
     now (already offloaded; in progress under the other attempt)."""
     rt = runtime
     ids, _ = small_topic(rt)
-    begin_attempts = rt.metadata.begin_attempts
+    begin_attempts = rt.metadata.attempts.begin_batch
     other: list[OffloadResult] = []
 
     def another_worker_first(*args: Any, **kwargs: Any) -> dict[int, Attempt]:
@@ -550,7 +552,7 @@ def test_a_ledger_taken_between_the_read_and_the_begin_is_reported_as_found(
             take_over(rt, "orders", ids[1])
         return begin_attempts(*args, **kwargs)
 
-    monkeypatch.setattr(rt.metadata, "begin_attempts", another_worker_first)
+    monkeypatch.setattr(rt.metadata.attempts, "begin_batch", another_worker_first)
     results = offload_batch(rt, "orders", ids[:3])
     assert results[:2] == [
         OffloadResult("orders", ids[0], Outcome.ALREADY_OFFLOADED, other[0].attempt_id),
@@ -567,14 +569,14 @@ def test_a_lease_ending_this_millisecond_is_over(
     rt = runtime
     ids, _ = small_topic(rt)
     ledger = rt.metadata.get_ledger("orders", ids[0])
-    rt.metadata.begin_attempt(
+    rt.metadata.attempts.begin(
         ledger, "stale", "stale-d", "stale-i", "dead worker", -1, store_id=rt.stores.default_id()
     )
     lease_end = rt.metadata.get_ledger("orders", ids[0]).attempt_lease_ms
     monkeypatch.setattr(rt.metadata, "db_now_ms", lambda: lease_end)
     (result,) = offload_batch(rt, "orders", ids[:1])
     assert result.outcome is Outcome.OFFLOADED
-    assert rt.metadata.get_attempt("stale").state is AttemptState.SUPERSEDED
+    assert rt.metadata.attempts.get("stale").state is AttemptState.SUPERSEDED
 
 
 def test_a_failed_commit_fails_the_whole_window(
@@ -588,7 +590,7 @@ def test_a_failed_commit_fails_the_whole_window(
     def unreachable(*args: object, **kwargs: object) -> set[str]:
         raise ConnectionError("database unreachable")
 
-    monkeypatch.setattr(rt.metadata, "commit_offloads", unreachable)
+    monkeypatch.setattr(rt.metadata.attempts, "commit_batch", unreachable)
     with pytest.raises(ConnectionError):
         offload_batch(rt, "orders", ids[:3])
     failed = list_attempts(rt.metadata, "orders", AttemptState.FAILED)

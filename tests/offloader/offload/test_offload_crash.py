@@ -162,10 +162,10 @@ def check_resolved(
         if index_written:
             assert ledger.offload_uuid == attempt.attempt_id
             assert (ledger.data_key, ledger.index_key) == (attempt.data_key, attempt.index_key)
-            assert rt.metadata.get_attempt(attempt.attempt_id).state is AttemptState.COMMITTED
+            assert rt.metadata.attempts.get(attempt.attempt_id).state is AttemptState.COMMITTED
         else:
             assert ledger.is_offloaded and ledger.offload_uuid != attempt.attempt_id
-            assert rt.metadata.get_attempt(attempt.attempt_id).state is AttemptState.SUPERSEDED
+            assert rt.metadata.attempts.get(attempt.attempt_id).state is AttemptState.SUPERSEDED
             assert queued_keys(rt, attempt.attempt_id) == {attempt.data_key, attempt.index_key}
     assert outcomes(report) == expected
 
@@ -227,7 +227,7 @@ def test_sigkill_at_a_random_moment(runtime: Runtime) -> None:
     assert not all(x.hot_state is HotState.DELETED for x in ledgers), f"too late ({delay=:.3f})"
     for ledger in ledgers:  # an attempt in flight is recorded and started
         if ledger.attempt_id is not None:
-            assert rt.metadata.get_attempt(ledger.attempt_id).state is AttemptState.STARTED
+            assert rt.metadata.attempts.get(ledger.attempt_id).state is AttemptState.STARTED
     converge(rt, ids, checksum)
 
 
@@ -264,7 +264,7 @@ def test_zombie_woken_after_takeover_cannot_commit(runtime: Runtime) -> None:
     assert outcomes(report) == {ids[0]: "offloaded"}
     ledger = rt.metadata.get_ledger("orders", ids[0])
     assert ledger.is_offloaded and ledger.offload_uuid != zombie_attempt.attempt_id
-    assert rt.metadata.get_attempt(zombie_attempt.attempt_id).state is AttemptState.SUPERSEDED
+    assert rt.metadata.attempts.get(zombie_attempt.attempt_id).state is AttemptState.SUPERSEDED
     assert queued_keys(rt, zombie_attempt.attempt_id) == {
         zombie_attempt.data_key,
         zombie_attempt.index_key,
@@ -279,7 +279,7 @@ def test_zombie_woken_after_takeover_cannot_commit(runtime: Runtime) -> None:
     assert zombie.returncode == 0, err.decode()
     assert outcomes(json.loads(out)) == {ids[0]: "lost"}
     assert rt.metadata.get_ledger("orders", ids[0]).offload_uuid == ledger.offload_uuid
-    assert rt.metadata.get_attempt(zombie_attempt.attempt_id).state is AttemptState.SUPERSEDED
+    assert rt.metadata.attempts.get(zombie_attempt.attempt_id).state is AttemptState.SUPERSEDED
     assert [a.attempt_id for a in committed_attempts(rt, ids[0])] == [ledger.offload_uuid]
     assert unaccounted_objects(rt) == set()
     process_deletions(rt.metadata, rt.stores, rt.settings)

@@ -75,7 +75,9 @@ def test_ledgers_below_the_start_are_trimmed_and_the_start_ledger_moves(
     marked): they are reported trimmed and never uploaded; the start's own ledger moves."""
     rt = runtime
     ids = sealed(rt, 3)
-    rt.metadata.move_start(rt.metadata.get_topic("orders"), Position(ledger_id=ids[1], entry_id=0))
+    rt.metadata.retention.move_start(
+        rt.metadata.get_topic("orders"), Position(ledger_id=ids[1], entry_id=0)
+    )
     assert rt.metadata.get_ledger("orders", ids[0]).is_live
     offloader = LedgerOffloader(rt)
     assert offloader.offload_ledger("orders", ids[0]) == OffloadResult(
@@ -121,7 +123,7 @@ def test_a_live_attempt_is_left_alone_even_with_its_objects_complete(runtime: Ru
     rt = runtime
     (ledger_id,) = sealed(rt)
     ledger = rt.metadata.get_ledger("orders", ledger_id)
-    ledger, live = rt.metadata.begin_attempt(
+    ledger, live = rt.metadata.attempts.begin(
         ledger, "live", *ledger_object_keys("live", ledger_id), "other worker", 60_000,
         store_id=rt.stores.default_id(),
     )  # fmt: skip
@@ -129,7 +131,7 @@ def test_a_live_attempt_is_left_alone_even_with_its_objects_complete(runtime: Ru
     result = LedgerOffloader(rt).offload_ledger("orders", ledger_id)
     assert result == OffloadResult("orders", ledger_id, Outcome.IN_PROGRESS, "live")
     assert rt.metadata.get_ledger("orders", ledger_id) == ledger
-    assert rt.metadata.get_attempt("live").state is AttemptState.STARTED
+    assert rt.metadata.attempts.get("live").state is AttemptState.STARTED
 
 
 @pytest.mark.parametrize("other", ["begins", "commits"])
@@ -141,18 +143,18 @@ def test_a_ledger_taken_between_the_read_and_the_begin(
     is now, under the other worker's attempt; this run records and uploads nothing."""
     rt = runtime
     (ledger_id,) = sealed(rt)
-    begin_attempt = rt.metadata.begin_attempt
+    begin_attempt = rt.metadata.attempts.begin
     theirs: list[OffloadResult] = []
 
     def another_worker_first(*args: Any, **kwargs: Any) -> Any:
-        monkeypatch.setattr(rt.metadata, "begin_attempt", begin_attempt)  # the race, once
+        monkeypatch.setattr(rt.metadata.attempts, "begin", begin_attempt)  # the race, once
         if other == "begins":
             take_over(rt, "orders", ledger_id)
         else:
             theirs.append(LedgerOffloader(rt).offload_ledger("orders", ledger_id))
         return begin_attempt(*args, **kwargs)
 
-    monkeypatch.setattr(rt.metadata, "begin_attempt", another_worker_first)
+    monkeypatch.setattr(rt.metadata.attempts, "begin", another_worker_first)
     result = LedgerOffloader(rt).offload_ledger("orders", ledger_id)
     if other == "begins":
         assert result == OffloadResult("orders", ledger_id, Outcome.IN_PROGRESS, "winner")
@@ -185,7 +187,7 @@ def test_an_offload_whose_ledger_is_trimmed_meanwhile_is_lost(
         result = LedgerOffloader(with_objects(rt, objects)).offload_ledger("orders", ids[0])
     assert result.attempt_id is not None
     assert result == OffloadResult("orders", ids[0], Outcome.LOST, result.attempt_id)
-    attempt = rt.metadata.get_attempt(result.attempt_id)
+    attempt = rt.metadata.attempts.get(result.attempt_id)
     # the commit's CAS finds the ledger gone, or the lease keeper's renewal found it first
     # (it renews every third of the fixtures' 2 s lease): either way the offload is lost
     why = {
@@ -271,7 +273,7 @@ def test_an_upload_that_knows_it_lost_its_ledger_writes_nothing(runtime: Runtime
     rt = runtime
     (ledger_id,) = sealed(rt)
     ledger = rt.metadata.get_ledger("orders", ledger_id)
-    ledger, zombie = rt.metadata.begin_attempt(
+    ledger, zombie = rt.metadata.attempts.begin(
         ledger, "zombie", *ledger_object_keys("zombie", ledger_id), "frozen worker", 60_000,
         store_id=rt.stores.default_id(),
     )  # fmt: skip

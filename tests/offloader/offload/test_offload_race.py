@@ -65,7 +65,7 @@ def test_loser_of_the_commit_queues_its_objects(runtime: Runtime) -> None:
     (ledger_id,) = produce_ledgers(rt, "orders", [(10, 1000)])
     offloader = LedgerOffloader(rt)
     ledger = rt.metadata.get_ledger("orders", ledger_id)
-    ledger, old = rt.metadata.begin_attempt(
+    ledger, old = rt.metadata.attempts.begin(
         ledger,
         "0" * 8 + "-old",
         "old-data",
@@ -79,8 +79,8 @@ def test_loser_of_the_commit_queues_its_objects(runtime: Runtime) -> None:
     assert result.outcome is Outcome.OFFLOADED
     rt.objects.put("old-index", b"written after the takeover")
     with pytest.raises(CommitFailedError, match="no longer owns"):
-        rt.metadata.commit_offload(old, 1)
-    rt.metadata.fail_attempt(old, "lost the commit")
+        rt.metadata.attempts.commit(old, 1)
+    rt.metadata.attempts.fail(old, "lost the commit")
     queued = [d.object_key for d in pending_deletions(rt.metadata)]
     assert queued.count("old-data") == 2 and queued.count("old-index") == 2
     assert rt.metadata.get_ledger("orders", ledger_id).offload_uuid == result.attempt_id
@@ -100,7 +100,7 @@ def test_database_connection_dropped_at_commit(
     checksum = TopicReader(rt).checksum("orders", Source.HOT)
     committing: list[Attempt] = []
     terminated: list[int] = []
-    commit_offload = rt.metadata.commit_offload
+    commit_offload = rt.metadata.attempts.commit
 
     def arm(attempt: Attempt, data_len: int) -> object:
         committing.append(attempt)
@@ -113,7 +113,7 @@ def test_database_connection_dropped_at_commit(
         terminated.append(pid)
         terminate_backend(rt.settings.resolved_metadata_url, pid)
 
-    monkeypatch.setattr(rt.metadata, "commit_offload", arm)
+    monkeypatch.setattr(rt.metadata.attempts, "commit", arm)
     sa.event.listen(rt.metadata.engine, "commit", drop_the_session)
     try:
         with pytest.raises(sa.exc.OperationalError):
@@ -127,7 +127,7 @@ def test_database_connection_dropped_at_commit(
     ledger = rt.metadata.get_ledger("orders", ledger_id)
     assert not ledger.is_offloaded and ledger.attempt_id is None
     assert ledger.offload_state is OffloadState.NONE
-    failed = rt.metadata.get_attempt(attempt.attempt_id)
+    failed = rt.metadata.attempts.get(attempt.attempt_id)
     assert failed.state is AttemptState.FAILED and "OperationalError" in (failed.detail or "")
     queued = {d.object_key for d in pending_deletions(rt.metadata)}
     assert queued == {attempt.data_key, attempt.index_key}

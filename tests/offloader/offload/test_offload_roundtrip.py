@@ -196,7 +196,7 @@ def test_failed_deletes_are_kept_and_retried(runtime: Runtime) -> None:
         )
         delay = backoff_ms(tries - 1, settings)
         assert started + delay <= left.next_try_ms <= now_ms() + delay
-        assert rt.metadata.due_deletions(10) == []  # backing off
+        assert rt.metadata.deletions.due(10) == []  # backing off
         assert rt.objects.exists(attempt.data_key)
         time.sleep(delay / 1000 + 0.01)
     result = process_deletions(rt.metadata, rt.stores, settings)

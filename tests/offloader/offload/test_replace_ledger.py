@@ -65,7 +65,7 @@ def test_what_a_replacement_refuses_to_touch(runtime: Runtime) -> None:
     # below the start: a trim that has moved the start but not yet marked the ledger (still
     # live) is as final as a finished one
     start = Position(ledger_id=second.ledger_id, entry_id=0)
-    rt.metadata.move_start(rt.metadata.get_topic("orders"), start)
+    rt.metadata.retention.move_start(rt.metadata.get_topic("orders"), start)
     assert rt.metadata.get_ledger("orders", first.ledger_id).is_live
     trimmed = OffloadResult("orders", first.ledger_id, Outcome.TRIMMED)
     assert off.replace_ledger("orders", first.ledger_id, first.offload_uuid, "r") == trimmed
@@ -105,7 +105,7 @@ def check_stale_replacement_is_superseded(
             "orders", first.ledger_id, first.offload_uuid or "", "r"
         )
     assert result.outcome is Outcome.REPLACED and result.bytes > 0
-    assert rt.metadata.get_attempt("dead").state is AttemptState.SUPERSEDED
+    assert rt.metadata.attempts.get("dead").state is AttemptState.SUPERSEDED
     after = rt.metadata.get_ledger("orders", first.ledger_id)
     assert after.offload_uuid == result.attempt_id and after.attempt_id is None
     queued = {d.object_key for d in pending_deletions(rt.metadata)}
@@ -210,7 +210,7 @@ def test_a_replacement_taken_over_before_its_commit_is_lost(runtime: Runtime) ->
         "orders", first.ledger_id, first.offload_uuid or "", "r"
     )
     assert result.outcome is Outcome.LOST
-    ours = rt.metadata.get_attempt(result.attempt_id or "")
+    ours = rt.metadata.attempts.get(result.attempt_id or "")
     assert ours.state is AttemptState.SUPERSEDED
     after = rt.metadata.get_ledger("orders", first.ledger_id)
     assert after.offload_uuid == first.offload_uuid and after.attempt_id == "winner"
@@ -284,7 +284,7 @@ def test_a_hot_deletion_finishing_inside_a_replacements_commit_waits_for_it(
     # then it either lost its CAS (PostgreSQL: it had read the row before the swap) or
     # read the swapped row (SQLite); either way a pass finishes the hot deletion
     assert "error" in rival or rival["result"].offload_uuid == result.attempt_id  # type: ignore[attr-defined]
-    assert rt.metadata.get_attempt(result.attempt_id or "").state is AttemptState.COMMITTED
+    assert rt.metadata.attempts.get(result.attempt_id or "").state is AttemptState.COMMITTED
     delete_hot_copies(rt.metadata, rt.hot, "orders")
     swapped = rt.metadata.get_ledger("orders", first.ledger_id)
     assert (swapped.offload_uuid, swapped.hot_state) == (result.attempt_id, HotState.DELETED)

@@ -102,7 +102,7 @@ def test_a_topic_streams_is_compacted_and_streams_on_without_a_gap_or_a_repeat(
     ledgers = rt.metadata.list_ledgers(T)
     assert all(x.is_offloaded and x.offload_mode is OffloadMode.STREAM for x in ledgers)
     by_origin: dict[SegmentOrigin, set[int]] = {}
-    pieces = rt.metadata.rewrites.offloaded_pieces(T)
+    pieces = rt.metadata.segments.offloaded_pieces(T)
     for segment in rt.metadata.segments.of_topic(T, [SegmentState.OFFLOADED]):
         held = {p.ledger_id for p in pieces[segment.segment_id]}
         by_origin.setdefault(segment.origin, set()).update(held)

@@ -175,8 +175,8 @@ def test_a_trim_between_the_upload_and_the_swap_fails_the_rewrite_and_queues_its
         real(point)
         if point == "rewrite-after-index":
             topic = rt.metadata.get_topic(T)
-            rt.metadata.move_start(topic, Position(ledger_id=ids[1], entry_id=0))
-            rt.metadata.mark_ledgers_deleting(T, ids[1], 100)
+            rt.metadata.retention.move_start(topic, Position(ledger_id=ids[1], entry_id=0))
+            rt.metadata.retention.mark_ledgers_deleting(T, ids[1], 100)
 
     monkeypatch.setattr(failpoints, "reach", trim_at_index)
     result = Rewriter(rt, owner="test", lease_seconds=30).rewrite(group)

@@ -123,8 +123,10 @@ def test_a_source_trimmed_before_the_swap_is_changed_and_the_rewrite_given_up(
 
     def trimmed_meanwhile(orders: list[WorkOrder]) -> list[WorkResult]:
         results = written(rt, orders)
-        rt.metadata.move_start(rt.metadata.get_topic(T), Position(ledger_id=ids[1], entry_id=0))
-        rt.metadata.mark_ledgers_deleting(T, ids[1], 100)
+        rt.metadata.retention.move_start(
+            rt.metadata.get_topic(T), Position(ledger_id=ids[1], entry_id=0)
+        )
+        rt.metadata.retention.mark_ledgers_deleting(T, ids[1], 100)
         return results
 
     caplog.set_level(logging.WARNING, LOGGER)

@@ -84,7 +84,7 @@ def test_sigkill_during_a_migration_leaves_a_state_the_next_run_converges(
     rest = ids[1:] if point == "after-commit" else ids
     assert [(r.ledger_id, r.outcome) for r in results] == [(n, ToV1Outcome.MIGRATED) for n in rest]
     if point != "after-commit":
-        assert rt.metadata.get_attempt(dead.attempt_id).state is AttemptState.SUPERSEDED
+        assert rt.metadata.attempts.get(dead.attempt_id).state is AttemptState.SUPERSEDED
     for n in ids:
         ledger = rt.metadata.get_ledger(T, n)
         assert ledger.offload_mode is OffloadMode.LEDGER

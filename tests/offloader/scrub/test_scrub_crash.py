@@ -113,7 +113,7 @@ def test_sigkill_during_a_repair_leaves_a_state_the_next_scrub_resolves(
         (repaired,) = report["damaged_ledgers"]  # type: ignore[misc]
         assert repaired["action"] == "repaired" and repaired["ledger_id"] == victim.ledger_id
         assert ledger.offload_uuid == repaired["replaced_by"] != replacement.attempt_id
-        assert rt.metadata.get_attempt(replacement.attempt_id).state is AttemptState.SUPERSEDED
+        assert rt.metadata.attempts.get(replacement.attempt_id).state is AttemptState.SUPERSEDED
     committed = [a for a in attempts_of(rt, victim).values() if a.state is AttemptState.COMMITTED]
     assert [a.attempt_id for a in committed] == [ledger.offload_uuid]  # exactly one
     assert digest(rt, victim, Source.TIERED) == hot

@@ -53,7 +53,7 @@ def test_a_damaged_ledger_with_a_hot_copy_is_offloaded_again(runtime: Runtime, k
     assert after.is_offloaded and after.offload_uuid == verdict.replaced_by
     assert after.offload_uuid != victim.offload_uuid and after.data_key != victim.data_key
     assert committed(rt, victim) == [after.offload_uuid]  # exactly one
-    old = rt.metadata.get_attempt(victim.offload_uuid or "")
+    old = rt.metadata.attempts.get(victim.offload_uuid or "")
     assert old.state is AttemptState.SUPERSEDED and "replaced by" in (old.detail or "")
     queued = {d.object_key: d for d in pending_deletions(rt.metadata)}
     assert set(queued) == {victim.data_key, victim.index_key}

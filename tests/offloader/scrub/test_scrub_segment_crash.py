@@ -74,7 +74,7 @@ def test_sigkill_during_a_segment_repair_leaves_a_state_the_next_scrub_resolves(
         *((n, "repaired") for n in ids[1:]),
     ]
     if point != "after-commit":
-        assert rt.metadata.get_attempt(dead.attempt_id).state is AttemptState.SUPERSEDED
+        assert rt.metadata.attempts.get(dead.attempt_id).state is AttemptState.SUPERSEDED
     assert rt.metadata.segments.get(victim.segment_id).state is SegmentState.DELETED
     for n in ids:
         ledger = rt.metadata.get_ledger(T, n)

@@ -33,7 +33,9 @@ from offloader.metadata import (
     schema,
 )
 from offloader.metadata.backup import export_from, import_snapshot
-from offloader.metadata.segments import PieceRange, SegmentStore, covers
+from offloader.metadata.pieces import covers, release_deleted
+from offloader.metadata.records import PieceRange
+from offloader.metadata.segments import SegmentStore
 from offloader.policy import OffloadPolicy
 from offloader.runtime import Runtime
 
@@ -543,12 +545,12 @@ def test_a_ledger_sealed_longer_than_its_streamed_entries_is_not_settled(
 def delete_ledgers_below(rt: Runtime, below: int) -> list[int]:
     """Retention's steps for the ledgers below ``below``: mark deleting, the hot copies
     gone, then deleted (finish_deleted_ledgers releases segments on the way)."""
-    marked, queued = rt.metadata.mark_ledgers_deleting(T, below, 100)
+    marked, queued = rt.metadata.retention.mark_ledgers_deleting(T, below, 100)
     assert queued == 0  # streamed ledgers own no objects
     for ledger_id in marked:
         rt.hot.delete(T, ledger_id)
-    rt.metadata.mark_hot_copies_deleted(T, marked)
-    assert rt.metadata.finish_deleted_ledgers() == len(marked)
+    rt.metadata.retention.mark_hot_copies_deleted(T, marked)
+    assert rt.metadata.retention.finish_deleted_ledgers() == len(marked)
     return marked
 
 
@@ -561,10 +563,10 @@ def test_a_segment_is_released_once_every_ledger_it_holds_is_deleted(
     b = offloaded(rt, claim, "b", [(ids[1], 5, 9), (ids[2], 0, 9)])
 
     # deleting is not enough: the segment goes once its ledgers are deleted
-    rt.metadata.mark_ledgers_deleting(T, ids[2], 100)
+    rt.metadata.retention.mark_ledgers_deleting(T, ids[2], 100)
     assert store.get("a").state is SegmentState.OFFLOADED
     assert pending_deletions(rt.metadata) == []
-    rt.metadata.mark_hot_copies_deleted(T, ids[:2])
+    rt.metadata.retention.mark_hot_copies_deleted(T, ids[:2])
     for ledger_id in ids[:2]:
         rt.hot.delete(T, ledger_id)
 
@@ -575,10 +577,10 @@ def test_a_segment_is_released_once_every_ledger_it_holds_is_deleted(
             .where(schema.ledgers.c.topic == T, schema.ledgers.c.ledger_id == ids[0])
             .values(deletion_state=DeletionState.DELETED)
         )
-        assert store.release_deleted(conn, [T]) == 0
+        assert release_deleted(conn, [T]) == 0
     assert store.get("a").state is SegmentState.OFFLOADED
 
-    assert rt.metadata.finish_deleted_ledgers() == 1  # ids[1]
+    assert rt.metadata.retention.finish_deleted_ledgers() == 1  # ids[1]
     released = store.get("a")
     assert released.state is SegmentState.DELETED and released.version == a.version + 1
     assert store.get("b").state is SegmentState.OFFLOADED
@@ -595,4 +597,4 @@ def test_a_segment_is_released_once_every_ledger_it_holds_is_deleted(
     assert all(x.deletion_state is DeletionState.DELETED for x in rt.metadata.list_ledgers(T))
     assert {d.object_key for d in pending_deletions(rt.metadata)} == {"a-d", "a-i", "b-d", "b-i"}
     with rt.metadata.transaction() as conn:
-        assert store.release_deleted(conn, [T]) == 0  # once only
+        assert release_deleted(conn, [T]) == 0  # once only

@@ -147,7 +147,7 @@ def test_the_topics_that_stream(runtime: Runtime) -> None:
     run_streaming(rt, StreamRunParams(topic="turned-off"), owner="test")  # leaves it open
     topic = rt.metadata.get_topic("turned-off")
     rt.metadata.set_policy(topic, topic.policy.updated({"streaming": False}))
-    rt.metadata.delete_topic(rt.metadata.get_topic("gone"))
+    rt.metadata.retention.delete_topic(rt.metadata.get_topic("gone"))
     assert streaming_topics(rt.metadata) == ["on", "turned-off"]
     assert streaming_topics(rt.metadata, "plain") == ["plain"]
     with pytest.raises(TopicDeletedError, match=r"^topic 'gone' was deleted: nothing to stream$"):
