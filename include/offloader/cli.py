@@ -43,7 +43,6 @@ from offloader.rewrite.run import recover_stale_rewrites, run_rewrite
 from offloader.runtime import Runtime, check_database, upgrade_database
 from offloader.scrub import ScrubReport, run_scrub
 from offloader.settings import Settings
-from offloader.status import topic_tiers
 from offloader.stream.offloader import StreamingOffloader
 
 Handler = Callable[[argparse.Namespace, Runtime], tuple[Any, str]]
@@ -308,7 +307,7 @@ def cmd_metadata_rebuild(args: argparse.Namespace, rt: Runtime) -> tuple[Any, st
 
 def cmd_status(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     backlog = rt.metadata.deletions.backlog(rt.settings.gc_failing_tries)
-    tiers = topic_tiers(rt.metadata)
+    tiers = rt.metadata.topic_tiers()
     status = {
         "metadata_url": _redact_url(rt.settings.resolved_metadata_url),
         "object_store": rt.objects.url,

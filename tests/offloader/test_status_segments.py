@@ -9,7 +9,7 @@ from fixtures.backends import make_topic, produce_ledgers
 from offloader.gc.deletion_queue import drain_queue
 from offloader.metadata.records import Position, SegmentState
 from offloader.runtime import Runtime
-from offloader.status import tier_history, topic_tiers
+from offloader.status import tier_history
 from offloader.stream.offloader import StreamingOffloader
 
 TOPIC = "events"
@@ -28,7 +28,7 @@ def test_streamed_ledgers_and_segments_count_as_offloaded(runtime: Runtime) -> N
         "assigned": 1,
         "offloaded": len(committed),
     }
-    (tiers,) = topic_tiers(rt.metadata)
+    (tiers,) = rt.metadata.topic_tiers()
     assert tiers.offloaded_bytes == sum(s.data_len for s in committed)  # not in-flight parts
 
     offloader.run_pass(TOPIC, close_now=True)
@@ -39,7 +39,7 @@ def test_streamed_ledgers_and_segments_count_as_offloaded(runtime: Runtime) -> N
     counts = rt.metadata.counts()
     assert counts["segments_by_state"] == {"offloaded": len(segments)}
     assert counts["ledgers_by_state"]["sealed/offloaded/present"] == 3
-    (tiers,) = topic_tiers(rt.metadata)
+    (tiers,) = rt.metadata.topic_tiers()
     total = sum(s.data_len for s in segments)
     assert (tiers.offloaded_ledgers, tiers.offloaded_bytes) == (3, total)
     assert tier_history(rt.metadata)[-1].offloaded_bytes == total
@@ -68,7 +68,7 @@ def test_streamed_ledgers_and_segments_count_as_offloaded(runtime: Runtime) -> N
         "offloaded": len(segments) - len(gone),
     }
     left = total - sum(s.data_len for s in gone)
-    (tiers,) = topic_tiers(rt.metadata)
+    (tiers,) = rt.metadata.topic_tiers()
     assert tiers.offloaded_bytes == left
     assert tiers.offloaded_ledgers == 3 - last_ledger
     history = tier_history(rt.metadata)

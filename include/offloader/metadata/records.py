@@ -247,6 +247,20 @@ class DeletionBacklog(Record):
     failing: list[Deletion]
 
 
+class TopicTiers(Record):
+    """One topic's tiers now. Ledgers deleted by retention count nowhere; a ledger whose hot
+    copy is being deleted still counts as hot (its files may still be there)."""
+
+    topic: str
+    state: str
+    hot_ledgers: int
+    hot_bytes: int
+    offloaded_ledgers: int
+    offloaded_bytes: int
+    pending_deletions: int
+    oldest_pending_deletion_ms: int | None
+
+
 class StreamClaim(Record):
     """A pass's hold on a topic's stream: every commit it makes checks ``epoch``."""
 

@@ -31,7 +31,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
 from offloader.exceptions import AlreadyExistsError, CommitFailedError, NotFoundError
-from offloader.metadata import schema
+from offloader.metadata import schema, totals
 from offloader.metadata._rows import (
     cas,
     cas_ledger,
@@ -47,7 +47,7 @@ from offloader.metadata.clock import db_now
 from offloader.metadata.clock import now_ms as now_ms  # re-exported: the worker's clock
 from offloader.metadata.deletions import DeletionQueue
 from offloader.metadata.engine import Database, create_metadata_engine
-from offloader.metadata.locations import load_location, record_location
+from offloader.metadata.locations import list_locations, load_location, record_location
 from offloader.metadata.migrate import check_revision
 from offloader.metadata.records import (
     AttemptState,
@@ -56,8 +56,10 @@ from offloader.metadata.records import (
     Ledger,
     LedgerState,
     OffloadState,
+    SegmentState,
     Topic,
     TopicState,
+    TopicTiers,
 )
 from offloader.metadata.retention import RetentionStore
 from offloader.metadata.rewrites import RewriteStore
@@ -66,6 +68,10 @@ from offloader.objectstore.location import StoreLocation
 from offloader.policy import OffloadPolicy
 
 T, L, A, D = schema.topics, schema.ledgers, schema.offload_attempts, schema.deletion_queue
+G = schema.segments
+# segments whose keys are references: failed, replaced and deleted ones queued theirs
+REFERENCING_SEGMENTS = (SegmentState.ASSIGNED, SegmentState.CLOSING, SegmentState.OFFLOADED)
+OPEN_SEGMENTS = (SegmentState.ASSIGNED, SegmentState.CLOSING)  # their upload is live
 
 
 class MetadataStore(Database):
@@ -363,26 +369,80 @@ class MetadataStore(Database):
         with self.engine.connect() as conn:
             return load_location(conn, store_id)
 
-    # --- status --------------------------------------------------------------------------
-    def counts(self) -> dict[str, object]:
+    def list_locations(self) -> list[tuple[int, StoreLocation]]:
+        """Every recorded store location, by id: what the orphan sweep walks."""
         with self.engine.connect() as conn:
+            return list_locations(conn)
 
-            def grouped(*cols: sa.Column) -> dict[str, int]:
-                query = sa.select(*cols, sa.func.count()).group_by(*cols)
-                return {"/".join(str(v) for v in row[:-1]): row[-1] for row in conn.execute(query)}
+    # --- for people: totals, each topic's tiers, the tiers' history (metadata/totals.py) --
+    def counts(self) -> dict[str, object]:
+        """Rows by state, table by table, and the oldest pending deletion."""
+        with self.engine.connect() as conn:
+            return totals.counts(conn)
 
-            oldest = conn.execute(
-                sa.select(sa.func.min(D.c.enqueued_ms)).where(D.c.state == "pending")
-            ).scalar()
-            return {
-                "topics": conn.execute(sa.select(sa.func.count()).select_from(T)).scalar(),
-                "ledgers_by_state": grouped(L.c.state, L.c.offload_state, L.c.hot_state),
-                "attempts_by_state": grouped(A.c.state),
-                "deletions_by_state": grouped(D.c.state),
-                "oldest_pending_deletion_ms": oldest,
-                # streaming segments (PIP-76); streamed ledgers are in ledgers_by_state as
-                # offloaded, like the ones offloaded ledger by ledger
-                "segments_by_state": grouped(schema.segments.c.state),
-                # who wrote them: the stream, or a rewrite (compaction, format migration)
-                "segments_by_origin": grouped(schema.segments.c.origin, schema.segments.c.state),
-            }
+    def topic_tiers(self) -> list[TopicTiers]:
+        """Per topic (deleted ones too) its bytes and ledgers in each tier, and its
+        pending deletions."""
+        with self.engine.connect() as conn:
+            return totals.topic_tiers(conn)
+
+    def tier_changes(self) -> list[tuple[int, int, int]]:
+        """Every change of bytes per tier as (at_ms, hot delta, offloaded delta)."""
+        with self.engine.connect() as conn:
+            return totals.tier_changes(conn)
+
+    # --- for the orphan sweep ------------------------------------------------------------
+    def referenced_keys(self, keys: Iterable[str]) -> set[str]:
+        """Which of ``keys`` the metadata references, in one statement: a ledger's data or
+        index key; an attempt's while it is started or committed; a segment's while it is
+        assigned, closing or offloaded, whoever wrote it; a pending deletion's. Keys of
+        failed and superseded attempts, and of failed, replaced and deleted segments, are
+        not references: those queued their keys (gc/sweep.py's module doc says why)."""
+        keys = list(keys)
+        if not keys:
+            return set()
+        kept = (AttemptState.STARTED, AttemptState.COMMITTED)
+        segments = [s.value for s in REFERENCING_SEGMENTS]
+        query = sa.union_all(
+            sa.select(L.c.data_key.label("k")).where(L.c.data_key.in_(keys)),
+            sa.select(L.c.index_key).where(L.c.index_key.in_(keys)),
+            sa.select(A.c.data_key).where(A.c.data_key.in_(keys), A.c.state.in_(kept)),
+            sa.select(A.c.index_key).where(A.c.index_key.in_(keys), A.c.state.in_(kept)),
+            sa.select(G.c.data_key).where(G.c.data_key.in_(keys), G.c.state.in_(segments)),
+            sa.select(G.c.index_key).where(G.c.index_key.in_(keys), G.c.state.in_(segments)),
+            sa.select(D.c.object_key).where(D.c.object_key.in_(keys), D.c.state == "pending"),
+        )
+        with self.engine.connect() as conn:
+            return set(conn.execute(query).scalars())
+
+    def live_attempt_keys(self, keys: Iterable[str]) -> set[str]:
+        """Which of ``keys`` belong to a live attempt: started, still named by its ledger, and
+        its lease not over on the database's clock (invariant 6)."""
+        keys = list(keys)
+        if not keys:
+            return set()
+        live = sa.and_(
+            A.c.state == AttemptState.STARTED,
+            L.c.attempt_id == A.c.attempt_id,
+            L.c.attempt_lease_ms > db_now(),
+        )
+        joined = A.join(L, sa.and_(L.c.topic == A.c.topic, L.c.ledger_id == A.c.ledger_id))
+        selected = sa.select(A.c.data_key.label("k")).select_from(joined)
+        query = sa.union_all(
+            selected.where(live, A.c.data_key.in_(keys)),
+            sa.select(A.c.index_key).select_from(joined).where(live, A.c.index_key.in_(keys)),
+        )
+        with self.engine.connect() as conn:
+            return set(conn.execute(query).scalars())
+
+    def open_segment_uploads(self, keys: Iterable[str]) -> set[tuple[str, str]]:
+        """(data key, upload id) of the assigned or closing segments among ``keys``: the
+        multipart uploads a streaming pass still adds parts to or completes."""
+        keys = list(keys)
+        if not keys:
+            return set()
+        query = sa.select(G.c.data_key, G.c.upload_id).where(
+            G.c.data_key.in_(keys), G.c.state.in_(OPEN_SEGMENTS), G.c.upload_id.is_not(None)
+        )
+        with self.engine.connect() as conn:
+            return {(key, upload_id) for key, upload_id in conn.execute(query)}

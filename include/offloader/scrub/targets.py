@@ -15,9 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-import sqlalchemy as sa
-
-from offloader.metadata import Ledger, MetadataStore, schema
+from offloader.metadata import Ledger, MetadataStore
 from offloader.metadata.records import Segment, SegmentState
 from offloader.objectstore.location import StoreLocation
 
@@ -116,25 +114,11 @@ def plan_scrub(metadata: MetadataStore, topics: Sequence[str] | None = None) -> 
     for name in names:
         for ledger in _offloaded(metadata.list_ledgers(name, live=True)):
             targets.append(ScrubTarget.of(ledger, location_of(ledger.store_id)))
-        pieces = _segment_pieces(metadata, name)
+        pieces = metadata.segments.offloaded_pieces(name)
         for segment in metadata.segments.of_topic(name, [SegmentState.OFFLOADED]):
-            targets.append(
-                ScrubTarget.of_segment(
-                    segment, pieces.get(segment.segment_id, []), location_of(segment.store_id)
-                )
-            )
+            ranges = [(p.ledger_id, p.first, p.last) for p in pieces.get(segment.segment_id, [])]
+            targets.append(ScrubTarget.of_segment(segment, ranges, location_of(segment.store_id)))
     return targets
-
-
-def _segment_pieces(metadata: MetadataStore, topic: str) -> dict[str, list[tuple[int, int, int]]]:
-    """Per segment of ``topic``, the ledger ranges recorded when it was committed."""
-    SL = schema.segment_ledgers
-    query = sa.select(SL.c.segment_id, SL.c.ledger_id, SL.c.first_entry_id, SL.c.last_entry_id)
-    pieces: dict[str, list[tuple[int, int, int]]] = {}
-    with metadata.engine.connect() as conn:
-        for segment_id, ledger_id, first, last in conn.execute(query.where(SL.c.topic == topic)):
-            pieces.setdefault(segment_id, []).append((ledger_id, first, last))
-    return pieces
 
 
 def check_topics(metadata: MetadataStore, topics: Sequence[str] | None = None) -> list[str]:

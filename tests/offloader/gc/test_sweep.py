@@ -31,7 +31,6 @@ from offloader.gc.sweep import (
     StaleUpload,
     StoreSweep,
     SweepResult,
-    referenced_keys,
     sweep,
 )
 from offloader.metadata import Attempt, Ledger, Position
@@ -249,9 +248,9 @@ def test_a_lookup_answers_for_the_keys_asked_and_only_those(swept: Runtime) -> N
     every |= {started.data_key, started.index_key, data, index, queued}
     assert len(every) == 2 * len(offloaded) + 5
     stranger, _ = ledger_object_keys(str(uuid.uuid4()), 1)
-    assert referenced_keys(rt.metadata, [*every, stranger]) == every
+    assert rt.metadata.referenced_keys([*every, stranger]) == every
     # every branch of the union has rows here, and none of them is what was asked
-    assert referenced_keys(rt.metadata, [stranger]) == set()
+    assert rt.metadata.referenced_keys([stranger]) == set()
 
 
 def test_paging_looks_up_every_page(swept: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -263,13 +262,13 @@ def test_paging_looks_up_every_page(swept: Runtime, monkeypatch: pytest.MonkeyPa
     planted = plant(rt, 5)
     time.sleep(GRACE + 1.5)
     lookups: list[int] = []
-    referenced_keys = sweep_module.referenced_keys
+    referenced_keys = rt.metadata.referenced_keys
 
-    def counted(metadata: object, keys: list[str]) -> set[str]:
+    def counted(keys: list[str]) -> set[str]:
         lookups.append(len(keys))
-        return referenced_keys(rt.metadata, keys)
+        return referenced_keys(keys)
 
-    monkeypatch.setattr(sweep_module, "referenced_keys", counted)
+    monkeypatch.setattr(rt.metadata, "referenced_keys", counted)
     result = sweep(rt.metadata, rt.stores, rt.settings)
     assert result.stores[0].queued == 5
     assert pending(rt) == dict.fromkeys(planted, ORPHAN_REASON)
@@ -569,13 +568,13 @@ def test_uploads_are_looked_up_a_page_at_a_time(
     rt = swept
     monkeypatch.setattr(sweep_module, "PAGE", 2)
     lookups: list[list[str]] = []
-    live_attempt_keys = sweep_module.live_attempt_keys
+    live_attempt_keys = rt.metadata.live_attempt_keys
 
-    def counted(metadata: object, keys: list[str]) -> set[str]:
+    def counted(keys: list[str]) -> set[str]:
         lookups.append(list(keys))
-        return live_attempt_keys(rt.metadata, keys)
+        return live_attempt_keys(keys)
 
-    monkeypatch.setattr(sweep_module, "live_attempt_keys", counted)
+    monkeypatch.setattr(rt.metadata, "live_attempt_keys", counted)
     uploads = [
         rt.objects.create_multipart(ledger_object_keys(str(uuid.uuid4()), 300 + n)[0])
         for n in range(5)

@@ -14,7 +14,7 @@ import pytest
 from fixtures.backends import make_topic, produce_ledgers
 from fixtures.metadata import pending_deletions
 from offloader.gc.deletion_queue import process_deletions
-from offloader.gc.sweep import ORPHAN_REASON, open_segment_uploads, sweep
+from offloader.gc.sweep import ORPHAN_REASON, sweep
 from offloader.metadata import Position, schema
 from offloader.metadata.records import SegmentState
 from offloader.offload.keys import (
@@ -204,6 +204,6 @@ def test_open_segment_uploads_answer_for_the_keys_asked_with_recorded_uploads(rt
     recorded, unrecorded = segments["recorded"], segments["unrecorded"]
     assert recorded.state is unrecorded.state is SegmentState.ASSIGNED
     both = [recorded.data_key, unrecorded.data_key]
-    assert open_segment_uploads(rt.metadata, both) == {(recorded.data_key, upload.upload_id)}
-    assert open_segment_uploads(rt.metadata, [unrecorded.data_key]) == set()
+    assert rt.metadata.open_segment_uploads(both) == {(recorded.data_key, upload.upload_id)}
+    assert rt.metadata.open_segment_uploads([unrecorded.data_key]) == set()
     rt.objects.abort_multipart(upload)
