@@ -533,7 +533,7 @@ def rebuild_from_objects(engine: Engine, store: ObjectStore, location: Any) -> R
         for table, rows in (
             (schema.ledgers, streamed.ledgers),
             (schema.segments, streamed.segments),
-            (schema.segment_ledgers, streamed.pieces),
+            (schema.pieces, streamed.pieces),
         ):
             for start in range(0, len(rows), ROWS_PER_INSERT):
                 conn.execute(table.insert(), rows[start : start + ROWS_PER_INSERT])

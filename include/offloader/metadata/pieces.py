@@ -1,5 +1,5 @@
 """A ledger's pieces in segments: which entries of which ledger an offloaded segment holds
-(the ``segment_ledgers`` table), written when the segment is committed,
+(``schema.pieces``, SQL table ``segment_ledgers``), written when the segment is committed,
 by the stream (metadata/segments.py) or a rewrite (metadata/rewrites.py); and what follows
 from them, in the transaction that changes them.
 
@@ -33,7 +33,7 @@ from offloader.metadata.records import (
     SegmentState,
 )
 
-G, SL, L = schema.segments, schema.segment_ledgers, schema.ledgers
+G, SL, L = schema.segments, schema.pieces, schema.ledgers
 
 
 def record_pieces(conn: Connection, segment: Segment, pieces: Sequence[PieceRange]) -> None:

@@ -339,8 +339,9 @@ class SegmentPart(Record):
         return Position(ledger_id=self.last_ledger_id, entry_id=self.last_entry_id)
 
 
-class LedgerPieceRecord(Record):
-    """Entries ``first_entry_id..last_entry_id`` of a streamed ledger in one segment."""
+class Piece(Record):
+    """A ledger's piece: entries ``first_entry_id..last_entry_id`` of a streamed ledger in
+    one offloaded segment (a row of ``schema.pieces``, with its segment)."""
 
     segment: Segment
     ledger_id: int

@@ -27,7 +27,7 @@ from offloader.metadata.records import (
     SegmentState,
 )
 
-G, SL, L = schema.segments, schema.segment_ledgers, schema.ledgers
+G, SL, L = schema.segments, schema.pieces, schema.ledgers
 
 
 def v1_sources(ledgers: Sequence[Ledger]) -> sa.ColumnElement[bool]:

@@ -59,7 +59,7 @@ from offloader.metadata.rewrite_sources import (
     v1_sources,
 )
 
-G, SL, L, A = schema.segments, schema.segment_ledgers, schema.ledgers, schema.offload_attempts
+G, SL, L, A = schema.segments, schema.pieces, schema.ledgers, schema.offload_attempts
 REWRITE = G.c.origin == SegmentOrigin.REWRITE
 
 

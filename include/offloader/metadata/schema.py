@@ -230,9 +230,10 @@ segment_parts = Table(
     ForeignKeyConstraint(["segment_id"], ["segments.segment_id"], name="fk_segment_parts_segment"),
 )
 
-# Which entries of which ledger an offloaded segment holds, written when it is committed:
-# reads find a streamed ledger's pieces here, retention the segments a ledger keeps alive.
-segment_ledgers = Table(
+# Which entries of which ledger an offloaded segment holds (a ledger's pieces), written when
+# it is committed: reads find a streamed ledger's pieces here, retention the segments a
+# ledger keeps alive. Its SQL name stays segment_ledgers (the schema is a contract).
+pieces = Table(
     "segment_ledgers",
     metadata,
     Column("segment_id", String(36), primary_key=True),

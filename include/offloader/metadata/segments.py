@@ -29,7 +29,7 @@ from offloader.metadata.deletions import queue_keys
 from offloader.metadata.engine import Database
 from offloader.metadata.pieces import record_pieces, settle, settle_topic
 from offloader.metadata.records import (
-    LedgerPieceRecord,
+    Piece,
     PieceRange,
     Position,
     Segment,
@@ -40,7 +40,7 @@ from offloader.metadata.records import (
 )
 from offloader.metadata.streams import claim_stream, fence, release_stream
 
-G, P, SL = schema.segments, schema.segment_parts, schema.segment_ledgers
+G, P, SL = schema.segments, schema.segment_parts, schema.pieces
 
 OPEN_STATES = (SegmentState.ASSIGNED, SegmentState.CLOSING)
 STREAM = G.c.origin == SegmentOrigin.STREAM  # the stream's own segments, not rewrites'
@@ -114,7 +114,7 @@ class SegmentStore:
             ).mappings()
             return [SegmentPart.model_validate(dict(r)) for r in rows]
 
-    def pieces(self, topic: str, ledger_id: int) -> list[LedgerPieceRecord]:
+    def pieces(self, topic: str, ledger_id: int) -> list[Piece]:
         """Where a streamed ledger's entries are: its ranges in offloaded segments, in
         entry order."""
         query = (
@@ -131,7 +131,7 @@ class SegmentStore:
             rows = conn.execute(query).mappings().all()
         segment_columns = set(G.c.keys())
         return [
-            LedgerPieceRecord(
+            Piece(
                 segment=Segment.model_validate({k: r[k] for k in segment_columns}),
                 ledger_id=ledger_id,
                 first_entry_id=r["first_entry_id"],

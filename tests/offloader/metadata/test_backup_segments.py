@@ -181,7 +181,7 @@ def test_rebuild_skips_damaged_overlapping_and_partial_segments(
 
 
 def _ranges(rt: Runtime, segment: Segment) -> list[sa.Row]:
-    SL = schema.segment_ledgers
+    SL = schema.pieces
     query = sa.select(SL.c.ledger_id).where(SL.c.segment_id == segment.segment_id)
     with rt.metadata.engine.connect() as conn:
         return list(conn.execute(query))

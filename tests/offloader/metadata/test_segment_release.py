@@ -161,7 +161,7 @@ def test_a_piece_of_an_unrecorded_ledger_keeps_its_segment(runtime: Runtime) -> 
         offloaded(rt, claim, "b", [(unrecorded + 1, 5, 9)]),
         offloaded(rt, claim, "d", [(unrecorded + 2, 0, 9)]),
     ]
-    SL = schema.segment_ledgers
+    SL = schema.pieces
     with rt.metadata.transaction() as conn:
         conn.execute(SL.delete().where(SL.c.segment_id == "d"))
     set_state(rt, deleted, "deleted")

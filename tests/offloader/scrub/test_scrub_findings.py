@@ -496,7 +496,7 @@ def test_a_segment_whose_recorded_ranges_are_short_holds_more_entries(runtime: R
     """The metadata store recorded ledger 1 from entry 1: the index disagrees, and the clean
     blocks hold one entry more than the recorded ranges."""
     segment, _, ids = one_segment(runtime)
-    SL = schema.segment_ledgers
+    SL = schema.pieces
     with runtime.metadata.engine.begin() as conn:
         conn.execute(
             SL.update()

@@ -130,7 +130,7 @@ def test_index_and_metadata_damage(runtime: Runtime, damage: str) -> None:
         overwrite_object(rt.objects, victim.data_key, lambda data: data[:-100])
         kind, key, words = FindingKind.TRUNCATED, victim.data_key, "truncated"
     else:  # the metadata store's ranges disagree with the index
-        SL = schema.segment_ledgers
+        SL = schema.pieces
         with rt.metadata.engine.begin() as conn:
             conn.execute(
                 SL.update()

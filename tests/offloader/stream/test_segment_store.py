@@ -65,7 +65,7 @@ def snapshot(rt: Runtime) -> dict[str, list[Any]]:
         schema.streams,
         schema.segments,
         schema.segment_parts,
-        schema.segment_ledgers,
+        schema.pieces,
         schema.deletion_queue,
         schema.ledgers,
     )
@@ -208,7 +208,7 @@ def test_assign_records_the_keys_and_refuses_while_a_segment_is_open(
         assign(rt, claim, "b", pos(ids[2], 0))
     with pytest.raises(ValueError, match="before the segment's begin"):
         assign(rt, claim, "c", pos(ids[2], 5), planned_end=pos(ids[2], 4))
-    assert [s.segment_id for s in store.list(T)] == ["a"]
+    assert [s.segment_id for s in store.of_topic(T)] == ["a"]
 
 
 def test_each_step_moves_only_its_segment_one_version_on(rt: Runtime, store: SegmentStore) -> None:
@@ -252,8 +252,8 @@ def test_an_open_rewrite_segment_is_not_the_stream_s(rt: Runtime, store: Segment
     assert rewrite.is_open and rewrite.seq > committed.seq
     assert store.current(T) is None
     assert assign(rt, claim, "b", pos(ids[1], 0)).state is SegmentState.ASSIGNED
-    assert [x.segment_id for x in store.list(T)] == ["a", "r", "b"]
-    assert [x.segment_id for x in store.list(T, [SegmentState.OFFLOADED])] == ["a"]
+    assert [x.segment_id for x in store.of_topic(T)] == ["a", "r", "b"]
+    assert [x.segment_id for x in store.of_topic(T, [SegmentState.OFFLOADED])] == ["a"]
 
 
 def test_assign_refuses_a_begin_at_or_below_the_committed_end(

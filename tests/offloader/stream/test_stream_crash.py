@@ -190,7 +190,7 @@ def _is_stopped(pid: int) -> bool:
 
 
 def snapshot(rt: Runtime) -> dict[str, Any]:
-    tables = (schema.streams, schema.segments, schema.segment_parts, schema.segment_ledgers)
+    tables = (schema.streams, schema.segments, schema.segment_parts, schema.pieces)
     with rt.metadata.engine.connect() as conn:
         rows = {
             t.name: sorted(map(tuple, conn.execute(sa.select(t)).all()), key=repr) for t in tables
