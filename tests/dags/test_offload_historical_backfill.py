@@ -128,7 +128,7 @@ def test_backfill_offloads_exactly_its_range_and_again_changes_nothing(tmp_path:
         }
         attempts = committed_attempts(settings)
         assert {k: len(v) for k, v in attempts.items()} == dict.fromkeys(in_range, 1)
-        assert {k: [ledgers[k].offload_uuid] for k in in_range} == attempts
+        assert {k: [ledgers[k].offload_attempt_id] for k in in_range} == attempts
         objects = sorted(p.name for p in (tmp_path / "data").rglob("*") if p.is_file())
 
         # the same range again, its completed runs reprocessed: nothing changes

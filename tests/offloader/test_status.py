@@ -92,12 +92,12 @@ def test_an_attempts_leftovers_count_for_its_topic_and_sweep_orphans_for_none(
     [ledger_id] = produce_ledgers(rt, "orders", [(10, 1000)])
     LedgerOffloader(rt).offload_topic("orders", up_to=ledger_id)
     ledger = rt.metadata.get_ledger("orders", ledger_id)
-    assert ledger.offload_uuid and ledger.store_id is not None
+    assert ledger.offload_attempt_id and ledger.store_id is not None
     rt.metadata.deletions.enqueue(
         ["a/data", "a/index"],
         "lost attempt",
         store_id=ledger.store_id,
-        attempt_id=ledger.offload_uuid,
+        attempt_id=ledger.offload_attempt_id,
     )
     rt.metadata.deletions.enqueue(["orphan"], "sweep", store_id=ledger.store_id)
     [orders] = rt.metadata.topic_tiers()

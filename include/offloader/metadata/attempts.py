@@ -445,10 +445,10 @@ def _supersede_replaced(
     them (``commit_replacement`` of a ledger offloaded in mode ``ledger``)."""
     detail = f"replaced by {attempt.attempt_id}: {reason}"
     keys = [k for k in (old.data_key, old.index_key) if k is not None]
-    queue_keys(conn, keys, f"replaced: {reason}", old.offload_uuid, old.store_id, grace_ms)
+    queue_keys(conn, keys, f"replaced: {reason}", old.offload_attempt_id, old.store_id, grace_ms)
     conn.execute(
         A.update()
-        .where(A.c.attempt_id == old.offload_uuid, A.c.state == AttemptState.COMMITTED)
+        .where(A.c.attempt_id == old.offload_attempt_id, A.c.state == AttemptState.COMMITTED)
         .values(state=AttemptState.SUPERSEDED, detail=detail[:2000])
     )
 

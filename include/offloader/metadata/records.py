@@ -143,6 +143,12 @@ class Topic(Record):
 
 
 class Ledger(Record):
+    # the committed attempt's id is offload_attempt_id here, the column (and every output:
+    # ``ledger list --json``, snapshots) keeps its name offload_uuid
+    model_config = ConfigDict(
+        frozen=True, validate_by_name=True, validate_by_alias=True, serialize_by_alias=True
+    )
+
     topic: str
     ledger_id: int
     version: int
@@ -155,7 +161,7 @@ class Ledger(Record):
     offload_epoch: int
     attempt_id: str | None
     attempt_lease_ms: int | None
-    offload_uuid: str | None
+    offload_attempt_id: str | None = Field(alias="offload_uuid")  # the committed attempt
     data_key: str | None
     index_key: str | None
     data_len: int | None

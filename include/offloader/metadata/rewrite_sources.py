@@ -39,7 +39,7 @@ def v1_sources(ledgers: Sequence[Ledger]) -> sa.ColumnElement[bool]:
     return sa.and_(
         L.c.topic == ledgers[0].topic,
         sa.tuple_(L.c.ledger_id, L.c.offload_uuid).in_(
-            [(x.ledger_id, x.offload_uuid) for x in ledgers]
+            [(x.ledger_id, x.offload_attempt_id) for x in ledgers]
         ),
         L.c.offload_state == OffloadState.OFFLOADED,
         L.c.offload_mode == OffloadMode.LEDGER,
@@ -82,7 +82,8 @@ def ledger_change(conn: Connection, ledger: Ledger) -> str:
     elif now.offload_mode is not OffloadMode.LEDGER or not now.is_offloaded:
         why = f"is {now.offload_state} in mode {now.offload_mode} (already rewritten?)"
     else:  # the only other way to stop being the source it was read as (v1_sources)
-        why = f"was offloaded again (attempt {now.offload_uuid}, was {ledger.offload_uuid})"
+        was = ledger.offload_attempt_id
+        why = f"was offloaded again (attempt {now.offload_attempt_id}, was {was})"
     return f"{what} {why}: the rewrite of it is called off"
 
 

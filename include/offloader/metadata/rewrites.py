@@ -283,7 +283,7 @@ class RewriteStore:
             dict(
                 object_key=key,
                 reason=reason,
-                attempt_id=x.offload_uuid,
+                attempt_id=x.offload_attempt_id,
                 state="pending",
                 tries=0,
                 store_id=x.store_id,
@@ -296,7 +296,7 @@ class RewriteStore:
         conn.execute(
             A.update()
             .where(
-                A.c.attempt_id.in_([x.offload_uuid for x in ledgers]),
+                A.c.attempt_id.in_([x.offload_attempt_id for x in ledgers]),
                 A.c.state == AttemptState.COMMITTED,
             )
             .values(state=AttemptState.SUPERSEDED, detail=reason)

@@ -96,7 +96,10 @@ class BatchOffloader:
             outcome = Outcome.ALREADY_OFFLOADED if ledger.is_offloaded else Outcome.IN_PROGRESS
             outcome = outcome if ledger.is_live else Outcome.TRIMMED
             results[ledger.ledger_id] = OffloadResult(
-                ledger.topic, ledger.ledger_id, outcome, ledger.offload_uuid or ledger.attempt_id
+                ledger.topic,
+                ledger.ledger_id,
+                outcome,
+                ledger.offload_attempt_id or ledger.attempt_id,
             )
         if not attempts:
             return results
@@ -117,7 +120,7 @@ class BatchOffloader:
             return OffloadResult(ledger.topic, ledger.ledger_id, Outcome.TRIMMED)
         if ledger.is_offloaded:
             return OffloadResult(
-                ledger.topic, ledger.ledger_id, Outcome.ALREADY_OFFLOADED, ledger.offload_uuid
+                ledger.topic, ledger.ledger_id, Outcome.ALREADY_OFFLOADED, ledger.offload_attempt_id
             )
         if ledger.entry_count == 0:  # the single-ledger path owns the empty-ledger rule
             return self.offloader.offload_ledger(ledger.topic, ledger.ledger_id)

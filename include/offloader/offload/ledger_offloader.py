@@ -101,7 +101,9 @@ class LedgerOffloader:
         if not ledger.is_live or ledger_id < self.metadata.get_topic(topic).start_ledger_id:
             return OffloadResult(topic, ledger_id, Outcome.TRIMMED)  # below the start
         if ledger.is_offloaded:
-            return OffloadResult(topic, ledger_id, Outcome.ALREADY_OFFLOADED, ledger.offload_uuid)
+            return OffloadResult(
+                topic, ledger_id, Outcome.ALREADY_OFFLOADED, ledger.offload_attempt_id
+            )
         if ledger.state is not LedgerState.SEALED:
             raise ValueError(f"ledger {topic}/{ledger_id} is open; only sealed ledgers move")
         if ledger.entry_count == 0:
@@ -122,7 +124,7 @@ class LedgerOffloader:
         self,
         topic: str,
         ledger_id: int,
-        replaced_uuid: str | None,
+        replaced_attempt_id: str | None,
         reason: str,
         *,
         source: EntrySource = EntrySource.HOT,
@@ -131,7 +133,7 @@ class LedgerOffloader:
         CAS commit exactly as a first offload, then what it was offloaded as is let go in
         the commit's transaction (``AttemptStore.commit_replacement``).
 
-        ``replaced_uuid`` is what the caller saw the ledger offloaded as: the attempt whose
+        ``replaced_attempt_id`` is what the caller saw the ledger offloaded as: the attempt whose
         objects are replaced (mode ``ledger``; scrub's repair of damaged objects), or None
         for a ledger offloaded in mode ``stream`` (its entries in segments: a damaged
         segment's repair, or a migration back to v1). ALREADY_OFFLOADED if the ledger is
@@ -141,8 +143,10 @@ class LedgerOffloader:
         ledger = self.metadata.get_ledger(topic, ledger_id)
         if not ledger.is_live or ledger_id < self.metadata.get_topic(topic).start_ledger_id:
             return OffloadResult(topic, ledger_id, Outcome.TRIMMED)
-        if not offloaded_as(ledger, replaced_uuid):
-            return OffloadResult(topic, ledger_id, Outcome.ALREADY_OFFLOADED, ledger.offload_uuid)
+        if not offloaded_as(ledger, replaced_attempt_id):
+            return OffloadResult(
+                topic, ledger_id, Outcome.ALREADY_OFFLOADED, ledger.offload_attempt_id
+            )
         hot = source is EntrySource.HOT
         if hot and (not ledger.has_hot_copy or not self.runtime.hot.exists(topic, ledger_id)):
             raise HotLedgerMissingError(
@@ -314,15 +318,15 @@ class LedgerOffloader:
             log.exception("could not record the failure of attempt %s", attempt.attempt_id)
 
 
-def offloaded_as(ledger: Ledger, offload_uuid: str | None) -> bool:
-    """``ledger`` is offloaded on the objects of attempt ``offload_uuid``, or, ``offload_uuid``
+def offloaded_as(ledger: Ledger, attempt_id: str | None) -> bool:
+    """``ledger`` is offloaded on the objects of attempt ``attempt_id``, or, ``attempt_id``
     None, on segments (mode ``stream``: the segments holding a stream-mode ledger change
     only with its row, so the mode and the row's version say which ones)."""
     if not ledger.is_offloaded:
         return False
-    if offload_uuid is None:
+    if attempt_id is None:
         return ledger.offload_mode is OffloadMode.STREAM
-    return ledger.offload_uuid == offload_uuid
+    return ledger.offload_attempt_id == attempt_id
 
 
 def _as_recorded(

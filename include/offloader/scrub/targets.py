@@ -79,12 +79,12 @@ class ScrubTarget:
 
     @classmethod
     def of(cls, ledger: Ledger, location: StoreLocation | None) -> ScrubTarget:
-        assert ledger.offload_uuid is not None
+        assert ledger.offload_attempt_id is not None
         assert ledger.data_key is not None and ledger.index_key is not None
         return cls(
             topic=ledger.topic,
             ledger_id=ledger.ledger_id,
-            offload_uuid=ledger.offload_uuid,
+            offload_uuid=ledger.offload_attempt_id,
             data_key=ledger.data_key,
             index_key=ledger.index_key,
             data_len=ledger.data_len,
@@ -138,5 +138,5 @@ def _offloaded(ledgers: Iterable[Ledger]) -> list[Ledger]:
     return [
         x
         for x in ledgers
-        if x.is_offloaded and x.offload_uuid is not None and x.data_key and x.index_key
+        if x.is_offloaded and x.offload_attempt_id is not None and x.data_key and x.index_key
     ]

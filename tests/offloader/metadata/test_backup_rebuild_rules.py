@@ -109,9 +109,9 @@ def test_a_tie_between_own_objects_and_segments_goes_to_the_own_objects(
     assert _modes(rebuilt) == dict.fromkeys(ids, OffloadMode.LEDGER)
     for n, ledger in own.items():
         got = rebuilt.metadata.get_ledger(TOPIC, n)
-        assert (got.index_key, got.offload_uuid, got.offloaded_ms) == (
+        assert (got.index_key, got.offload_attempt_id, got.offloaded_ms) == (
             ledger.index_key,
-            ledger.offload_uuid,
+            ledger.offload_attempt_id,
             tie,
         )
     assert sorted(result.skipped) == sorted(
@@ -153,7 +153,7 @@ def test_older_own_objects_give_way_to_the_segments_naming_each(
     assert _modes(rebuilt) == dict.fromkeys(ids, OffloadMode.STREAM)
     for n in ids:
         got = rebuilt.metadata.get_ledger(TOPIC, n)
-        assert (got.data_key, got.offload_uuid, got.offloaded_ms) == (None, None, newer)
+        assert (got.data_key, got.offload_attempt_id, got.offloaded_ms) == (None, None, newer)
         assert got.hot_deleted_ms is not None and before <= got.hot_deleted_ms <= after
     assert _digests(rebuilt) == digests
 

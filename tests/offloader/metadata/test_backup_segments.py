@@ -123,7 +123,7 @@ def test_rebuild_recovers_segments_and_streamed_ledgers(runtime: Runtime, fresh:
         assert after.offload_mode is OffloadMode.STREAM and after.is_offloaded
         assert (after.entry_count, after.size_bytes) == (before.entry_count, before.size_bytes)
         assert (after.created_ms, after.sealed_ms) == (before.created_ms, before.sealed_ms)
-        assert (after.data_key, after.offload_uuid, after.store_id) == (None, None, None)
+        assert (after.data_key, after.offload_attempt_id, after.store_id) == (None, None, None)
         assert after.hot_state is HotState.DELETED
     assert all(s.begin >= o.begin for s, o in zip(again, segments, strict=True))
     for ledger_id in ledgers:

@@ -26,23 +26,26 @@ def test_the_swap_supersedes_only_the_replaced_attempt(runtime: Runtime) -> None
     reason = "crc mismatch " + "x" * 3000  # a long reason is cut to the column's 2,000
     swapped = rt.metadata.attempts.commit_replacement(attempt, 123, reason)
 
-    assert (swapped.offload_uuid, swapped.data_key, swapped.index_key, swapped.data_len) == (
+    assert (swapped.offload_attempt_id, swapped.data_key, swapped.index_key, swapped.data_len) == (
         "repl",
         "repl-d",
         "repl-i",
         123,
     )
     assert swapped.attempt_id is None and swapped.version > first.version
-    old = rt.metadata.attempts.get(first.offload_uuid or "")
+    old = rt.metadata.attempts.get(first.offload_attempt_id or "")
     assert old.state is AttemptState.SUPERSEDED
     assert old.detail == f"replaced by repl: {reason}"[:2000]
     new = rt.metadata.attempts.get("repl")
     assert new.state is AttemptState.COMMITTED and new.finished_ms is not None
     # the other ledger's committed attempt is untouched
-    assert rt.metadata.attempts.get(second.offload_uuid or "").state is AttemptState.COMMITTED
+    assert rt.metadata.attempts.get(second.offload_attempt_id or "").state is AttemptState.COMMITTED
     assert rt.metadata.get_ledger("orders", second.ledger_id) == second
     queued = {(d.object_key, d.attempt_id) for d in pending_deletions(rt.metadata)}
-    assert queued == {(first.data_key, first.offload_uuid), (first.index_key, first.offload_uuid)}
+    assert queued == {
+        (first.data_key, first.offload_attempt_id),
+        (first.index_key, first.offload_attempt_id),
+    }
     assert {d.reason for d in pending_deletions(rt.metadata)} == {f"replaced: {reason}"[:255]}
 
 

@@ -114,7 +114,7 @@ def test_commit_offloads_records_each_ledgers_own_offload(store: MetadataStore) 
         assert ledger.version == old.version + 2  # begin, commit
         assert ledger.offload_state is OffloadState.OFFLOADED
         assert (ledger.attempt_id, ledger.attempt_lease_ms) == (None, None)
-        assert (ledger.offload_uuid, ledger.data_key, ledger.index_key) == (
+        assert (ledger.offload_attempt_id, ledger.data_key, ledger.index_key) == (
             attempt.attempt_id,
             attempt.data_key,
             attempt.index_key,

@@ -50,7 +50,7 @@ def test_worker_ahead_cannot_supersede_a_live_attempt(
     assert (current.attempt_id, current.version) == ("live", ledger.version)
     assert store.attempts.get("live").state is AttemptState.STARTED
     assert pending_deletions(store) == []
-    assert store.attempts.commit(live, 1).offload_uuid == "live"
+    assert store.attempts.commit(live, 1).offload_attempt_id == "live"
 
 
 def test_worker_behind_supersedes_an_expired_attempt(

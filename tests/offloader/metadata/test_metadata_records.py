@@ -210,7 +210,7 @@ def test_a_commit_records_where_the_offload_went(store: MetadataStore) -> None:
         None,
         None,
     )
-    assert (committed.offload_uuid, committed.data_key, committed.index_key) == (
+    assert (committed.offload_attempt_id, committed.data_key, committed.index_key) == (
         "a1",
         "a1-d",
         "a1-i",

@@ -71,7 +71,7 @@ def test_attempt_commit_is_compare_and_set(store: MetadataStore) -> None:
     with pytest.raises(CommitFailedError, match="in flight"):
         begin(store, ledger, "a2")
     committed = store.attempts.commit(attempt, 1234)
-    assert committed.is_offloaded and committed.offload_uuid == "a1"
+    assert committed.is_offloaded and committed.offload_attempt_id == "a1"
     assert committed.data_key == "a1-d" and committed.data_len == 1234
     with pytest.raises(CommitFailedError):
         store.attempts.commit(attempt, 1234)
@@ -92,7 +92,7 @@ def test_expired_attempt_is_superseded_and_its_objects_queued(store: MetadataSto
         store.attempts.commit(stale, 1)
     store.attempts.fail(stale, "lost")
     assert [d.object_key for d in pending_deletions(store)].count("old-d") == 2
-    assert store.attempts.commit(fresh, 1).offload_uuid == "new"
+    assert store.attempts.commit(fresh, 1).offload_attempt_id == "new"
 
 
 def test_failed_attempt_frees_the_ledger(store: MetadataStore) -> None:

@@ -34,13 +34,13 @@ def test_a_replacement_swaps_the_objects_and_queues_the_old_ones(store: Metadata
     ledger = offloaded(store)
     during, attempt = begin(store, ledger, "a2", replace=True)
     # still offloaded on a1's objects while a2 uploads: readers keep reading them
-    assert during.is_offloaded and during.offload_uuid == "a1" and during.data_key == "a1-d"
+    assert during.is_offloaded and during.offload_attempt_id == "a1" and during.data_key == "a1-d"
     assert during.attempt_id == "a2" and during.offload_epoch == ledger.offload_epoch + 1
     assert pending_deletions(store) == []
     with pytest.raises(CommitFailedError):
         store.attempts.commit(attempt, 5)  # a first offload's commit cannot take it
     after = store.attempts.commit_replacement(attempt, 1234, "CRC mismatch")
-    assert after.is_offloaded and after.offload_uuid == "a2" and after.attempt_id is None
+    assert after.is_offloaded and after.offload_attempt_id == "a2" and after.attempt_id is None
     assert (after.data_key, after.index_key, after.data_len) == ("a2-d", "a2-i", 1234)
     assert after.version == during.version + 1
     assert queued(store) == {
@@ -63,7 +63,7 @@ def test_the_batch_commit_does_not_take_a_replacement_either(store: MetadataStor
     _, attempt = begin(store, ledger, "a2", replace=True)
     assert store.attempts.commit_batch([(attempt, 5)]) == set()
     after = store.get_ledger("t", ledger.ledger_id)
-    assert (after.offload_uuid, after.data_key, after.data_len) == ("a1", "a1-d", 1000)
+    assert (after.offload_attempt_id, after.data_key, after.data_len) == ("a1", "a1-d", 1000)
     assert committed(store) == ["a1"]
     assert store.attempts.get("a2").state is AttemptState.FAILED
     assert set(queued(store)) == {"a2-d", "a2-i"}
@@ -87,7 +87,7 @@ def test_a_failed_replacement_leaves_the_ledger_on_its_objects(store: MetadataSt
     _, attempt = begin(store, ledger, "a2", replace=True)
     store.attempts.fail(attempt, "upload failed")
     after = store.get_ledger("t", ledger.ledger_id)
-    assert after.offload_state is OffloadState.OFFLOADED and after.offload_uuid == "a1"
+    assert after.offload_state is OffloadState.OFFLOADED and after.offload_attempt_id == "a1"
     assert after.attempt_id is None and after.data_key == "a1-d"
     assert set(queued(store)) == {"a2-d", "a2-i"}
     assert store.attempts.get("a2").state is AttemptState.FAILED
@@ -104,7 +104,7 @@ def test_a_stale_replacement_is_superseded_by_the_next(store: MetadataStore) -> 
     assert set(queued(store)) == {"a2-d", "a2-i"}
     with pytest.raises(CommitFailedError):
         store.attempts.commit_replacement(stale, 1, "zombie")
-    assert store.attempts.commit_replacement(fresh, 7, "bad").offload_uuid == "a3"
+    assert store.attempts.commit_replacement(fresh, 7, "bad").offload_attempt_id == "a3"
     assert set(queued(store)) == {"a2-d", "a2-i", "a1-d", "a1-i"}
     assert committed(store) == ["a3"]
 
@@ -126,7 +126,7 @@ def test_hot_deletion_waits_for_a_live_replacement(store: MetadataStore) -> None
         "stays"
     ), str(refused.value)
     assert store.get_ledger("t", during.ledger_id).hot_state is HotState.PRESENT
-    assert store.attempts.commit_replacement(attempt, 9, "bad").offload_uuid == "a2"
+    assert store.attempts.commit_replacement(attempt, 9, "bad").offload_attempt_id == "a2"
 
 
 def test_hot_deletion_retires_a_stale_replacement(store: MetadataStore) -> None:
@@ -136,7 +136,7 @@ def test_hot_deletion_retires_a_stale_replacement(store: MetadataStore) -> None:
     assert marked.attempt_lease_ms is None
     retired = store.attempts.get("a2")
     assert retired.detail == "lease expired; its ledger's hot copy is being deleted"
-    assert marked.offload_uuid == "a1"
+    assert marked.offload_attempt_id == "a1"
     assert store.attempts.get("a2").state is AttemptState.SUPERSEDED
     assert set(queued(store)) == {"a2-d", "a2-i"}
     with pytest.raises(CommitFailedError):

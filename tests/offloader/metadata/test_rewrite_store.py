@@ -345,7 +345,13 @@ def test_commit_swaps_v1_ledgers_onto_the_segment_in_one_step(
         now = rt.metadata.get_ledger(T, old.ledger_id)
         assert now.is_offloaded and now.offload_mode is OffloadMode.STREAM
         assert now.version == old.version + 1
-        assert (now.offload_uuid, now.data_key, now.index_key, now.data_len, now.store_id) == (
+        assert (
+            now.offload_attempt_id,
+            now.data_key,
+            now.index_key,
+            now.data_len,
+            now.store_id,
+        ) == (
             None,
             None,
             None,
@@ -353,14 +359,14 @@ def test_commit_swaps_v1_ledgers_onto_the_segment_in_one_step(
             None,
         )
         assert (now.offloaded_ms, now.hot_state) == (old.offloaded_ms, old.hot_state)
-        attempt = rt.metadata.attempts.get(old.offload_uuid or "")
+        attempt = rt.metadata.attempts.get(old.offload_attempt_id or "")
         assert attempt.state is AttemptState.SUPERSEDED
         assert attempt.detail == "rewritten into segment r"
         (piece,) = rt.metadata.segments.pieces(T, old.ledger_id)
         assert piece.segment.segment_id == "r"
         assert (piece.first_entry_id, piece.last_entry_id) == (0, old.entry_count - 1)
     assert rt.metadata.get_ledger(T, untouched.ledger_id) == untouched
-    attempt = rt.metadata.attempts.get(untouched.offload_uuid or "")
+    attempt = rt.metadata.attempts.get(untouched.offload_attempt_id or "")
     assert attempt.state is AttemptState.COMMITTED
     # the old objects wait out the grace; the stream still has not moved
     now_ms = rt.metadata.db_now_ms()
@@ -371,7 +377,7 @@ def test_commit_swaps_v1_ledgers_onto_the_segment_in_one_step(
     assert all(d.reason == "rewritten into segment r" for d in deletions)
     assert all(d.next_try_ms >= now_ms + 3_500_000 for d in deletions)
     assert all(d.tries == 0 for d in deletions)
-    assert {d.attempt_id for d in deletions} == {x.offload_uuid for x in sources}
+    assert {d.attempt_id for d in deletions} == {x.offload_attempt_id for x in sources}
     assert rt.metadata.deletions.due(100) == []
     assert rt.metadata.segments.last_offloaded_end(T) is None
     # a second swap of the same sources finds them rewritten
@@ -427,7 +433,7 @@ def test_a_source_that_moved_rolls_the_whole_swap_back(
         rt.metadata.attempts.commit_replacement(attempt, 5, "crc mismatch")
         expected = re.escape(
             f"ledger {T}/{third.ledger_id} was offloaded again (attempt repair, "
-            f"was {third.offload_uuid}): the rewrite of it is called off"
+            f"was {third.offload_attempt_id}): the rewrite of it is called off"
         )
     else:  # a concurrent rewrite of the last ledger won
         other = begin(rt, "other", [third])

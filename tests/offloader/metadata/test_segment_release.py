@@ -225,7 +225,7 @@ def test_the_swap_of_the_last_ledger_that_needs_a_segment_releases_it(runtime: R
     )  # settled by the commits
 
     first = swap(rt, ids[0], "v1-0")
-    assert (first.offload_mode, first.offload_uuid, first.data_key) == (
+    assert (first.offload_mode, first.offload_attempt_id, first.data_key) == (
         OffloadMode.LEDGER,
         "v1-0",
         "v1-0-d",

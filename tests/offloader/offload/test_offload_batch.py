@@ -64,7 +64,7 @@ def assert_converged(rt: Runtime, ids: list[int], checksum: str) -> None:
     for ledger_id in ids:
         ledger = rt.metadata.get_ledger("orders", ledger_id)
         assert ledger.is_offloaded
-        assert committed_attempts(rt, ledger_id) == [ledger.offload_uuid]
+        assert committed_attempts(rt, ledger_id) == [ledger.offload_attempt_id]
     assert TopicReader(rt).checksum("orders", Source.TIERED).digest == checksum
     assert unaccounted_objects(rt) == set()
     assert process_deletions(rt.metadata, rt.stores, rt.settings).remaining == 0
@@ -173,7 +173,7 @@ def test_a_frozen_batch_loses_only_the_ledger_taken_over(runtime: Runtime) -> No
     assert outcomes == {
         str(i): str(Outcome.LOST if i == ids[1] else Outcome.OFFLOADED) for i in ids
     }
-    assert rt.metadata.get_ledger("orders", ids[1]).offload_uuid == winner.attempt_id
+    assert rt.metadata.get_ledger("orders", ids[1]).offload_attempt_id == winner.attempt_id
     lost = rt.metadata.attempts.get(taken)
     assert lost.state is AttemptState.SUPERSEDED
     assert {lost.data_key, lost.index_key} <= {d.object_key for d in pending_deletions(rt.metadata)}
@@ -335,8 +335,8 @@ def test_a_lost_commit_makes_only_that_ledger_lost(runtime: Runtime) -> None:
     assert rt.metadata.attempts.renew_batch(attempts.values(), 60_000) == {zombie.attempt_id}
     committed = rt.metadata.attempts.commit_batch([(a, 10) for a in attempts.values()])
     assert committed == {attempts[ids[0]].attempt_id, attempts[ids[2]].attempt_id}
-    assert rt.metadata.get_ledger("orders", ids[0]).offload_uuid == "attempt-0"
-    assert rt.metadata.get_ledger("orders", ids[2]).offload_uuid == "attempt-2"
+    assert rt.metadata.get_ledger("orders", ids[0]).offload_attempt_id == "attempt-0"
+    assert rt.metadata.get_ledger("orders", ids[2]).offload_attempt_id == "attempt-2"
     assert rt.metadata.get_ledger("orders", ids[1]).attempt_id == winner.attempt_id
     assert rt.metadata.attempts.get(zombie.attempt_id).state is AttemptState.SUPERSEDED
     queued = [d.object_key for d in pending_deletions(rt.metadata)]
@@ -383,7 +383,7 @@ def assert_lost_to_winner(rt: Runtime, result: OffloadResult, lost: int) -> None
 def assert_committed(rt: Runtime, result: OffloadResult) -> None:
     ledger = rt.metadata.get_ledger("orders", result.ledger_id)
     assert result.outcome is Outcome.OFFLOADED
-    assert (ledger.offload_uuid, ledger.data_len) == (result.attempt_id, result.bytes)
+    assert (ledger.offload_attempt_id, ledger.data_len) == (result.attempt_id, result.bytes)
     # FORMAT.md: the objects are named after the attempt's own uuid
     assert (ledger.data_key, ledger.index_key) == ledger_object_keys(
         result.attempt_id or "", result.ledger_id

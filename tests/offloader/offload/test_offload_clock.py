@@ -68,7 +68,7 @@ def test_worker_behind_takes_over_an_expired_attempt(
     result = LedgerOffloader(rt).offload_ledger("orders", ledger_id)
     assert result.outcome is Outcome.OFFLOADED
     assert rt.metadata.attempts.get(peer.attempt_id).state is AttemptState.SUPERSEDED
-    assert rt.metadata.get_ledger("orders", ledger_id).offload_uuid == result.attempt_id
+    assert rt.metadata.get_ledger("orders", ledger_id).offload_attempt_id == result.attempt_id
     assert TopicReader(rt).checksum("orders", Source.TIERED) == before
     assert unaccounted_objects(rt) == set()
 

@@ -96,7 +96,7 @@ def converge(rt: Runtime, ids: list[int], checksum: str) -> None:
         ledger = rt.metadata.get_ledger("orders", ledger_id)
         assert ledger.is_offloaded and ledger.hot_state is HotState.DELETED
         (committed,) = committed_attempts(rt, ledger_id)  # exactly one
-        assert committed.attempt_id == ledger.offload_uuid
+        assert committed.attempt_id == ledger.offload_attempt_id
     assert TopicReader(rt).checksum("orders").digest == checksum
     assert TopicReader(rt).checksum("orders", Source.TIERED).digest == checksum
     assert unaccounted_objects(rt) == set()
@@ -160,11 +160,11 @@ def check_resolved(
         _, index_written, _ = IN_FLIGHT[point][name]
         expected[ledger_id] = "recovered" if index_written else "offloaded"
         if index_written:
-            assert ledger.offload_uuid == attempt.attempt_id
+            assert ledger.offload_attempt_id == attempt.attempt_id
             assert (ledger.data_key, ledger.index_key) == (attempt.data_key, attempt.index_key)
             assert rt.metadata.attempts.get(attempt.attempt_id).state is AttemptState.COMMITTED
         else:
-            assert ledger.is_offloaded and ledger.offload_uuid != attempt.attempt_id
+            assert ledger.is_offloaded and ledger.offload_attempt_id != attempt.attempt_id
             assert rt.metadata.attempts.get(attempt.attempt_id).state is AttemptState.SUPERSEDED
             assert queued_keys(rt, attempt.attempt_id) == {attempt.data_key, attempt.index_key}
     assert outcomes(report) == expected
@@ -187,7 +187,7 @@ def test_sigkill_at_each_point_leaves_a_state_the_next_run_resolves(
         assert all(a.state is AttemptState.COMMITTED for a in attempts)
         for attempt in attempts:
             ledger = rt.metadata.get_ledger("orders", attempt.ledger_id)
-            assert ledger.is_offloaded and ledger.offload_uuid == attempt.attempt_id
+            assert ledger.is_offloaded and ledger.offload_attempt_id == attempt.attempt_id
             assert ledger.hot_state is HotState.PRESENT and rt.hot.exists(
                 "orders", ledger.ledger_id
             )
@@ -263,7 +263,7 @@ def test_zombie_woken_after_takeover_cannot_commit(runtime: Runtime) -> None:
     report = offload_json(rt, ids[0])
     assert outcomes(report) == {ids[0]: "offloaded"}
     ledger = rt.metadata.get_ledger("orders", ids[0])
-    assert ledger.is_offloaded and ledger.offload_uuid != zombie_attempt.attempt_id
+    assert ledger.is_offloaded and ledger.offload_attempt_id != zombie_attempt.attempt_id
     assert rt.metadata.attempts.get(zombie_attempt.attempt_id).state is AttemptState.SUPERSEDED
     assert queued_keys(rt, zombie_attempt.attempt_id) == {
         zombie_attempt.data_key,
@@ -278,9 +278,9 @@ def test_zombie_woken_after_takeover_cannot_commit(runtime: Runtime) -> None:
     out, err = zombie.communicate(timeout=120)
     assert zombie.returncode == 0, err.decode()
     assert outcomes(json.loads(out)) == {ids[0]: "lost"}
-    assert rt.metadata.get_ledger("orders", ids[0]).offload_uuid == ledger.offload_uuid
+    assert rt.metadata.get_ledger("orders", ids[0]).offload_attempt_id == ledger.offload_attempt_id
     assert rt.metadata.attempts.get(zombie_attempt.attempt_id).state is AttemptState.SUPERSEDED
-    assert [a.attempt_id for a in committed_attempts(rt, ids[0])] == [ledger.offload_uuid]
+    assert [a.attempt_id for a in committed_attempts(rt, ids[0])] == [ledger.offload_attempt_id]
     assert unaccounted_objects(rt) == set()
     process_deletions(rt.metadata, rt.stores, rt.settings)
     assert not any(
@@ -317,7 +317,9 @@ def test_transient_500s_on_the_wire_are_retried(runtime: Runtime) -> None:
     assert [r.outcome for r in results] == [Outcome.OFFLOADED] * 2
     for ledger_id in ids:
         (committed,) = committed_attempts(rt, ledger_id)
-        assert committed.attempt_id == rt.metadata.get_ledger("orders", ledger_id).offload_uuid
+        assert (
+            committed.attempt_id == rt.metadata.get_ledger("orders", ledger_id).offload_attempt_id
+        )
     assert len(list_attempts(rt.metadata, "orders")) == 2  # no failed attempt on the way
     assert pending_deletions(rt.metadata) == []
     assert list(rt.objects.list_multipart_uploads()) == []

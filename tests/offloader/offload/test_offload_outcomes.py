@@ -50,13 +50,13 @@ def test_an_offload_reports_its_attempt_bytes_and_time(
     assert ledger.data_key is not None and ledger.data_len is not None
     assert ledger.data_len == rt.objects.stat(ledger.data_key).size
     assert result == OffloadResult(
-        "orders", ledger_id, Outcome.OFFLOADED, ledger.offload_uuid, ledger.data_len,
+        "orders", ledger_id, Outcome.OFFLOADED, ledger.offload_attempt_id, ledger.data_len,
         result.seconds,
     )  # fmt: skip
     assert 0 < result.seconds <= took
     assert messages(caplog, logging.INFO) == [
         f"offloaded orders/{ledger_id}: {ledger.data_len} bytes in {result.seconds:.3f}s "
-        f"(attempt {ledger.offload_uuid})"
+        f"(attempt {ledger.offload_attempt_id})"
     ]
 
 
@@ -238,7 +238,7 @@ def test_an_index_key_already_taken_is_not_overwritten(runtime: Runtime) -> None
     (failed,) = list_attempts(rt.metadata, "orders")
     assert failed.state is AttemptState.FAILED
     assert rt.objects.get(failed.index_key) == b"not ours"
-    assert rt.metadata.get_ledger("orders", ledger_id).offload_uuid is None
+    assert rt.metadata.get_ledger("orders", ledger_id).offload_attempt_id is None
 
 
 def test_an_interrupted_upload_fails_its_attempt_and_is_raised(runtime: Runtime) -> None:

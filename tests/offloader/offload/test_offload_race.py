@@ -83,7 +83,7 @@ def test_loser_of_the_commit_queues_its_objects(runtime: Runtime) -> None:
     rt.metadata.attempts.fail(old, "lost the commit")
     queued = [d.object_key for d in pending_deletions(rt.metadata)]
     assert queued.count("old-data") == 2 and queued.count("old-index") == 2
-    assert rt.metadata.get_ledger("orders", ledger_id).offload_uuid == result.attempt_id
+    assert rt.metadata.get_ledger("orders", ledger_id).offload_attempt_id == result.attempt_id
     assert unaccounted_objects(rt) == set()
 
 
@@ -135,7 +135,7 @@ def test_database_connection_dropped_at_commit(
 
     assert LedgerOffloader(rt).offload_ledger("orders", ledger_id).outcome is Outcome.OFFLOADED
     (committed,) = list_attempts(rt.metadata, "orders", AttemptState.COMMITTED)
-    assert committed.attempt_id == rt.metadata.get_ledger("orders", ledger_id).offload_uuid
+    assert committed.attempt_id == rt.metadata.get_ledger("orders", ledger_id).offload_attempt_id
     assert TopicReader(rt).checksum("orders", Source.TIERED) == checksum
     assert process_deletions(rt.metadata, rt.stores, rt.settings).remaining == 0
     assert {i.key for i in rt.objects.list()} == {committed.data_key, committed.index_key}

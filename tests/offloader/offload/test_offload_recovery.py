@@ -81,7 +81,7 @@ def test_a_live_attempt_with_complete_objects_is_left_to_its_worker(
     result = offload(rt, path, live.ledger_id)
     assert result == OffloadResult("orders", live.ledger_id, Outcome.IN_PROGRESS, "live")
     ledger = rt.metadata.get_ledger("orders", live.ledger_id)
-    assert (ledger.attempt_id, ledger.offload_uuid) == ("live", None)
+    assert (ledger.attempt_id, ledger.offload_attempt_id) == ("live", None)
     assert rt.metadata.attempts.get("live").state is AttemptState.STARTED
     assert pending_deletions(rt.metadata) == []
 
@@ -97,7 +97,11 @@ def test_a_dead_attempt_with_complete_objects_is_recovered(
         result = offload(rt, path, dead.ledger_id)
     assert result == OffloadResult("orders", dead.ledger_id, Outcome.RECOVERED, "dead", size)
     ledger = rt.metadata.get_ledger("orders", dead.ledger_id)
-    assert (ledger.offload_uuid, ledger.data_len, ledger.store_id) == ("dead", size, dead.store_id)
+    assert (ledger.offload_attempt_id, ledger.data_len, ledger.store_id) == (
+        "dead",
+        size,
+        dead.store_id,
+    )
     assert rt.metadata.attempts.get("dead").state is AttemptState.COMMITTED
     assert pending_deletions(rt.metadata) == []
     assert messages(caplog, logging.INFO) == [f"recovered attempt dead of orders/{dead.ledger_id}"]
@@ -164,7 +168,7 @@ def test_a_dead_attempt_short_of_complete_objects_is_superseded(
     spoil(rt, dead)
     result = offload(rt, path, dead.ledger_id)
     assert result.outcome is Outcome.OFFLOADED and result.attempt_id != "dead"
-    assert rt.metadata.get_ledger("orders", dead.ledger_id).offload_uuid == result.attempt_id
+    assert rt.metadata.get_ledger("orders", dead.ledger_id).offload_attempt_id == result.attempt_id
     superseded = rt.metadata.attempts.get("dead")
     assert superseded.state is AttemptState.SUPERSEDED
     assert superseded.detail == f"lease expired; superseded by {result.attempt_id}"

@@ -171,7 +171,7 @@ def test_a_500_from_the_store_fails_the_attempt_cleanly(
     before = TopicReader(rt).checksum("orders", Source.HOT)
     assert LedgerOffloader(rt).offload_ledger("orders", ledger_id).outcome is Outcome.OFFLOADED
     (committed,) = list_attempts(rt.metadata, "orders", AttemptState.COMMITTED)
-    assert committed.attempt_id == rt.metadata.get_ledger("orders", ledger_id).offload_uuid
+    assert committed.attempt_id == rt.metadata.get_ledger("orders", ledger_id).offload_attempt_id
     assert TopicReader(rt).checksum("orders", Source.TIERED) == before
     assert process_deletions(rt.metadata, rt.stores, rt.settings).remaining == 0
     assert {i.key for i in rt.objects.list()} == {committed.data_key, committed.index_key}

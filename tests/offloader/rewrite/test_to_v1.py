@@ -57,7 +57,7 @@ def check_v1(rt: Runtime, results: list[ToV1Result]) -> None:
         assert r.outcome is ToV1Outcome.MIGRATED, r
         ledger = rt.metadata.get_ledger(r.topic, r.ledger_id)
         assert ledger.is_offloaded and ledger.offload_mode is OffloadMode.LEDGER
-        assert ledger.offload_uuid == r.attempt_id and ledger.data_len == r.bytes > 0
+        assert ledger.offload_attempt_id == r.attempt_id and ledger.data_len == r.bytes > 0
         assert ledger.index_key is not None and ledger.data_key is not None
         index = decode_index(rt.objects.get(ledger.index_key))
         assert index.metadata is not None
@@ -399,7 +399,7 @@ def test_a_ledger_trimmed_or_migrated_since_the_plan_names_no_attempt_of_its_own
     change_after_to_v1_plan(monkeypatch, to_v1, trim_one_and_move_the_next)
     results = migrate_to_v1(rt, [T])
 
-    moved_as = rt.metadata.get_ledger(T, ids[1]).offload_uuid
+    moved_as = rt.metadata.get_ledger(T, ids[1]).offload_attempt_id
     assert moved_as is not None
     assert results[:2] == [
         ToV1Result(T, ids[0], ToV1Outcome.CHANGED, detail="trimmed"),

@@ -59,7 +59,7 @@ def test_sigkill_during_a_migration_leaves_a_state_the_next_run_converges(
     states = {s.segment_id: s.state for s in rt.metadata.segments.of_topic(T)}
     if point == "after-commit":  # swapped, with what only it needed released
         assert first.offload_mode is OffloadMode.LEDGER and first.attempt_id is None
-        assert (first.offload_uuid, first.data_key) == (dead.attempt_id, dead.data_key)
+        assert (first.offload_attempt_id, first.data_key) == (dead.attempt_id, dead.data_key)
         assert dead.state is AttemptState.COMMITTED
         gone = {s for s, ledger_ids in held.items() if ledger_ids == {ids[0]}}
         assert {s for s, state in states.items() if state is SegmentState.DELETED} == gone
@@ -93,7 +93,7 @@ def test_sigkill_during_a_migration_leaves_a_state_the_next_run_converges(
             for a in list_attempts(rt.metadata, T, AttemptState.COMMITTED)
             if a.ledger_id == n
         ]
-        assert committed == [ledger.offload_uuid]  # exactly one
+        assert committed == [ledger.offload_attempt_id]  # exactly one
     assert {s.state for s in rt.metadata.segments.of_topic(T)} == {SegmentState.DELETED}
     assert TopicReader(rt).checksum(T, Source.TIERED) == digest
     assert unaccounted_objects(rt) == set()

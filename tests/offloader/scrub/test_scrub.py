@@ -69,7 +69,7 @@ def test_planted_damage_is_reported_and_nothing_changes(runtime: Runtime, kind: 
     assert state(runtime) == before  # no repair: nothing changed
     (verdict,) = report.damaged
     assert (verdict.topic, verdict.ledger_id) == ("orders", victim.ledger_id)
-    assert verdict.offload_uuid == victim.offload_uuid
+    assert verdict.offload_uuid == victim.offload_attempt_id
     assert verdict.action is Action.NOT_REPAIRED and report.failed
     first = verdict.findings[0]
     assert (first.topic, first.ledger_id, first.key, first.offset, first.kind) == (

@@ -50,10 +50,12 @@ def test_a_damaged_ledger_with_a_hot_copy_is_offloaded_again(runtime: Runtime, k
     assert verdict.action is Action.REPAIRED and not report.failed, verdict.detail
     report.raise_for_failure()
     after = rt.metadata.get_ledger("orders", victim.ledger_id)
-    assert after.is_offloaded and after.offload_uuid == verdict.replaced_by
-    assert after.offload_uuid != victim.offload_uuid and after.data_key != victim.data_key
-    assert committed(rt, victim) == [after.offload_uuid]  # exactly one
-    old = rt.metadata.attempts.get(victim.offload_uuid or "")
+    assert after.is_offloaded and after.offload_attempt_id == verdict.replaced_by
+    assert (
+        after.offload_attempt_id != victim.offload_attempt_id and after.data_key != victim.data_key
+    )
+    assert committed(rt, victim) == [after.offload_attempt_id]  # exactly one
+    old = rt.metadata.attempts.get(victim.offload_attempt_id or "")
     assert old.state is AttemptState.SUPERSEDED and "replaced by" in (old.detail or "")
     queued = {d.object_key: d for d in pending_deletions(rt.metadata)}
     assert set(queued) == {victim.data_key, victim.index_key}

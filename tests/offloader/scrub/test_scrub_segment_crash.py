@@ -54,7 +54,9 @@ def test_sigkill_during_a_segment_repair_leaves_a_state_the_next_scrub_resolves(
     (dead,) = list_attempts(rt.metadata, T)
     assert dead.ledger_id == ids[0]
     if point == "after-commit":
-        assert first.offload_mode is OffloadMode.LEDGER and first.offload_uuid == dead.attempt_id
+        assert (
+            first.offload_mode is OffloadMode.LEDGER and first.offload_attempt_id == dead.attempt_id
+        )
         assert dead.state is AttemptState.COMMITTED
     else:
         assert first.offload_mode is OffloadMode.STREAM and first.attempt_id == dead.attempt_id
@@ -83,7 +85,9 @@ def test_sigkill_during_a_segment_repair_leaves_a_state_the_next_scrub_resolves(
             for a in list_attempts(rt.metadata, T, AttemptState.COMMITTED)
             if a.ledger_id == n
         ]
-        assert ledger.offload_mode is OffloadMode.LEDGER and committed == [ledger.offload_uuid]
+        assert ledger.offload_mode is OffloadMode.LEDGER and committed == [
+            ledger.offload_attempt_id
+        ]
     assert tiered_digests(rt) == hot
     assert unaccounted_objects(rt) == set()
     code, out = scrub(rt)

@@ -68,7 +68,7 @@ def test_a_damaged_segment_with_hot_copies_is_repaired_and_released(runtime: Run
     for repair in verdict.ledgers:
         ledger = rt.metadata.get_ledger(T, repair.ledger_id)
         assert ledger.offload_mode is OffloadMode.LEDGER
-        assert ledger.offload_uuid == repair.replaced_by is not None
+        assert ledger.offload_attempt_id == repair.replaced_by is not None
         committed = [
             a.attempt_id
             for a in list_attempts(rt.metadata, T, AttemptState.COMMITTED)

@@ -355,7 +355,7 @@ def test_commit_records_the_pieces_and_settles_exactly_the_covered_sealed_ledger
     for lid in ids[:2]:
         assert ledgers[lid].offload_state is OffloadState.OFFLOADED
         assert ledgers[lid].offload_mode is OffloadMode.STREAM
-        assert ledgers[lid].offload_uuid is None and ledgers[lid].data_key is None
+        assert ledgers[lid].offload_attempt_id is None and ledgers[lid].data_key is None
     assert ledgers[ids[2]].offload_state is OffloadState.NONE
     (piece,) = store.pieces(T, ids[2])
     assert (piece.segment.segment_id, piece.first_entry_id, piece.last_entry_id) == ("a", 0, 4)
