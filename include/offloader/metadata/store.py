@@ -7,9 +7,11 @@ Every timestamp written and every lease or age compared is the database's clock
 (``clock.db_now()``), evaluated in the statement itself. Creates rely on the primary key,
 not on a check before the insert: a racing duplicate becomes ``AlreadyExistsError``.
 
-:class:`MetadataStore` is the facade: the engine and its transactions, topics, ledgers and
-the store locations they name, and the counts ``offloader status`` shows. Each further
-concern is a store of its own that it hands out, sharing its engine:
+:class:`MetadataStore` is the facade: the engine and its transactions (metadata/engine.py),
+topics, ledgers and the marks of their hot copies, the store locations they name
+(metadata/locations.py), the totals people look at (metadata/totals.py) and the questions
+the orphan sweep asks. Each further concern is a store of its own that it hands out,
+sharing its engine:
 
 - ``attempts``: offload attempts, one ledger or a batch (metadata/attempts.py);
 - ``deletions``: the deletion queue (metadata/deletions.py);
@@ -63,7 +65,7 @@ from offloader.metadata.records import (
 )
 from offloader.metadata.retention import RetentionStore
 from offloader.metadata.rewrites import RewriteStore
-from offloader.metadata.segments import SegmentStore
+from offloader.metadata.segments import OPEN_STATES, SegmentStore
 from offloader.objectstore.location import StoreLocation
 from offloader.policy import OffloadPolicy
 
@@ -71,7 +73,6 @@ T, L, A, D = schema.topics, schema.ledgers, schema.offload_attempts, schema.dele
 G = schema.segments
 # segments whose keys are references: failed, replaced and deleted ones queued theirs
 REFERENCING_SEGMENTS = (SegmentState.ASSIGNED, SegmentState.CLOSING, SegmentState.OFFLOADED)
-OPEN_SEGMENTS = (SegmentState.ASSIGNED, SegmentState.CLOSING)  # their upload is live
 
 
 class MetadataStore(Database):
@@ -442,7 +443,7 @@ class MetadataStore(Database):
         if not keys:
             return set()
         query = sa.select(G.c.data_key, G.c.upload_id).where(
-            G.c.data_key.in_(keys), G.c.state.in_(OPEN_SEGMENTS), G.c.upload_id.is_not(None)
+            G.c.data_key.in_(keys), G.c.state.in_(OPEN_STATES), G.c.upload_id.is_not(None)
         )
         with self.engine.connect() as conn:
             return {(key, upload_id) for key, upload_id in conn.execute(query)}
