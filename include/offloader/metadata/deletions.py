@@ -8,7 +8,7 @@ retired, a segment released, ledgers trimmed), so the keys and the change commit
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -140,7 +140,7 @@ def queue_keys(
     queue_rows(conn, rows, delay_ms)
 
 
-def queue_rows(conn: Connection, rows: list[dict[str, object]], delay_ms: int) -> None:
+def queue_rows(conn: Connection, rows: Sequence[Mapping[str, object]], delay_ms: int) -> None:
     """Insert deletion rows due ``delay_ms`` after the database's now, read once: two
     readings of PostgreSQL's clock_timestamp() in one row can differ by a millisecond."""
     if rows:
