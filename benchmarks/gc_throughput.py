@@ -3,7 +3,7 @@
 100,000 (quick: 5,000) objects of 100 bytes are written for each path, then deleted in
 ``ROUNDS`` interleaved rounds so both paths see the same server in the same state:
 
-- ours: the keys are queued (``enqueue_deletions``, untimed) and ``drain_queue`` empties
+- ours: the keys are queued (``deletions.enqueue``, untimed) and ``drain_queue`` empties
   the queue: bounded passes reading due rows through the index, one DeleteObjects of
   ``gc_batch_keys`` (1,000) keys per batch, each batch marked done in one transaction;
 - raw: boto3 ``delete_objects`` of the same number of keys in batches of 1,000 (Quiet),
@@ -86,7 +86,7 @@ def _bench(rt: Runtime, total: int) -> dict:
         raw_keys = [f"raw-{r}/{n:07}" for n in range(per_round)]
         _write(client, bucket, [prefix + k for k in ours_keys + raw_keys])
         for chunk in _chunks(ours_keys, 10_000):
-            rt.metadata.enqueue_deletions(chunk, "benchmark", store_id=store_id)
+            rt.metadata.deletions.enqueue(chunk, "benchmark", store_id=store_id)
 
         start = time.perf_counter()
         raw_requests += _raw_delete(client, bucket, [prefix + k for k in raw_keys])
@@ -100,7 +100,7 @@ def _bench(rt: Runtime, total: int) -> dict:
         deleted += result.deleted
         passes += result.passes
     left = client.list_objects_v2(Bucket=bucket, MaxKeys=10).get("KeyCount", 0)
-    pending = rt.metadata.count_pending_deletions()
+    pending = rt.metadata.deletions.count_pending()
     n = per_round * ROUNDS
     ours_rate, raw_rate = n / ours_s, n / raw_s
     return {

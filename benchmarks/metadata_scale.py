@@ -8,7 +8,7 @@ makes them due); the deletion queue holds one done row per offloaded ledger (its
 plus ``PENDING`` pending rows. Measured, best of ``REPEATS``:
 
 - plan: ``plan_batches`` (what the DAG's plan task runs) for the topic;
-- one GC batch: ``due_deletions(1000)`` + ``complete_deletions`` of them (each repeat takes
+- one GC batch: ``deletions.due(1000)`` + ``deletions.complete`` of them (each repeat takes
   the next 1,000 pending rows).
 
 Time is wall-clock seconds; peak memory is Python's allocations during the call
@@ -48,7 +48,7 @@ def _fill(metadata: MetadataStore, rows: int) -> None:
     """``rows`` ledgers and ``rows - HOT + PENDING`` queue rows, in a few SQL statements."""
     policy = OffloadPolicy(offload_threshold_bytes=0)
     metadata.create_topic(TOPIC, policy)
-    store_id = metadata.record_store(_location())
+    store_id = metadata.record_location(_location())
     offloaded = rows - HOT
     with metadata.transaction() as conn:
         conn.exec_driver_sql(
@@ -104,9 +104,9 @@ def _location() -> Any:
 
 def _gc_batch(metadata: MetadataStore) -> Callable[[], None]:
     def one() -> None:
-        due = metadata.due_deletions(1000)
+        due = metadata.deletions.due(1000)
         assert len(due) == 1000, len(due)
-        metadata.complete_deletions(d.id for d in due)
+        metadata.deletions.complete(d.id for d in due)
 
     return one
 

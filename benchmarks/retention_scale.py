@@ -58,7 +58,7 @@ def _fill(rt: Runtime, rows: int) -> int:
     the database time the newest cut was taken at."""
     live_from = rows - LIVE + 1
     rt.metadata.create_topic(TOPIC, OffloadPolicy())
-    store_id = rt.metadata.record_store(StoreLocation("file", "/bench", "", ""))
+    store_id = rt.metadata.record_location(StoreLocation("file", "/bench", "", ""))
     now_ms = rt.metadata.db_now_ms()
     first_ms = now_ms - (rows // CUT_EVERY) * MINUTE_MS
     params = {

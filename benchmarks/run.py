@@ -593,8 +593,8 @@ def _scale_prose(scale: dict) -> str:
         f"but the newest {scale['hot_ledgers']} offloaded with its hot copy deleted, the "
         f"newest {scale['hot_ledgers']} sealed and due; the deletion queue holds one done "
         f"row per offloaded ledger plus {scale['pending_deletions']} pending. Plan = "
-        "`plan_batches` for the topic; GC batch = `due_deletions(1000)` + "
-        f"`complete_deletions`. Best of {scale['repeats']}; peak = Python allocations "
+        "`plan_batches` for the topic; GC batch = `deletions.due(1000)` + "
+        f"`deletions.complete`. Best of {scale['repeats']}; peak = Python allocations "
         "during one more call (tracemalloc).",
         "",
         "| ledger rows | plan s | plan peak KiB | GC batch s | GC batch peak KiB |",

@@ -42,7 +42,7 @@ from typing import Any
 from benchmarks import use_test_fixtures
 from offloader.format import SegmentEncoder, encode_segment_index
 from offloader.keys import segment_object_keys
-from offloader.metadata.segments import PieceRange
+from offloader.metadata.records import PieceRange
 from offloader.objectstore.s3 import S3ObjectStore, build_client
 from offloader.rewrite.merge import load_source, merge_segments
 from offloader.settings import Settings

@@ -311,7 +311,7 @@ def _bench_stream(rt: Runtime, cfg: Config) -> tuple[dict, list[bytes]]:
     rt.metadata.create_topic(topic, stream_policy(cfg))
     with counted_stores(rt) as counting:
         writer, passes = _stream(rt, topic, cfg)
-    segments = rt.metadata.segments.list(topic)
+    segments = rt.metadata.segments.of_topic(topic)
     states = Counter(str(s.state) for s in segments)
     committed = [s for s in segments if s.state is SegmentState.OFFLOADED]
     if len(committed) != len(segments):
@@ -410,7 +410,7 @@ def _produce_backlog(rt: Runtime, topic: str, cfg: Config, seed: int) -> None:
 def _segment_parts(rt: Runtime, topic: str) -> list[list[bytes]]:
     """The recorded part bytes of each committed segment, read back from the store."""
     out = []
-    for s in rt.metadata.segments.list(topic):
+    for s in rt.metadata.segments.of_topic(topic):
         assert s.state is SegmentState.OFFLOADED, s.state
         data = rt.objects.get(s.data_key)
         parts = rt.metadata.segments.parts(s)

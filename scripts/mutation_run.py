@@ -15,7 +15,7 @@ both the staging directory and that file's verdicts.
 
 The smoke run proves the setup on a small, bounded set of mutants: it must kill at least
 one mutant of ``offloader/keys.py``, report none as suspicious or without tests, and kill
-the mutant that inverts the CAS row-count check in ``metadata/store.py``.
+the mutant that inverts the CAS row-count check in ``metadata/_rows.py``.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # staging name -> repo path
 LINKS = {name: name for name in ("tests", "benchmarks", "pyproject.toml")} | {"src": "include"}
 SMOKE_GLOB = "offloader.keys.*"
-# The smoke run's tests: enough to cover every function of keys.py and ``_cas``. mutmut runs
+# The smoke run's tests: enough to cover every function of keys.py and ``cas``. mutmut runs
 # its whole selection twice before the first mutant, so the full fast selection would make
 # the CI step take longer than the suite itself.
 SMOKE_TESTS = (
@@ -135,17 +135,17 @@ def run_mutmut(stage: Path, max_children: int, names: list[str]) -> None:
 
 
 def cas_inversion_mutant(stage: Path) -> str:
-    """The mutant of ``_cas`` whose row-count check reads ``== 1`` instead of ``!= 1``."""
-    path = stage / "mutants" / "src" / "offloader" / "metadata" / "store.py"
+    """The mutant of ``cas`` whose row-count check reads ``== 1`` instead of ``!= 1``."""
+    path = stage / "mutants" / "src" / "offloader" / "metadata" / "_rows.py"
     source = path.read_text()
     for node in ast.parse(source).body:
-        if isinstance(node, ast.FunctionDef) and node.name.startswith("x__cas__mutmut_"):
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("x_cas__mutmut_"):
             segment = ast.get_source_segment(source, node) or ""
             if "result.rowcount == 1" in segment:
-                suffix = node.name.removeprefix("x__cas__mutmut_")
+                suffix = node.name.removeprefix("x_cas__mutmut_")
                 if suffix.isdigit():
-                    return f"offloader.metadata.store.{node.name}"
-    sys.exit(f"mutation: no mutant of _cas inverts the row-count check in {path}")
+                    return f"offloader.metadata._rows.{node.name}"
+    sys.exit(f"mutation: no mutant of cas inverts the row-count check in {path}")
 
 
 def smoke(stage: Path, max_children: int) -> None:

@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 
 from pydantic import BaseModel
 
-from offloader.errors import describe_error
+from offloader.diagnostics import describe_error
 from offloader.format import ENTRY_FRAME, HEADER_LEN
 from offloader.gc.deletion_queue import DEFAULT_PASS_LIMIT, process_deletions
 from offloader.gc.run import collect_garbage
@@ -47,7 +47,6 @@ from offloader.rewrite.run import run_rewrite
 from offloader.runtime import Runtime, check_database, export_metadata, upgrade_database
 from offloader.scrub import ScrubReport, run_scrub
 from offloader.settings import Settings
-from offloader.status import topic_tiers
 from offloader.stream.offloader import StreamingOffloader
 from offloader.stream.runs import stream_topic
 
@@ -307,8 +306,8 @@ def cmd_metadata_rebuild(args: argparse.Namespace, rt: Runtime) -> tuple[Any, st
 
 
 def cmd_status(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
-    backlog = rt.metadata.deletion_backlog(rt.settings.gc_failing_tries)
-    tiers = topic_tiers(rt.metadata)
+    backlog = rt.metadata.deletions.backlog(rt.settings.gc_failing_tries)
+    tiers = rt.metadata.topic_tiers()
     status = {
         "metadata_url": _redact_url(rt.settings.resolved_metadata_url),
         "object_store": rt.objects.url,
@@ -350,7 +349,7 @@ def cmd_cut_create(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
 
 
 def cmd_cut_list(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
-    cuts = rt.metadata.list_cuts(args.topic)
+    cuts = rt.metadata.retention.list_cuts(args.topic)
     return cuts, _listing(map(_cut_line, cuts), "(no cuts)")
 
 

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 
 from offloader.hottier import HotLedgerStore
 from offloader.metadata import MetadataStore
+from offloader.metadata.engine import create_metadata_engine
 from offloader.metadata.migrate import check_revision, upgrade
 from offloader.metadata.snapshot import ExportResult, export_snapshot
-from offloader.metadata.store import create_metadata_engine
 from offloader.objectstore import ObjectStore
 from offloader.objectstore.registry import StoreRegistry, default_location, open_object_store
 from offloader.settings import Settings

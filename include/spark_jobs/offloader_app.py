@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from offloader.errors import describe_error
+from offloader.diagnostics import describe_error
 from offloader.exceptions import OffloaderError
 from offloader.settings import Settings
 

@@ -97,7 +97,7 @@ class DeletionQueueSummaryOperator(OffloaderBaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         drained = context["ti"].xcom_pull(task_ids=self.drain_task_id) or {}
         with self.hook.get_runtime() as rt:
-            backlog = rt.metadata.deletion_backlog(rt.settings.gc_failing_tries)
+            backlog = rt.metadata.deletions.backlog(rt.settings.gc_failing_tries)
         summary = {
             "deleted": drained.get("deleted", 0),
             "failed": drained.get("failed", 0),

@@ -134,7 +134,7 @@ class OffloadLedgersOperator(OffloaderBaseOperator):
             if first is not None:
                 ledger = runtime.metadata.get_ledger(first.topic, first.ledger_id)
                 if ledger.store_id is not None:  # where its offload went, not the default
-                    location = runtime.metadata.get_store(ledger.store_id)
+                    location = runtime.metadata.get_location(ledger.store_id)
                     OffloadedObjectsLink.persist(context, location, ledger.data_key or "")
         for r in results:
             self.log.info(

@@ -113,7 +113,7 @@ class ApplyRetentionOperator(OffloaderBaseOperator):
         with self.hook.get_runtime() as runtime:
             end = None
             if work["cut_id"] is not None:
-                end = runtime.metadata.get_cut(work["topic"], work["cut_id"])
+                end = runtime.metadata.retention.get_cut(work["topic"], work["cut_id"])
             result = run_request(runtime, request, work["topic"], end)
         if isinstance(result, RetentionResult):
             self.log.info("%s: %s", work["topic"], describe(result))

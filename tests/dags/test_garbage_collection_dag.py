@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.airflow import DagFile, connection_env, return_value, task_states
+from fixtures.metadata import pending_deletions
 from fixtures.rewrites import T, objects, rewrite, shape, uploads, v1_topic
 from fixtures.streams import crash_at
 from offloader.metadata import SegmentState
@@ -29,7 +30,7 @@ def queue_objects(rt: Runtime, written: list[str], missing: list[str]) -> None:
     """Objects that exist and keys that do not (both must leave the queue as deleted)."""
     for key in written:
         rt.objects.put(key, b"x" * 100)
-    rt.metadata.enqueue_deletions([*written, *missing], "test", store_id=rt.stores.default_id())
+    rt.metadata.deletions.enqueue([*written, *missing], "test", store_id=rt.stores.default_id())
 
 
 def data_keys(rt: Runtime) -> list[str]:
@@ -81,7 +82,7 @@ def test_a_run_drains_the_queue_and_a_second_changes_nothing(
     # "kept" is an orphan, but younger than the sweep's grace period
     assert return_value(run, "sweep")["orphans"] == 0
     assert data_keys(runtime) == ["kept"]
-    assert runtime.metadata.count_pending_deletions() == 0
+    assert runtime.metadata.deletions.count_pending() == 0
     assert snapshot_count(runtime) == 1
 
     again = gc_dag.test(run_conf={})
@@ -122,8 +123,8 @@ def test_deletions_that_keep_failing_fail_the_run_and_stay_queued(
         gone = StoreLocation(S3, "gc-no-such-bucket", "", runtime.settings.s3_endpoint_url or "")
     else:
         gone = StoreLocation(FILE, str(tmp_path / "gone"))
-    gone_id = runtime.metadata.record_store(gone)
-    runtime.metadata.enqueue_deletions(["lost/key"], "test", store_id=gone_id)
+    gone_id = runtime.metadata.record_location(gone)
+    runtime.metadata.deletions.enqueue(["lost/key"], "test", store_id=gone_id)
     queue_objects(runtime, KEYS[:3], [])
 
     run = gc_dag.test(run_conf={}, retries=False)
@@ -137,7 +138,7 @@ def test_deletions_that_keep_failing_fail_the_run_and_stay_queued(
         "summary": ["failed"],
     }
     assert data_keys(runtime) == []
-    (stuck,) = runtime.metadata.pending_deletions()
+    (stuck,) = pending_deletions(runtime.metadata)
     assert (stuck.object_key, stuck.tries) == ("lost/key", 1)
     assert str(gone) in (stuck.last_error or "")
     out, err = capfd.readouterr()
@@ -165,7 +166,7 @@ def test_bad_params_are_refused_before_anything_changes(
     with pytest.raises(ParamValidationError, match=message):
         gc_dag.test(run_conf=conf)
     assert sorted(i.key for i in runtime.objects.list()) == KEYS[:2]
-    assert [d.tries for d in runtime.metadata.pending_deletions()] == [0, 0]
+    assert [d.tries for d in pending_deletions(runtime.metadata)] == [0, 0]
 
 
 @pytest.mark.usefixtures("airflow_db", "airflow_connections")

@@ -18,7 +18,7 @@ from fixtures.airflow import connection_env
 from fixtures.airflow_scheduler import AirflowServices, airflow_services
 from fixtures.backends import make_topic, produce_ledgers
 from fixtures.databases import sqlite_url, upgraded
-from fixtures.metadata import created_at
+from fixtures.metadata import created_at, list_attempts
 from offloader.metadata import AttemptState, Ledger
 from offloader.runtime import Runtime
 from offloader.settings import Settings
@@ -76,7 +76,7 @@ def committed_attempts(settings: Settings) -> dict[tuple[str, int], list[str]]:
     with Runtime.open(settings) as rt:
         found: dict[tuple[str, int], list[str]] = {}
         for topic in rt.metadata.list_topics():
-            for a in rt.metadata.list_attempts(topic.name):
+            for a in list_attempts(rt.metadata, topic.name):
                 if a.state is AttemptState.COMMITTED:
                     found.setdefault((a.topic, a.ledger_id), []).append(a.attempt_id)
         return found
@@ -128,7 +128,7 @@ def test_backfill_offloads_exactly_its_range_and_again_changes_nothing(tmp_path:
         }
         attempts = committed_attempts(settings)
         assert {k: len(v) for k, v in attempts.items()} == dict.fromkeys(in_range, 1)
-        assert {k: [ledgers[k].offload_uuid] for k in in_range} == attempts
+        assert {k: [ledgers[k].offload_attempt_id] for k in in_range} == attempts
         objects = sorted(p.name for p in (tmp_path / "data").rglob("*") if p.is_file())
 
         # the same range again, its completed runs reprocessed: nothing changes

@@ -27,6 +27,7 @@ from fixtures.backends import (
     unaccounted_objects,
     uploads_not_of_dead_attempts,
 )
+from fixtures.metadata import list_attempts
 from offloader.gc.deletion_queue import process_deletions
 from offloader.metadata import AttemptState, HotState
 from offloader.read.topic_reader import Source, TopicReader
@@ -236,7 +237,7 @@ def test_killed_offload_task_retried_converges(backend_settings, airflow_db) -> 
     with Runtime.open(backend_settings) as rt:
         ledger = rt.metadata.get_ledger("orders", ids[0])
         assert ledger.is_offloaded
-        attempts = rt.metadata.list_attempts("orders")
+        attempts = list_attempts(rt.metadata, "orders")
         assert [a.state for a in attempts] == [AttemptState.SUPERSEDED, AttemptState.COMMITTED]
         assert TopicReader(rt).checksum("orders", Source.TIERED) == checksum
         assert unaccounted_objects(rt) == set()

@@ -6,6 +6,7 @@ import pytest
 
 from fixtures.airflow import DagFile, return_value, task_states
 from fixtures.backends import make_topic, produce_ledgers, unaccounted_objects
+from fixtures.metadata import pending_deletions
 from offloader.metadata import DeletionState
 from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.ledger_offloader import LedgerOffloader
@@ -54,8 +55,8 @@ def state_of(rt: Runtime) -> tuple:
     return (
         rt.metadata.list_topics(),
         {t: rt.metadata.list_ledgers(t) for t in ("orders", "clicks")},
-        {t: rt.metadata.list_cuts(t) for t in ("orders", "clicks")},
-        rt.metadata.pending_deletions(),
+        {t: rt.metadata.retention.list_cuts(t) for t in ("orders", "clicks")},
+        pending_deletions(rt.metadata),
     )
 
 
@@ -77,8 +78,8 @@ def test_scheduled_run_cuts_every_topic_and_applies_each_policy(
     summary = return_value(run, "summary")
     assert summary["trimmed"] == ["orders"] and summary["topics"] == 2
     assert summary["ledgers_deleting"] == 2 and summary["queued_keys"] == 4
-    assert len(rt.metadata.list_cuts("clicks")) == 1  # retention cut generation
-    assert len(rt.metadata.list_cuts("orders")) == 6
+    assert len(rt.metadata.retention.list_cuts("clicks")) == 1  # retention cut generation
+    assert len(rt.metadata.retention.list_cuts("orders")) == 6
     ledgers = rt.metadata.list_ledgers("orders")
     assert [x.deletion_state for x in ledgers] == [DeletionState.DELETING] * 2 + [
         DeletionState.NONE
@@ -115,7 +116,7 @@ def test_manual_trim_at_a_cut_and_a_dry_run_at_a_position(runtime: Runtime, rete
     assert str(run.state) == "success", task_states(run)
     assert return_value(run, "summary")["trimmed"] == ["orders"]
     assert rt.metadata.get_topic("orders").start == cut.position
-    assert len(rt.metadata.list_cuts("orders")) == 6  # a trim takes no cut
+    assert len(rt.metadata.retention.list_cuts("orders")) == 6  # a trim takes no cut
     assert all(
         x.deletion_state is DeletionState.DELETING for x in rt.metadata.list_ledgers("orders")[:4]
     )

@@ -83,12 +83,12 @@ def test_a_scheduled_run_streams_entries_into_segments_then_close_now_completes(
     assert result["topic"] == "events" and result["status"] == "done", result
     assert result["parts_uploaded"] >= 2 and result["committed"] == []
     assert result["waiting_bytes"] > 0 and result["settled_ledgers"] == []
-    [segment] = runtime.metadata.segments.list("events")
+    [segment] = runtime.metadata.segments.of_topic("events")
     assert segment.state is SegmentState.ASSIGNED and segment.end is not None
     assert result["open_segment"] == segment.segment_id
     assert result["offloaded_to"] == str(segment.end)
     assert segment.data_len == result["bytes_uploaded"]
-    assert runtime.metadata.segments.list("orders") == []
+    assert runtime.metadata.segments.of_topic("orders") == []
     # the owner names the try of the task instance (a retry is another owner)
     [row] = stream_rows(runtime)
     assert row["owner"] == f"airflow:streaming_offload/stream[0]/{run.run_id}/try-1"
@@ -100,7 +100,7 @@ def test_a_scheduled_run_streams_entries_into_segments_then_close_now_completes(
     [result] = result_of(closed)
     assert result["committed"] == [segment.segment_id], result
     assert result["settled_ledgers"] == ids and result["hot_deleted"] == ids  # lag 0
-    [segment] = runtime.metadata.segments.list("events")
+    [segment] = runtime.metadata.segments.of_topic("events")
     assert segment.state is SegmentState.OFFLOADED
     ledgers = runtime.metadata.list_ledgers("events")
     assert all(x.is_offloaded and x.hot_state is HotState.DELETED for x in ledgers)
@@ -119,21 +119,21 @@ def test_close_now_completes_a_small_segment(runtime: Runtime, stream_dag) -> No
     assert str(waiting.state) == "success", task_states(waiting)
     [result] = result_of(waiting)
     assert result["parts_uploaded"] == 0 and result["waiting_bytes"] > 0, result
-    [segment] = runtime.metadata.segments.list("events")
+    [segment] = runtime.metadata.segments.of_topic("events")
     assert segment.state is SegmentState.ASSIGNED and segment.end is None
 
     closed = stream_dag.test(run_conf={"topic": "events", "close_now": True})
     assert str(closed.state) == "success", task_states(closed)
     [result] = result_of(closed)
     assert result["committed"] == [segment.segment_id] and result["parts_uploaded"] == 1
-    [segment] = runtime.metadata.segments.list("events")
+    [segment] = runtime.metadata.segments.of_topic("events")
     assert segment.state is SegmentState.OFFLOADED
 
     # a topic with streaming off may be named: nothing open, so nothing to do
     named = stream_dag.test(run_conf={"topic": "orders", "close_now": True})
     assert str(named.state) == "success", task_states(named)
     assert [(r["topic"], r["status"]) for r in result_of(named)] == [("orders", "done")]
-    assert runtime.metadata.segments.list("orders") == []
+    assert runtime.metadata.segments.of_topic("orders") == []
 
 
 @pytest.mark.parametrize(
@@ -154,7 +154,7 @@ def test_bad_params_fail_the_task_and_change_nothing(
     assert task_states(run) == {"plan": ["failed"], "stream": ["upstream_failed"]}
     out, err = capfd.readouterr()
     assert message in out + err
-    assert runtime.metadata.segments.list("events") == []
+    assert runtime.metadata.segments.of_topic("events") == []
     assert stream_rows(runtime) == []
 
 
@@ -176,7 +176,7 @@ def test_bad_param_values_are_refused_before_the_run(
     produce_ledgers(runtime, "events", [(10, 100)])
     with pytest.raises(ParamValidationError, match=message):
         stream_dag.test(run_conf=conf)
-    assert runtime.metadata.segments.list("events") == []
+    assert runtime.metadata.segments.of_topic("events") == []
     assert stream_rows(runtime) == []
 
 
@@ -190,7 +190,7 @@ def test_a_topic_held_by_another_pass_is_busy_not_failed(runtime: Runtime, strea
     assert str(run.state) == "success", task_states(run)
     [result] = result_of(run)
     assert result["status"] == "busy" and "other" in result["detail"], result
-    assert runtime.metadata.segments.list("events") == []
+    assert runtime.metadata.segments.of_topic("events") == []
     [row] = stream_rows(runtime)
     assert row["owner"] == "other" and row["epoch"] == 1
 
@@ -202,7 +202,7 @@ def test_without_streaming_topics_a_run_has_nothing_to_do(runtime: Runtime, stre
     run = stream_dag.test(run_conf={})
     assert str(run.state) == "success", task_states(run)
     assert task_states(run) == {"plan": ["success"], "stream": ["skipped"]}
-    assert runtime.metadata.segments.list("orders") == [] and stream_rows(runtime) == []
+    assert runtime.metadata.segments.of_topic("orders") == [] and stream_rows(runtime) == []
 
 
 def test_the_form_is_generated_from_the_model(stream_dag) -> None:

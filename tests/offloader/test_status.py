@@ -12,7 +12,7 @@ from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.ledger_offloader import LedgerOffloader
 from offloader.retention.trim import trim_topic
 from offloader.runtime import Runtime
-from offloader.status import TierSample, _thin, tier_history, tiers_report, topic_tiers
+from offloader.status import TierSample, _thin, tier_history, tiers_report
 
 
 def tiers(rt: Runtime) -> dict[str, tuple[int, int, int, int, int]]:
@@ -24,7 +24,7 @@ def tiers(rt: Runtime) -> dict[str, tuple[int, int, int, int, int]]:
             t.offloaded_bytes,
             t.pending_deletions,
         )
-        for t in topic_tiers(rt.metadata)
+        for t in rt.metadata.topic_tiers()
     }
 
 
@@ -50,7 +50,7 @@ def test_a_ledgers_life_moves_its_bytes_between_tiers(runtime: Runtime) -> None:
 
     trim_topic(rt, "orders", Position(ledger_id=ids[1], entry_id=0))
     # ledger 1 is deleting: its objects are queued under the topic, still counted offloaded
-    state = topic_tiers(rt.metadata)[1]
+    state = rt.metadata.topic_tiers()[1]
     assert (state.offloaded_ledgers, state.pending_deletions) == (2, 2)
     assert state.oldest_pending_deletion_ms is not None
     report = tiers_report(rt.metadata, rt.settings.gc_failing_tries)
@@ -59,7 +59,7 @@ def test_a_ledgers_life_moves_its_bytes_between_tiers(runtime: Runtime) -> None:
     assert report.history[-1].offloaded_bytes == offloaded
 
     drain_queue(rt.metadata, rt.stores, rt.settings)
-    assert rt.metadata.finish_deleted_ledgers() == 1
+    assert rt.metadata.retention.finish_deleted_ledgers() == 1
     assert tiers(rt)["orders"] == (len(size) - 2, hot, 1, data[ids[1]], 0)
 
     history = tier_history(rt.metadata)
@@ -92,14 +92,14 @@ def test_an_attempts_leftovers_count_for_its_topic_and_sweep_orphans_for_none(
     [ledger_id] = produce_ledgers(rt, "orders", [(10, 1000)])
     LedgerOffloader(rt).offload_topic("orders", up_to=ledger_id)
     ledger = rt.metadata.get_ledger("orders", ledger_id)
-    assert ledger.offload_uuid and ledger.store_id is not None
-    rt.metadata.enqueue_deletions(
+    assert ledger.offload_attempt_id and ledger.store_id is not None
+    rt.metadata.deletions.enqueue(
         ["a/data", "a/index"],
         "lost attempt",
         store_id=ledger.store_id,
-        attempt_id=ledger.offload_uuid,
+        attempt_id=ledger.offload_attempt_id,
     )
-    rt.metadata.enqueue_deletions(["orphan"], "sweep", store_id=ledger.store_id)
-    [orders] = topic_tiers(rt.metadata)
+    rt.metadata.deletions.enqueue(["orphan"], "sweep", store_id=ledger.store_id)
+    [orders] = rt.metadata.topic_tiers()
     assert orders.pending_deletions == 2
     assert tiers_report(rt.metadata, 5).deletion_backlog.pending == 3

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.backends import make_topic, produce_ledgers, settings_env
+from fixtures.metadata import pending_deletions
 from offloader.exceptions import StoreUnavailableError
 from offloader.gc.deletion_queue import process_deletions
 from offloader.objectstore.registry import default_location
@@ -62,7 +63,7 @@ def test_switching_the_store_strands_nothing(
         LedgerOffloader(a).offload_topic("orders", up_to=ids[1])
         before = {i: tiered(a, i) for i in ids[:2]}
         a.objects.put("stray", b"queued in A")
-        a.metadata.enqueue_deletions(["stray"], "test", store_id=a.stores.default_id())
+        a.metadata.deletions.enqueue(["stray"], "test", store_id=a.stores.default_id())
         store_a = a.metadata.get_ledger("orders", ids[0]).store_id
         keys_a = {info.key for info in a.objects.list()}
 
@@ -75,7 +76,7 @@ def test_switching_the_store_strands_nothing(
         assert result.outcome is Outcome.OFFLOADED
         newest = b.metadata.get_ledger("orders", ids[2])
         assert newest.store_id != store_a
-        assert b.metadata.get_store(newest.store_id) == default_location(settings_b)
+        assert b.metadata.get_location(newest.store_id) == default_location(settings_b)
         assert {info.key for info in b.objects.list()} == {newest.data_key, newest.index_key}
         assert TopicReader(b).checksum("orders", Source.TIERED).digest == hot_digest
         # the GC deletes a queued key in the store it was queued for, not the default
@@ -94,7 +95,7 @@ def test_a_recorded_store_that_is_gone_is_named(
         make_topic(a)
         (ledger_id,) = produce_ledgers(a, "orders", [(10, 1000)])
         LedgerOffloader(a).offload_topic("orders", up_to=ledger_id)
-        a.metadata.enqueue_deletions(["late"], "test", store_id=a.stores.default_id())
+        a.metadata.deletions.enqueue(["late"], "test", store_id=a.stores.default_id())
         remove_store(request, a)
     gone = str(default_location(backend_settings))
     with Runtime.open(another_store(request, backend_settings)) as b:
@@ -110,7 +111,7 @@ def test_a_recorded_store_that_is_gone_is_named(
         # the queued key stays queued, its error naming the store
         result = process_deletions(b.metadata, b.stores, b.settings)
         assert (result.failed, result.remaining) == (1, 1)
-        (pending,) = b.metadata.pending_deletions()
+        (pending,) = pending_deletions(b.metadata)
         assert gone in (pending.last_error or "")
     if backend_settings.resolved_object_store_url.startswith("file:"):
         assert not Path(default_location(backend_settings).location).exists()  # not recreated
@@ -137,6 +138,6 @@ def test_a_crashed_attempt_is_finished_in_its_own_store(
         (result,) = LedgerOffloader(b).offload_topic("orders", up_to=ledger_id)
         assert result.outcome is Outcome.RECOVERED
         ledger = b.metadata.get_ledger("orders", ledger_id)
-        assert b.metadata.get_store(ledger.store_id) == default_location(backend_settings)
+        assert b.metadata.get_location(ledger.store_id) == default_location(backend_settings)
         assert list(b.objects.list()) == []
         assert TopicReader(b).checksum("orders", Source.TIERED).digest == digest

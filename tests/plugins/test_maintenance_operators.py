@@ -12,6 +12,7 @@ import pytest
 
 from fixtures.airflow import connection_env, return_value
 from fixtures.backends import make_topic, produce_ledgers
+from fixtures.metadata import pending_deletions
 from offloader.gc.sweep import ORPHAN_REASON
 from offloader.metadata.snapshot import read_manifest
 from offloader.offload.ledger_offloader import LedgerOffloader
@@ -73,7 +74,7 @@ def test_sweep_and_export_in_a_dag_run(
         bad = _dag(f"maintenance_bad_{uuid.uuid4().hex[:6]}").test(run_conf={"dry_run": "maybe"})
         states = {ti.task_id: str(ti.state) for ti in bad.get_task_instances()}
         assert states["scan"] == "success" and states["sweep"] == "failed"
-        assert rt.metadata.pending_deletions() == []  # the bad param changed nothing
+        assert pending_deletions(rt.metadata) == []  # the bad param changed nothing
 
         run = _dag(f"maintenance_{uuid.uuid4().hex[:6]}").test(run_conf={"dry_run": False})
         states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
@@ -83,7 +84,7 @@ def test_sweep_and_export_in_a_dag_run(
             and return_value(run, "scan")["dry_run"] is True
         )
         assert return_value(run, "sweep")["stores"][0]["queued"] == 1
-        assert {d.object_key: d.reason for d in rt.metadata.pending_deletions()} == {
+        assert {d.object_key: d.reason for d in pending_deletions(rt.metadata)} == {
             orphan: ORPHAN_REASON
         }
         exported = return_value(run, "export")["snapshot"]

@@ -39,8 +39,8 @@ from fixtures.rewrites import (
     v1_topic,
 )
 from fixtures.spark import BIN, SparkSetup, assert_no_secret
+from offloader.gc.run import recover_stale_rewrites
 from offloader.metadata import OffloadMode, SegmentOrigin, SegmentState
-from offloader.rewrite.run import recover_stale_rewrites
 from offloader.runtime import Runtime
 from offloader.settings import Settings
 from offloader_airflow.spark import SPARK_JOBS, child_environment
@@ -82,7 +82,7 @@ def test_compaction_keeps_every_entry_in_fewer_objects_and_no_secret_leaks(
     check_one_copy(rt)
     check_clean_store(rt)  # the replaced objects deleted, no orphan, no open upload
     assert len(objects(rt)) < count
-    live = rt.metadata.segments.list(T, [SegmentState.OFFLOADED])
+    live = rt.metadata.segments.of_topic(T, [SegmentState.OFFLOADED])
     assert len(live) == groups and {s.origin for s in live} == {SegmentOrigin.REWRITE}
 
     again = rewrite_dag.test(run_conf=compact_conf(rt), retries=False)
@@ -153,7 +153,7 @@ def test_bad_params_submit_nothing_and_a_dry_run_changes_nothing(
     summary = return_value(dry, "rewrite")
     assert summary["dry_run"] is True and summary["totals"]["groups"] >= 1
     assert all(line.endswith(": planned") for line in summary["groups"])
-    assert objects(rt) == stored and rt.metadata.segments.list(T) == []
+    assert objects(rt) == stored and rt.metadata.segments.of_topic(T) == []
 
 
 @pytest.mark.usefixtures("airflow_db", "airflow_connections")
@@ -180,10 +180,10 @@ def test_a_driver_killed_before_the_swap_leaves_readers_whole_and_the_gc_cleans_
 
     # right after the kill: the wave's two intents recorded, the first group's upload
     # completed, nothing swapped, readers unaffected
-    open_rewrites = rt.metadata.segments.list(T, [SegmentState.ASSIGNED])
+    open_rewrites = rt.metadata.segments.of_topic(T, [SegmentState.ASSIGNED])
     assert len(open_rewrites) == 2
     assert {s.origin for s in open_rewrites} == {SegmentOrigin.REWRITE}
-    assert rt.metadata.segments.list(T, [SegmentState.OFFLOADED]) == []
+    assert rt.metadata.segments.of_topic(T, [SegmentState.OFFLOADED]) == []
     assert {x.offload_mode for x in rt.metadata.list_ledgers(T)} == {OffloadMode.LEDGER}
     assert open_rewrites[0].data_key in objects(rt)
     assert checksum(rt) == before

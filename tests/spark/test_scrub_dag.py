@@ -23,6 +23,7 @@ from fixtures.airflow import (
     task_states,
 )
 from fixtures.backends import POSTGRES_ONLY, tiered_digests
+from fixtures.metadata import list_attempts, pending_deletions
 from fixtures.scrub import (
     expected_counts,
     missing_data_object,
@@ -55,8 +56,8 @@ def scrub_dag() -> DagFile:
 def store_state(rt: Runtime) -> dict[str, Any]:
     return {
         "ledgers": rt.metadata.list_ledgers("orders"),
-        "attempts": rt.metadata.list_attempts(),
-        "deletions": rt.metadata.pending_deletions(),
+        "attempts": list_attempts(rt.metadata),
+        "deletions": pending_deletions(rt.metadata),
         "objects": {i.key: rt.objects.get(i.key) for i in rt.objects.list()},
     }
 
@@ -111,8 +112,8 @@ def test_damage_with_a_hot_copy_is_repaired_and_reported(
     (verdict,) = report["damaged_ledgers"]
     now = runtime.metadata.get_ledger("orders", victim.ledger_id)
     assert verdict["ledger_id"] == victim.ledger_id and verdict["action"] == "repaired"
-    assert verdict["offload_uuid"] == victim.offload_uuid
-    assert verdict["replaced_by"] == now.offload_uuid != victim.offload_uuid
+    assert verdict["offload_uuid"] == victim.offload_attempt_id
+    assert verdict["replaced_by"] == now.offload_attempt_id != victim.offload_attempt_id
     assert [(f["key"], f["kind"]) for f in verdict["findings"]] == [(planted.key, planted.kind)]
     assert planted.reason in verdict["findings"][0]["reason"]
     assert return_value(run, "scrub")["damaged"] == {f"orders/{victim.ledger_id}": "repaired"}

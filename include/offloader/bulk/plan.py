@@ -23,8 +23,8 @@ from offloader.bulk.params import ExportParams
 from offloader.exceptions import TopicDeletedError
 from offloader.keys import export_file_path
 from offloader.metadata import Ledger, MetadataStore, Topic
+from offloader.metadata.pieces import covers
 from offloader.metadata.records import OffloadMode
-from offloader.metadata.segments import covers
 from offloader.objectstore.location import StoreLocation
 from offloader.offload.planner import CreationWindow
 
@@ -116,7 +116,7 @@ def plan_export(metadata: MetadataStore, params: ExportParams) -> ExportPlan:
                 streamed.append((topic.name, ledger.ledger_id))
                 slices.extend(_segment_slices(metadata, topic, ledger, first, params.slice_bytes))
                 continue
-            location = metadata.get_store(_store_id(ledger))
+            location = metadata.get_location(_store_id(ledger))
             slices.extend(_slices(topic, ledger, first, location, params.slice_bytes))
     return ExportPlan(slices, ledgers, total, skipped, streamed)
 
@@ -192,7 +192,7 @@ def _segment_slices(
             data_key=segment.data_key,
             index_key=segment.index_key,
             ledger_last_entry_id=piece.last_entry_id,
-            store=metadata.get_store(segment.store_id),
+            store=metadata.get_location(segment.store_id),
             created_ms=ledger.created_ms,
             piece_first_entry_id=piece.first_entry_id,
         )

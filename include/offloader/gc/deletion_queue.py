@@ -66,7 +66,7 @@ def process_deletions(
     deleted = failed = requests = taken = 0
     while taken < limit:
         # Rows tried in this pass are rescheduled after its start, so they are not due again.
-        due = metadata.due_deletions(min(settings.gc_batch_keys, limit - taken), started_ms)
+        due = metadata.deletions.due(min(settings.gc_batch_keys, limit - taken), started_ms)
         if not due:
             break
         taken += len(due)
@@ -79,7 +79,7 @@ def process_deletions(
             deleted += done
             failed += len(errors)
             requests += calls
-    backlog = metadata.deletion_backlog(settings.gc_failing_tries)
+    backlog = metadata.deletions.backlog(settings.gc_failing_tries)
     return DeletionPass(
         deleted=deleted,
         failed=failed,
@@ -121,7 +121,7 @@ def _delete_batch(
         errors = {row.object_key: f"{type(exc).__name__}: {exc}" for row in rows}
     failpoints.reach("after-store-delete")
     done = [row.id for row in rows if row.object_key not in errors]
-    metadata.complete_deletions(done)
+    metadata.deletions.complete(done)
     return len(done), errors
 
 
@@ -139,7 +139,7 @@ def _retry_later(
             error = errors[row.object_key]
             log.warning("delete of %s failed (try %d): %s", row.object_key, row.tries + 1, error)
             failures.append((row, error, backoff_ms(row.tries, settings)))
-    metadata.retry_deletions_later(failures, not_before_ms)
+    metadata.deletions.retry_later(failures, not_before_ms)
 
 
 @dataclass(frozen=True)
@@ -202,5 +202,5 @@ def drain_queue(
         seconds=round(time.monotonic() - started, 3),
         stopped=stopped,
         dry_run=dry_run,
-        backlog=metadata.deletion_backlog(settings.gc_failing_tries),
+        backlog=metadata.deletions.backlog(settings.gc_failing_tries),
     )

@@ -10,16 +10,19 @@ CLI) or passes until a budget is spent (:func:`drain_queue`, the DAG).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from offloader.gc.deletion_queue import DeletionPass, DrainResult, Stores
-from offloader.metadata import MetadataStore
+from offloader.metadata import MetadataStore, Segment
+from offloader.objectstore import MultipartUpload
 from offloader.retention.deletion import finish_deleted_ledgers
-from offloader.rewrite.run import recover_stale_rewrites
 from offloader.runtime import Runtime
 from offloader.settings import Settings
+
+log = logging.getLogger(__name__)
 
 #: what the drain step returned
 Drained = TypeVar("Drained", DeletionPass, DrainResult)
@@ -51,3 +54,20 @@ def collect_garbage(
     drained = drain(rt.metadata, rt.stores, rt.settings)
     finished += finish_deleted_ledgers(rt)
     return GcRun(drained, finished, recovered)
+
+
+def recover_stale_rewrites(runtime: Runtime) -> list[Segment]:
+    """Fail the rewrites whose lease ran out (their keys queued) and abort their recorded
+    uploads; what `offloader gc` and the `garbage_collection` DAG run before draining. An
+    upload that cannot be aborted now is left to the orphan sweep."""
+    failed = runtime.metadata.rewrites.recover_stale()
+    for segment in failed:
+        log.warning("rewrite segment %s lost its lease: failed, keys queued", segment.segment_id)
+        if segment.upload_id is None:
+            continue
+        try:
+            store = runtime.stores.get(segment.store_id, f"segment {segment.segment_id}")
+            store.abort_multipart(MultipartUpload(segment.data_key, segment.upload_id))
+        except Exception:
+            log.warning("could not abort the upload of %s", segment.segment_id, exc_info=True)
+    return failed

@@ -44,11 +44,9 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-
-import sqlalchemy as sa
 
 from offloader import failpoints
 from offloader.exceptions import ObjectNotFoundError, StoreUnavailableError
@@ -60,11 +58,8 @@ from offloader.keys import (
     is_segment_object_key,
     is_snapshot_key,
 )
-from offloader.metadata import AttemptState, MetadataStore, schema
-from offloader.metadata.clock import db_now
-from offloader.metadata.records import SegmentState
+from offloader.metadata import MetadataStore
 from offloader.metadata.snapshot import read_manifest
-from offloader.metadata.stores import list_stores
 from offloader.objectstore import MultipartUpload, ObjectInfo, ObjectStore
 from offloader.objectstore.location import StoreLocation
 from offloader.objectstore.registry import StoreRegistry
@@ -72,11 +67,6 @@ from offloader.settings import Settings
 
 log = logging.getLogger(__name__)
 
-L, A, D = schema.ledgers, schema.offload_attempts, schema.deletion_queue
-G = schema.segments
-# segments whose keys are references: failed, replaced and deleted ones queued theirs
-REFERENCING_SEGMENTS = (SegmentState.ASSIGNED, SegmentState.CLOSING, SegmentState.OFFLOADED)
-OPEN_SEGMENTS = (SegmentState.ASSIGNED, SegmentState.CLOSING)  # their upload is live
 PAGE = 1000  # keys per metadata lookup (one statement) and per enqueue transaction
 ORPHAN_REASON = "orphan (sweep)"
 
@@ -171,8 +161,7 @@ def sweep(
     """
     if not dry_run:
         stores.default_id()  # the configured store is swept even before its first offload
-    with metadata.engine.connect() as conn:
-        targets: list[tuple[int | None, StoreLocation]] = list(list_stores(conn))
+    targets: list[tuple[int | None, StoreLocation]] = list(metadata.list_locations())
     if stores.default_location not in [location for _, location in targets]:
         targets.insert(0, (None, stores.default_location))  # a scan records nothing
     result = SweepResult(
@@ -210,7 +199,7 @@ def _sweep_store(
     snapshots = _protected_snapshots(store)
     for page in list_objects(store):
         out.listed += len(page)
-        referenced = referenced_keys(metadata, [o.key for o in page])
+        referenced = metadata.referenced_keys([o.key for o in page])
         due: list[Orphan] = []
         for info in page:
             if not _is_offloader_key(info.key):
@@ -230,7 +219,7 @@ def _sweep_store(
             out.objects.extend(due)
         elif due:
             assert out.store_id is not None  # a sweep records the store first
-            metadata.enqueue_deletions([o.key for o in due], ORPHAN_REASON, store_id=out.store_id)
+            metadata.deletions.enqueue([o.key for o in due], ORPHAN_REASON, store_id=out.store_id)
             out.queued += len(due)
             failpoints.reach("after-sweep-enqueue")
     if store.capabilities.multipart:
@@ -254,9 +243,9 @@ def _sweep_uploads(
             for u in page
             if (age := _age_ms(u.initiated, now_ms)) is not None and age >= max_age_ms
         ]
-        live = live_attempt_keys(metadata, [u.key for u, _ in old])
-        recorded = open_segment_uploads(
-            metadata, [u.key for u, _ in old if is_segment_object_key(u.key)]
+        live = metadata.live_attempt_keys([u.key for u, _ in old])
+        recorded = metadata.open_segment_uploads(
+            [u.key for u, _ in old if is_segment_object_key(u.key)]
         )
         for upload, age_ms in old:
             if upload.key in live or not is_offloaded_object_key(upload.key):
@@ -278,61 +267,6 @@ def _is_offloader_key(key: str) -> bool:
 def _abort(store: ObjectStore, upload: MultipartUpload) -> None:
     log.info("aborting stale multipart upload %s of %s", upload.upload_id, upload.key)
     store.abort_multipart(upload)
-
-
-def referenced_keys(metadata: MetadataStore, keys: Iterable[str]) -> set[str]:
-    """Which of ``keys`` the metadata references (see the module doc), in one statement."""
-    keys = list(keys)
-    if not keys:
-        return set()
-    kept = (AttemptState.STARTED, AttemptState.COMMITTED)
-    segments = [s.value for s in REFERENCING_SEGMENTS]
-    query = sa.union_all(
-        sa.select(L.c.data_key.label("k")).where(L.c.data_key.in_(keys)),
-        sa.select(L.c.index_key).where(L.c.index_key.in_(keys)),
-        sa.select(A.c.data_key).where(A.c.data_key.in_(keys), A.c.state.in_(kept)),
-        sa.select(A.c.index_key).where(A.c.index_key.in_(keys), A.c.state.in_(kept)),
-        sa.select(G.c.data_key).where(G.c.data_key.in_(keys), G.c.state.in_(segments)),
-        sa.select(G.c.index_key).where(G.c.index_key.in_(keys), G.c.state.in_(segments)),
-        sa.select(D.c.object_key).where(D.c.object_key.in_(keys), D.c.state == "pending"),
-    )
-    with metadata.engine.connect() as conn:
-        return set(conn.execute(query).scalars())
-
-
-def live_attempt_keys(metadata: MetadataStore, keys: Iterable[str]) -> set[str]:
-    """Which of ``keys`` belong to a live attempt: started, still named by its ledger, and
-    its lease not over on the database's clock (invariant 6)."""
-    keys = list(keys)
-    if not keys:
-        return set()
-    live = sa.and_(
-        A.c.state == AttemptState.STARTED,
-        L.c.attempt_id == A.c.attempt_id,
-        L.c.attempt_lease_ms > db_now(),
-    )
-    joined = A.join(L, sa.and_(L.c.topic == A.c.topic, L.c.ledger_id == A.c.ledger_id))
-    query = sa.union_all(
-        sa.select(A.c.data_key.label("k")).select_from(joined).where(live, A.c.data_key.in_(keys)),
-        sa.select(A.c.index_key).select_from(joined).where(live, A.c.index_key.in_(keys)),
-    )
-    with metadata.engine.connect() as conn:
-        return set(conn.execute(query).scalars())
-
-
-def open_segment_uploads(metadata: MetadataStore, keys: Iterable[str]) -> set[tuple[str, str]]:
-    """(data key, upload id) of the assigned or closing segments among ``keys``: the
-    multipart uploads a streaming pass still adds parts to or completes."""
-    keys = list(keys)
-    if not keys:
-        return set()
-    query = sa.select(G.c.data_key, G.c.upload_id).where(
-        G.c.data_key.in_(keys),
-        G.c.state.in_([s.value for s in OPEN_SEGMENTS]),
-        G.c.upload_id.is_not(None),
-    )
-    with metadata.engine.connect() as conn:
-        return {(key, upload_id) for key, upload_id in conn.execute(query)}
 
 
 def _protected_snapshots(store: ObjectStore) -> set[str] | None:

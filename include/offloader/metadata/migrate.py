@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from offloader.exceptions import SchemaOutOfDateError
 from offloader.metadata import schema
-from offloader.metadata.stores import record_store
+from offloader.metadata.locations import record_location
 from offloader.objectstore.location import StoreLocation
 
 MIGRATIONS = Path(__file__).with_name("migrations")
@@ -97,6 +97,6 @@ def _record_legacy_store(conn: Connection, legacy_store: StoreLocation | None) -
             f"rows written before revision 0002 name no object store ({rows}): upgrade "
             "with the object store they were written to configured (OFFLOADER_OBJECT_STORE_URL)"
         )
-    store_id = record_store(conn, legacy_store)
+    store_id = record_location(conn, legacy_store)
     for table, where in unrecorded.items():
         conn.execute(table.update().where(where).values(store_id=store_id))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -142,6 +143,12 @@ class Topic(Record):
 
 
 class Ledger(Record):
+    # the committed attempt's id is offload_attempt_id here, the column (and every output:
+    # ``ledger list --json``, snapshots) keeps its name offload_uuid
+    model_config = ConfigDict(
+        frozen=True, validate_by_name=True, validate_by_alias=True, serialize_by_alias=True
+    )
+
     topic: str
     ledger_id: int
     version: int
@@ -154,7 +161,7 @@ class Ledger(Record):
     offload_epoch: int
     attempt_id: str | None
     attempt_lease_ms: int | None
-    offload_uuid: str | None
+    offload_attempt_id: str | None = Field(alias="offload_uuid")  # the committed attempt
     data_key: str | None
     index_key: str | None
     data_len: int | None
@@ -246,6 +253,20 @@ class DeletionBacklog(Record):
     failing: list[Deletion]
 
 
+class TopicTiers(Record):
+    """One topic's tiers now. Ledgers deleted by retention count nowhere; a ledger whose hot
+    copy is being deleted still counts as hot (its files may still be there)."""
+
+    topic: str
+    state: str
+    hot_ledgers: int
+    hot_bytes: int
+    offloaded_ledgers: int
+    offloaded_bytes: int
+    pending_deletions: int
+    oldest_pending_deletion_ms: int | None
+
+
 class StreamClaim(Record):
     """A pass's hold on a topic's stream: every commit it makes checks ``epoch``."""
 
@@ -324,10 +345,20 @@ class SegmentPart(Record):
         return Position(ledger_id=self.last_ledger_id, entry_id=self.last_entry_id)
 
 
-class LedgerPieceRecord(Record):
-    """Entries ``first_entry_id..last_entry_id`` of a streamed ledger in one segment."""
+class Piece(Record):
+    """A ledger's piece: entries ``first_entry_id..last_entry_id`` of a streamed ledger in
+    one offloaded segment (a row of ``schema.pieces``, with its segment)."""
 
     segment: Segment
     ledger_id: int
     first_entry_id: int
     last_entry_id: int
+
+
+@dataclass(frozen=True)
+class PieceRange:
+    """Entries ``first..last`` of ``ledger_id`` held by a segment being committed."""
+
+    ledger_id: int
+    first: int
+    last: int

@@ -108,7 +108,7 @@ offload_attempts = Table(
     Column("created_ms", BigInteger, nullable=False),
     Column("finished_ms", BigInteger),
     Column("detail", Text),
-    Column("store_id", Integer),  # recorded at begin_attempt: intent before effect
+    Column("store_id", Integer),  # recorded at attempts.begin: intent before effect
     Index("ix_offload_attempts_ledger", "topic", "ledger_id"),
     Index("ix_offload_attempts_data_key", "data_key"),
     Index("ix_offload_attempts_index_key", "index_key"),
@@ -230,9 +230,10 @@ segment_parts = Table(
     ForeignKeyConstraint(["segment_id"], ["segments.segment_id"], name="fk_segment_parts_segment"),
 )
 
-# Which entries of which ledger an offloaded segment holds, written when it is committed:
-# reads find a streamed ledger's pieces here, retention the segments a ledger keeps alive.
-segment_ledgers = Table(
+# Which entries of which ledger an offloaded segment holds (a ledger's pieces), written when
+# it is committed: reads find a streamed ledger's pieces here, retention the segments a
+# ledger keeps alive. Its SQL name stays segment_ledgers (the schema is a contract).
+pieces = Table(
     "segment_ledgers",
     metadata,
     Column("segment_id", String(36), primary_key=True),

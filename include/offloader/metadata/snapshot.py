@@ -126,7 +126,7 @@ def export_snapshot(engine: Engine, store: ObjectStore, store_id: int, keep: int
     kept, retired = snapshots[-keep:], snapshots[:-keep]
     _write_manifest(store, kept)  # the snapshot is now the latest
     if retired:
-        MetadataStore(engine).enqueue_deletions(
+        MetadataStore(engine).deletions.enqueue(
             [s.key for s in retired], "metadata snapshot beyond the kept ones", store_id=store_id
         )
     return ExportResult(info, [s.key for s in kept], [s.key for s in retired])

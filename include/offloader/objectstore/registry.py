@@ -78,9 +78,9 @@ class RecordedStores(Protocol):
     """Where the registry finds recorded locations: the metadata store (``MetadataStore``),
     which sits above the object stores and so is not imported here."""
 
-    def record_store(self, location: StoreLocation) -> int: ...
+    def record_location(self, location: StoreLocation) -> int: ...
 
-    def get_store(self, store_id: int) -> StoreLocation: ...
+    def get_location(self, store_id: int) -> StoreLocation: ...
 
 
 @dataclass
@@ -107,7 +107,7 @@ class StoreRegistry:
         """The id under which the default store is recorded (recorded on first use)."""
         with self._lock:
             if self._default_id is None:
-                self._default_id = self.metadata.record_store(self._default_location)
+                self._default_id = self.metadata.record_location(self._default_location)
                 self._opened[self._default_id] = self.default
             return self._default_id
 
@@ -121,7 +121,7 @@ class StoreRegistry:
         with self._lock:
             store = self._opened.get(store_id)
             if store is None:
-                location = self.metadata.get_store(store_id)
+                location = self.metadata.get_location(store_id)
                 if location == self._default_location:
                     store = self.default  # the same store: never open it twice
                 else:
@@ -130,7 +130,7 @@ class StoreRegistry:
             return store
 
     def location(self, store_id: int) -> StoreLocation:
-        return self.metadata.get_store(store_id)
+        return self.metadata.get_location(store_id)
 
     def close(self) -> None:
         """Close every store this registry opened; the default belongs to the runtime."""

@@ -25,7 +25,7 @@ from offloader.exceptions import CommitFailedError
 from offloader.format import ENTRY_FRAME, HEADER_LEN
 from offloader.keys import ledger_object_keys
 from offloader.metadata import Attempt, Ledger, LedgerState, MetadataStore
-from offloader.metadata.store import AttemptIntent
+from offloader.metadata.attempts import AttemptIntent
 from offloader.offload.lease import LeaseKeeper, owner_id
 from offloader.offload.outcome import OffloadResult, Outcome
 from offloader.policy import OffloadPolicy
@@ -109,7 +109,7 @@ class BatchOffloader:
         intents = [_intent(ledger) for ledger in free]
         lease_ms = int(self.settings.attempt_lease_seconds * 1000)
         attempts = (
-            self.metadata.begin_attempts(
+            self.metadata.attempts.begin_batch(
                 intents, owner_id(), lease_ms, store_id=self.offloader.runtime.stores.default_id()
             )
             if intents
@@ -120,7 +120,10 @@ class BatchOffloader:
             outcome = Outcome.ALREADY_OFFLOADED if ledger.is_offloaded else Outcome.IN_PROGRESS
             outcome = outcome if ledger.is_live else Outcome.TRIMMED
             results[ledger.ledger_id] = OffloadResult(
-                ledger.topic, ledger.ledger_id, outcome, ledger.offload_uuid or ledger.attempt_id
+                ledger.topic,
+                ledger.ledger_id,
+                outcome,
+                ledger.offload_attempt_id or ledger.attempt_id,
             )
         if not attempts:
             return results
@@ -141,7 +144,7 @@ class BatchOffloader:
             return OffloadResult(ledger.topic, ledger.ledger_id, Outcome.TRIMMED)
         if ledger.is_offloaded:
             return OffloadResult(
-                ledger.topic, ledger.ledger_id, Outcome.ALREADY_OFFLOADED, ledger.offload_uuid
+                ledger.topic, ledger.ledger_id, Outcome.ALREADY_OFFLOADED, ledger.offload_attempt_id
             )
         if ledger.entry_count == 0:  # the single-ledger path owns the empty-ledger rule
             return self.offloader.offload_ledger(ledger.topic, ledger.ledger_id)
@@ -167,12 +170,12 @@ class BatchOffloader:
     ) -> dict[int, OffloadResult]:
         started = time.monotonic()
         with LeaseKeeper(
-            self.metadata, attempts.values(), self.settings.attempt_lease_seconds
+            self.metadata.attempts, attempts.values(), self.settings.attempt_lease_seconds
         ) as lease:
             outcomes = self._upload_all(ledgers, attempts, lease)
         finished = [(attempts[i], n) for i, n in outcomes.items() if isinstance(n, int)]
-        committed = self.metadata.commit_offloads(finished) if finished else set()
-        for attempt, _ in finished:  # committed, or retired and queued by commit_offloads
+        committed = self.metadata.attempts.commit_batch(finished) if finished else set()
+        for attempt, _ in finished:  # committed, or retired and queued by commit_batch
             uncommitted.pop(attempt.ledger_id)
         if committed:
             failpoints.reach("after-commit")
@@ -197,7 +200,7 @@ class BatchOffloader:
             attempt = uncommitted.pop(ledger_id)
             if isinstance(exc, CommitFailedError) or not self.offloader._still_owns(attempt):
                 log.warning("offload of %s/%s lost: %s", attempt.topic, ledger_id, exc)
-                self.metadata.fail_attempt(attempt, f"lost: {exc}")
+                self.metadata.attempts.fail(attempt, f"lost: {exc}")
                 results[ledger_id] = OffloadResult(
                     attempt.topic, ledger_id, Outcome.LOST, attempt.attempt_id
                 )

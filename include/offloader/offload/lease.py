@@ -9,7 +9,8 @@ import threading
 from collections.abc import Iterable
 
 from offloader.exceptions import CommitFailedError
-from offloader.metadata import Attempt, MetadataStore
+from offloader.metadata import Attempt
+from offloader.metadata.attempts import AttemptStore
 
 log = logging.getLogger(__name__)
 # How long leaving the keeper waits for its thread beyond one renewal interval. A renewal
@@ -33,9 +34,9 @@ class LeaseKeeper:
     """
 
     def __init__(
-        self, metadata: MetadataStore, attempts: Attempt | Iterable[Attempt], lease_seconds: float
+        self, store: AttemptStore, attempts: Attempt | Iterable[Attempt], lease_seconds: float
     ) -> None:
-        self._metadata = metadata
+        self._store = store
         batch = [attempts] if isinstance(attempts, Attempt) else list(attempts)
         self._attempts = {a.attempt_id: a for a in batch}
         self._single = batch[0] if isinstance(attempts, Attempt) else None
@@ -72,10 +73,10 @@ class LeaseKeeper:
 
     def _renew(self) -> set[str]:
         if self._single is not None:  # one attempt: the store's single-ledger renewal
-            ok = self._metadata.renew_lease(self._single, self._lease_ms)
+            ok = self._store.renew(self._single, self._lease_ms)
             return set() if ok else {self._single.attempt_id}
         live = [a for a in self._attempts.values() if a.attempt_id not in self._lost]
-        return self._metadata.renew_leases(live, self._lease_ms)
+        return self._store.renew_batch(live, self._lease_ms)
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):

@@ -74,14 +74,16 @@ class LedgerOffloader:
         if not ledger.is_live or ledger_id < self.metadata.get_topic(topic).start_ledger_id:
             return OffloadResult(topic, ledger_id, Outcome.TRIMMED)  # below the start
         if ledger.is_offloaded:
-            return OffloadResult(topic, ledger_id, Outcome.ALREADY_OFFLOADED, ledger.offload_uuid)
+            return OffloadResult(
+                topic, ledger_id, Outcome.ALREADY_OFFLOADED, ledger.offload_attempt_id
+            )
         if ledger.state is not LedgerState.SEALED:
             raise ValueError(f"ledger {topic}/{ledger_id} is open; only sealed ledgers move")
         if ledger.entry_count == 0:
             retire_empty_ledger(self.metadata, self.runtime.hot, ledger)
             return OffloadResult(topic, ledger_id, Outcome.RETIRED_EMPTY)
         if ledger.attempt_id is not None:
-            # the database's clock says whether the lease is over (invariant 6); begin_attempt
+            # the database's clock says whether the lease is over (invariant 6); attempts.begin
             # checks it again in its conditional update, in case the owner renews meanwhile
             if (ledger.attempt_lease_ms or 0) > self.metadata.db_now_ms():
                 return OffloadResult(topic, ledger_id, Outcome.IN_PROGRESS, ledger.attempt_id)
@@ -95,16 +97,16 @@ class LedgerOffloader:
         self,
         topic: str,
         ledger_id: int,
-        replaced_uuid: str | None,
+        replaced_attempt_id: str | None,
         reason: str,
         *,
         source: EntrySource = EntrySource.HOT,
     ) -> OffloadResult:
         """Offload an offloaded ledger again as v1 objects of its own: intent, upload and a
         CAS commit exactly as a first offload, then what it was offloaded as is let go in
-        the commit's transaction (``MetadataStore.commit_replacement``).
+        the commit's transaction (``AttemptStore.commit_replacement``).
 
-        ``replaced_uuid`` is what the caller saw the ledger offloaded as: the attempt whose
+        ``replaced_attempt_id`` is what the caller saw the ledger offloaded as: the attempt whose
         objects are replaced (mode ``ledger``; scrub's repair of damaged objects), or None
         for a ledger offloaded in mode ``stream`` (its entries in segments: a damaged
         segment's repair, or a migration back to v1). ALREADY_OFFLOADED if the ledger is
@@ -114,8 +116,10 @@ class LedgerOffloader:
         ledger = self.metadata.get_ledger(topic, ledger_id)
         if not ledger.is_live or ledger_id < self.metadata.get_topic(topic).start_ledger_id:
             return OffloadResult(topic, ledger_id, Outcome.TRIMMED)
-        if not offloaded_as(ledger, replaced_uuid):
-            return OffloadResult(topic, ledger_id, Outcome.ALREADY_OFFLOADED, ledger.offload_uuid)
+        if not offloaded_as(ledger, replaced_attempt_id):
+            return OffloadResult(
+                topic, ledger_id, Outcome.ALREADY_OFFLOADED, ledger.offload_attempt_id
+            )
         hot = source is EntrySource.HOT
         if hot and (not ledger.has_hot_copy or not self.runtime.hot.exists(topic, ledger_id)):
             raise HotLedgerMissingError(
@@ -139,7 +143,7 @@ class LedgerOffloader:
         data_key, index_key = ledger_object_keys(attempt_id, ledger.ledger_id)
         settings = self.runtime.settings
         try:
-            ledger, attempt = self.metadata.begin_attempt(
+            ledger, attempt = self.metadata.attempts.begin(
                 ledger,
                 attempt_id,
                 data_key,
@@ -158,20 +162,24 @@ class LedgerOffloader:
             return OffloadResult(ledger.topic, ledger.ledger_id, outcome, current.attempt_id)
         failpoints.reach("after-begin-attempt")
         try:
-            with LeaseKeeper(self.metadata, attempt, settings.attempt_lease_seconds) as lease:
+            with LeaseKeeper(
+                self.metadata.attempts, attempt, settings.attempt_lease_seconds
+            ) as lease:
                 length = self._upload(ledger, attempt, lease.check, source)
                 lease.check()
             if replacing is None:
-                self.metadata.commit_offload(attempt, length)
+                self.metadata.attempts.commit(attempt, length)
             else:
                 grace_ms = int(settings.replaced_object_grace_seconds * 1000)
-                self.metadata.commit_replacement(attempt, length, replacing, grace_ms=grace_ms)
+                self.metadata.attempts.commit_replacement(
+                    attempt, length, replacing, grace_ms=grace_ms
+                )
             failpoints.reach("after-commit")
         except Exception as exc:
             if isinstance(exc, CommitFailedError) or not self._still_owns(attempt):
                 # a zombie: another attempt took over; whatever broke is moot
                 log.warning("offload of %s/%s lost: %s", ledger.topic, ledger.ledger_id, exc)
-                self.metadata.fail_attempt(attempt, f"lost: {exc}")
+                self.metadata.attempts.fail(attempt, f"lost: {exc}")
                 return OffloadResult(ledger.topic, ledger.ledger_id, Outcome.LOST, attempt_id)
             self._fail_quietly(attempt, exc)
             raise
@@ -237,7 +245,7 @@ class LedgerOffloader:
     def _finish_stale(self, ledger: Ledger) -> OffloadResult | None:
         """Commit a crashed attempt whose objects are complete; None if they are not."""
         assert ledger.attempt_id is not None
-        attempt = self.metadata.get_attempt(ledger.attempt_id)
+        attempt = self.metadata.attempts.get(ledger.attempt_id)
         try:
             # the attempt's own store: the default may have changed since it began
             store = self.runtime.stores.get(attempt.store_id, f"attempt {attempt.attempt_id}")
@@ -257,7 +265,7 @@ class LedgerOffloader:
         ):
             return None
         try:
-            self.metadata.commit_offload(attempt, data.size)
+            self.metadata.attempts.commit(attempt, data.size)
         except CommitFailedError:
             return None
         log.info(
@@ -269,7 +277,7 @@ class LedgerOffloader:
 
     def _still_owns(self, attempt: Attempt) -> bool:
         try:
-            return self.metadata.renew_lease(
+            return self.metadata.attempts.renew(
                 attempt, int(self.runtime.settings.attempt_lease_seconds * 1000)
             )
         except Exception:
@@ -278,20 +286,20 @@ class LedgerOffloader:
     def _fail_quietly(self, attempt: Attempt, exc: BaseException) -> None:
         """Queue the attempt's objects for deletion; if even that fails, its lease will."""
         try:
-            self.metadata.fail_attempt(attempt, f"{type(exc).__name__}: {exc}")
+            self.metadata.attempts.fail(attempt, f"{type(exc).__name__}: {exc}")
         except Exception:
             log.exception("could not record the failure of attempt %s", attempt.attempt_id)
 
 
-def offloaded_as(ledger: Ledger, offload_uuid: str | None) -> bool:
-    """``ledger`` is offloaded on the objects of attempt ``offload_uuid``, or, ``offload_uuid``
+def offloaded_as(ledger: Ledger, attempt_id: str | None) -> bool:
+    """``ledger`` is offloaded on the objects of attempt ``attempt_id``, or, ``attempt_id``
     None, on segments (mode ``stream``: the segments holding a stream-mode ledger change
     only with its row, so the mode and the row's version say which ones)."""
     if not ledger.is_offloaded:
         return False
-    if offload_uuid is None:
+    if attempt_id is None:
         return ledger.offload_mode is OffloadMode.STREAM
-    return ledger.offload_uuid == offload_uuid
+    return ledger.offload_attempt_id == attempt_id
 
 
 def _as_recorded(

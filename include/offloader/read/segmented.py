@@ -26,10 +26,11 @@ from offloader.read.tiered import (
 
 
 @dataclass(frozen=True)
-class LedgerPiece:
-    """One segment's share of a ledger: where it is stored and which entries (inclusive)
-    the metadata store says it serves. The segment may hold more of the ledger than that
-    (a later segment took over the rest); only this range is read from it."""
+class PieceSource:
+    """A ledger's piece and where to read it: one segment's share of a ledger, the store and
+    keys of the segment and which entries (inclusive) the metadata store says it serves.
+    The segment may hold more of the ledger than that (a later segment took over the
+    rest); only this range is read from it."""
 
     store: ObjectStore
     data_key: str
@@ -49,7 +50,7 @@ class SegmentedLedgerReader:
 
     def __init__(
         self,
-        pieces: Sequence[LedgerPiece],
+        pieces: Sequence[PieceSource],
         *,
         ledger_id: int,
         topic: str | None = None,
@@ -138,7 +139,7 @@ class SegmentedLedgerReader:
         return bisect.bisect_right(self._firsts, entry_id) - 1
 
 
-def _check_pieces(ledger_id: int, pieces: Sequence[LedgerPiece]) -> None:
+def _check_pieces(ledger_id: int, pieces: Sequence[PieceSource]) -> None:
     """Pieces must tile the ledger's entries: a reader that silently skipped or repeated
     entries would hand out a ledger that never existed."""
     if not pieces:

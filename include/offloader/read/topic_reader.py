@@ -18,7 +18,7 @@ from offloader.exceptions import (
 from offloader.metadata import Ledger, LedgerState, OffloadMode, Topic
 from offloader.objectstore import ObjectStore
 from offloader.policy import ReadPriority
-from offloader.read.segmented import LedgerPiece, SegmentedLedgerReader
+from offloader.read.segmented import PieceSource, SegmentedLedgerReader
 from offloader.read.tiered import TieredLedgerReader
 from offloader.runtime import Runtime
 
@@ -235,7 +235,7 @@ def tiered_ledger_reader(
             "segment holds it"
         )
     pieces = [
-        LedgerPiece(
+        PieceSource(
             runtime.stores.get(r.segment.store_id, f"segment {r.segment.segment_id}"),
             r.segment.data_key,
             r.segment.index_key,

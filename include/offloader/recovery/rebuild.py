@@ -20,8 +20,8 @@ from offloader.gc.sweep import list_objects
 from offloader.keys import parse_ledger_index_key, parse_segment_index_key
 from offloader.metadata import schema
 from offloader.metadata.clock import db_now_ms
+from offloader.metadata.locations import record_location
 from offloader.metadata.snapshot import ROWS_PER_INSERT, SnapshotError, require_empty
-from offloader.metadata.stores import record_store
 from offloader.objectstore import ObjectStore
 from offloader.policy import OffloadPolicy
 from offloader.recovery.ledgers import FoundLedger, read_ledger
@@ -93,7 +93,7 @@ def rebuild_from_objects(engine: Engine, store: ObjectStore, location: Any) -> R
     segments = without_overlaps(segments, skipped)
     with engine.begin() as conn:
         require_empty(conn, "rebuild the metadata")
-        store_id = record_store(conn, location)
+        store_id = record_location(conn, location)
         now = db_now_ms(conn)
         streamed = stream_rows(segments, found, store_id, now, skipped)
         topics = sorted({t for t, _ in found} | {s.topic for s in segments})
@@ -129,7 +129,7 @@ def rebuild_from_objects(engine: Engine, store: ObjectStore, location: Any) -> R
         for table, rows in (
             (schema.ledgers, streamed.ledgers),
             (schema.segments, streamed.segments),
-            (schema.segment_ledgers, streamed.pieces),
+            (schema.pieces, streamed.pieces),
         ):
             for start in range(0, len(rows), ROWS_PER_INSERT):
                 conn.execute(table.insert(), rows[start : start + ROWS_PER_INSERT])

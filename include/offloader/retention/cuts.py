@@ -13,7 +13,7 @@ log = logging.getLogger(__name__)
 def take_cut(rt: Runtime, topic: str) -> StreamCut:
     """A cut at the end of the topic's sealed data now (the retention DAG takes one per
     topic per run, so time and size retention have positions to truncate at)."""
-    cut = rt.metadata.create_cut(topic)
+    cut = rt.metadata.retention.create_cut(topic)
     log.info(
         "cut %d of %s at %d:%d (%d bytes)",
         cut.cut_id,

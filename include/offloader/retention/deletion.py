@@ -32,7 +32,9 @@ def mark_below_start(rt: Runtime, topic: Topic) -> Marked:
     marked = Marked()
     batch = rt.settings.trim_batch_ledgers
     while True:
-        ids, queued = rt.metadata.mark_ledgers_deleting(topic.name, topic.start_ledger_id, batch)
+        ids, queued = rt.metadata.retention.mark_ledgers_deleting(
+            topic.name, topic.start_ledger_id, batch
+        )
         if not ids:
             break
         marked.ledgers_deleting += ids
@@ -49,14 +51,14 @@ def delete_marked_hot_copies(rt: Runtime, topic: str | None = None) -> list[int]
     gone (mark first, delete second). The ids of those removed."""
     done: list[int] = []
     batch = rt.settings.trim_batch_ledgers
-    while ledgers := rt.metadata.hot_copies_of_deleting(batch, topic):
+    while ledgers := rt.metadata.retention.hot_copies_of_deleting(batch, topic):
         by_topic: dict[str, list[int]] = defaultdict(list)
         for ledger in ledgers:
             rt.hot.delete(ledger.topic, ledger.ledger_id)
             failpoints.reach("after-trim-hot-delete")
             by_topic[ledger.topic].append(ledger.ledger_id)
         for name, ids in by_topic.items():
-            rt.metadata.mark_hot_copies_deleted(name, ids)
+            rt.metadata.retention.mark_hot_copies_deleted(name, ids)
             done += ids
     return done
 
@@ -66,8 +68,8 @@ def finish_deleted_ledgers(rt: Runtime) -> int:
     copy is gone and whose queued keys are all done. The GC calls this after each pass;
     returns how many ledgers became deleted. A segment released on the way that some of
     its ledgers left for v1 objects of their own waits out the replaced objects' grace."""
-    for topic in rt.metadata.topics_with_unmarked_ledgers():
+    for topic in rt.metadata.retention.topics_with_unmarked_ledgers():
         mark_below_start(rt, topic)
     delete_marked_hot_copies(rt)
     grace_ms = int(rt.settings.replaced_object_grace_seconds * 1000)
-    return rt.metadata.finish_deleted_ledgers(grace_ms)
+    return rt.metadata.retention.finish_deleted_ledgers(grace_ms)

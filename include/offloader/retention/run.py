@@ -63,10 +63,10 @@ def apply_retention(
     """
     policy = policy or rt.metadata.get_topic(topic).policy
     if end is None:
-        end = rt.metadata.end_cut(topic) if dry_run else take_cut(rt, topic)
+        end = rt.metadata.retention.end_cut(topic) if dry_run else take_cut(rt, topic)
         failpoints.reach("after-retention-cut")
     bounds = retention_bounds(policy, end.created_ms, end.offset_bytes)
-    chosen = choose_cut(bounds, partial(rt.metadata.newest_cut, topic))
+    chosen = choose_cut(bounds, partial(rt.metadata.retention.newest_cut, topic))
     trim = None
     if chosen is not None:
         trim = trim_topic(rt, topic, chosen.position, dry_run=dry_run)

@@ -54,7 +54,7 @@ def trim_topic(rt: Runtime, topic: str, position: Position, *, dry_run: bool = F
 
     def move(current: Topic) -> Topic | None:
         wanted = target(current)
-        return rt.metadata.move_start(current, wanted) if wanted > current.start else None
+        return rt.metadata.retention.move_start(current, wanted) if wanted > current.start else None
 
     return _finish(rt, *_commit_start(rt, topic, move, "move the start of"))
 
@@ -65,7 +65,7 @@ def delete_topic(rt: Runtime, topic: str) -> TrimResult:
     reused; deleting it again only finishes what a killed run left."""
 
     def move(current: Topic) -> Topic | None:
-        return None if current.is_deleted else rt.metadata.delete_topic(current)
+        return None if current.is_deleted else rt.metadata.retention.delete_topic(current)
 
     return _finish(rt, *_commit_start(rt, topic, move, "delete"))
 
@@ -117,7 +117,7 @@ def normalize(metadata: MetadataStore, topic: Topic, position: Position) -> Posi
     below). At or below the start it is returned as is (a no-op, not checked)."""
     if position <= topic.start:
         return position
-    end = metadata.end_of_sealed(topic.name)
+    end = metadata.retention.end_of_sealed(topic.name)
     if position > end:
         raise ValueError(
             f"position {position} is beyond the end of topic {topic.name!r} ({end}: the "
@@ -139,13 +139,13 @@ def normalize(metadata: MetadataStore, topic: Topic, position: Position) -> Posi
 def _dry_run(rt: Runtime, topic: Topic, target: Position) -> TrimResult:
     """What a trim to ``target`` would mark and queue; changes nothing."""
     below = target.ledger_id
-    ids = rt.metadata.ledgers_to_trim(topic.name, below)
+    ids = rt.metadata.retention.ledgers_to_trim(topic.name, below)
     return TrimResult(
         topic=topic.name,
         start_before=topic.start,
         start_after=target,
         ledgers_deleting=ids,
-        queued_keys=rt.metadata.count_keys_to_trim(topic.name, below),
+        queued_keys=rt.metadata.retention.count_keys_to_trim(topic.name, below),
         hot_deleted=[],
         changed=False,
         dry_run=True,
@@ -160,5 +160,5 @@ def resolve_target(
     if (cut_id is None) == (position is None):
         raise ValueError("a trim takes exactly one of a cut id or a position L:E")
     if cut_id is not None:
-        return rt.metadata.get_cut(topic, cut_id).position
+        return rt.metadata.retention.get_cut(topic, cut_id).position
     return position if isinstance(position, Position) else Position.parse(str(position))

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from offloader.format import SegmentEncoder, encode_segment_index
 from offloader.format.segment_layout import EncodedPart, SegmentBlockRef
 from offloader.metadata import Ledger
-from offloader.metadata.segments import PieceRange
+from offloader.metadata.records import PieceRange
 from offloader.objectstore import MultipartUpload, ObjectStore, PartInfo
 from offloader.read.tiered import TieredLedgerReader
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from offloader.exceptions import DamagedObjectError, FormatError
 from offloader.format import decode_segment_index, encode_segment_index, verify_block
-from offloader.metadata.segments import PieceRange
+from offloader.metadata.records import PieceRange
 from offloader.objectstore import MultipartUpload, ObjectStore, PartInfo
 from offloader.rewrite.merge_parts import PlannedPart, SourceBlock, runs
 from offloader.rewrite.merge_plan import DEFAULT_PART_SIZE, MergePlan, SegmentSource, plan_merge

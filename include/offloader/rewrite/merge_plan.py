@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from offloader.format import SegmentBlockRef, SegmentIndex
-from offloader.metadata.segments import PieceRange
+from offloader.metadata.records import PieceRange
 from offloader.objectstore import ObjectStore
 from offloader.rewrite.merge_parts import Cutter, PlannedPart, SourceBlock, runs
 

@@ -115,7 +115,7 @@ def _topics(metadata: MetadataStore, topics: list[str] | None) -> list[str]:
 def _objects(metadata: MetadataStore, topic: str, params: RewriteParams) -> list[Source | None]:
     """The topic's objects in position order; None marks what breaks a run."""
     ledgers = metadata.list_ledgers(topic, live=True)
-    pieces = metadata.rewrites.offloaded_pieces(topic)
+    pieces = metadata.segments.offloaded_pieces(topic)
     streamed = {p.ledger_id for ranges in pieces.values() for p in ranges}
     found: list[tuple[Position, Source | None]] = []
     for ledger in ledgers:
@@ -130,7 +130,7 @@ def _objects(metadata: MetadataStore, topic: str, params: RewriteParams) -> list
         else:
             found.append((at, None))  # hot only, open, or an attempt in flight
     needs = {x.ledger_id for x in ledgers if not _v1_object(x)}  # not on objects of its own
-    for segment in metadata.segments.list(topic, [SegmentState.OFFLOADED]):
+    for segment in metadata.segments.of_topic(topic, [SegmentState.OFFLOADED]):
         ids = tuple(sorted({p.ledger_id for p in pieces.get(segment.segment_id, [])}))
         usable = bool(ids) and all(i in needs and params.in_range(i) for i in ids)
         source = Source(segment.begin, segment.data_len, segment=segment, ledger_ids=ids)

@@ -15,8 +15,8 @@ On any error the rewrite is failed (its keys queued at once) and its upload abor
 source that moved before the swap is outcome ``changed`` (the next run re-plans), any other
 error outcome ``failed`` for the run's report. A run killed anywhere leaves an assigned
 rewrite segment whose lease runs out: the next run or ``offloader gc`` recovers it
-(:func:`recover_stale_rewrites`), and the orphan sweep aborts an upload created but never
-recorded. Failpoints: ``rewrite-after-begin``, ``rewrite-after-create-upload``,
+(:func:`offloader.gc.run.recover_stale_rewrites`), and the orphan sweep aborts an upload
+created but never recorded. Failpoints: ``rewrite-after-begin``, ``rewrite-after-create-upload``,
 ``rewrite-after-first-part``, ``rewrite-after-complete``, ``rewrite-after-index``,
 ``mid-rewrite-commit`` (inside the swap) and ``rewrite-after-commit``.
 
@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from offloader import failpoints
 from offloader.exceptions import CommitFailedError
 from offloader.format.object_metadata import segment_user_metadata
+from offloader.gc.run import recover_stale_rewrites
 from offloader.keys import segment_object_keys
 from offloader.metadata import Segment
 from offloader.objectstore import MultipartUpload, ObjectStore, PartInfo
@@ -109,23 +110,6 @@ def run_rewrite(
             log.warning("rewrite of %s failed", group.describe(), exc_info=True)
             report.groups.append(GroupResult.of(group, FAILED, detail=_text(err)))
     return report
-
-
-def recover_stale_rewrites(runtime: Runtime) -> list[Segment]:
-    """Fail the rewrites whose lease ran out (their keys queued) and abort their recorded
-    uploads; what `offloader gc` and the `garbage_collection` DAG run before draining. An
-    upload that cannot be aborted now is left to the orphan sweep."""
-    failed = runtime.metadata.rewrites.recover_stale()
-    for segment in failed:
-        log.warning("rewrite segment %s lost its lease: failed, keys queued", segment.segment_id)
-        if segment.upload_id is None:
-            continue
-        try:
-            store = runtime.stores.get(segment.store_id, f"segment {segment.segment_id}")
-            store.abort_multipart(MultipartUpload(segment.data_key, segment.upload_id))
-        except Exception:
-            log.warning("could not abort the upload of %s", segment.segment_id, exc_info=True)
-    return failed
 
 
 @dataclass(frozen=True)

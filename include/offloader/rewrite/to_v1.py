@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from offloader.errors import describe_error
+from offloader.diagnostics import describe_error
 from offloader.metadata import Ledger, MetadataStore, OffloadMode
 from offloader.offload.ledger_offloader import EntrySource, LedgerOffloader, Outcome
 from offloader.runtime import Runtime

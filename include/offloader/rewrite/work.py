@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from offloader.metadata import Ledger, MetadataStore, Segment
-from offloader.metadata.segments import PieceRange
+from offloader.metadata.records import PieceRange
 from offloader.objectstore import MultipartUpload, ObjectStore, PartInfo
 from offloader.objectstore.location import StoreLocation
 from offloader.objectstore.registry import OpenedLocations
@@ -100,7 +100,7 @@ def order_for(
         if store_id is None:
             raise ValueError(f"{what} names no object store: run `offloader db upgrade`")
         if store_id not in locations:
-            locations[store_id] = StoreRef(store_id, metadata.get_store(store_id))
+            locations[store_id] = StoreRef(store_id, metadata.get_location(store_id))
         return locations[store_id]
 
     common = {"segment_id": segment.segment_id, "topic": group.topic, "upload": upload}
@@ -110,7 +110,7 @@ def order_for(
         return WorkOrder(
             **common, target=target, layout=layout, ledgers=ledgers, ledger_stores=stores
         )
-    recorded = metadata.rewrites.offloaded_pieces(group.topic)
+    recorded = metadata.segments.offloaded_pieces(group.topic)
     sources = tuple(
         SegmentInput(
             ref(s.store_id, f"segment {s.segment_id}"),

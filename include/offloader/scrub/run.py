@@ -27,7 +27,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Sequence
 
-from offloader.errors import describe_error
+from offloader.diagnostics import describe_error
 from offloader.exceptions import HotLedgerMissingError, StoreUnavailableError
 from offloader.metadata import Ledger
 from offloader.metadata.records import OffloadMode, SegmentState
@@ -260,11 +260,11 @@ def _repair_streamed(
 def _repair(
     runtime: Runtime,
     ledger: Ledger,
-    replaced_uuid: str | None,
+    replaced_attempt_id: str | None,
     result: LedgerScrubResult,
     damaged: str,
 ) -> LedgerRepair:
-    """Offload ``ledger`` (offloaded as ``replaced_uuid``, see ``replace_ledger``) again
+    """Offload ``ledger`` (offloaded as ``replaced_attempt_id``, see ``replace_ledger``) again
     from its hot copy and scrub the new objects; ``damaged`` names what the findings were
     in (for the no-hot-copy detail)."""
     topic, ledger_id = ledger.topic, ledger.ledger_id
@@ -274,16 +274,20 @@ def _repair(
         )
     reason = f"scrub: {result.findings[0].reason}"
     try:
-        outcome = LedgerOffloader(runtime).replace_ledger(topic, ledger_id, replaced_uuid, reason)
+        outcome = LedgerOffloader(runtime).replace_ledger(
+            topic, ledger_id, replaced_attempt_id, reason
+        )
     except HotLedgerMissingError as err:
         return LedgerRepair(ledger_id, Action.NO_HOT_COPY, str(err))
     except Exception as err:
         detail = f"offloading again failed: {describe_error(err)}"
         return LedgerRepair(ledger_id, Action.REPAIR_FAILED, detail)
     if outcome.outcome is not Outcome.REPLACED:
-        return _not_replaced(runtime, ledger, replaced_uuid, outcome.outcome)
+        return _not_replaced(runtime, ledger, replaced_attempt_id, outcome.outcome)
     repaired = runtime.metadata.get_ledger(topic, ledger_id)
-    location = None if repaired.store_id is None else runtime.metadata.get_store(repaired.store_id)
+    location = (
+        None if repaired.store_id is None else runtime.metadata.get_location(repaired.store_id)
+    )
     again = scrub_ledger_in(_registry_opener(runtime.stores), ScrubTarget.of(repaired, location))
     if again.damaged:
         return LedgerRepair(
@@ -303,11 +307,11 @@ def _repair(
 
 
 def _not_replaced(
-    runtime: Runtime, ledger: Ledger, replaced_uuid: str | None, outcome: Outcome
+    runtime: Runtime, ledger: Ledger, replaced_attempt_id: str | None, outcome: Outcome
 ) -> LedgerRepair:
     """The repair did not swap the objects: say why, from the ledger as it is now."""
     now = runtime.metadata.get_ledger(ledger.topic, ledger.ledger_id)
-    if not (now.is_live and offloaded_as(now, replaced_uuid)):
+    if not (now.is_live and offloaded_as(now, replaced_attempt_id)):
         return LedgerRepair(now.ledger_id, Action.CHANGED, _moved_on(now))
     if now.attempt_id is not None:  # another repair holds it (or took it over from ours)
         detail = f"attempt {now.attempt_id} is replacing it"
@@ -324,6 +328,6 @@ def _moved_on(ledger: Ledger) -> str:
     if not ledger.is_live:
         return f"the ledger was trimmed ({ledger.deletion_state}) meanwhile; nothing to repair"
     return (
-        f"the ledger names other objects now (attempt {ledger.offload_uuid}); these are no "
+        f"the ledger names other objects now (attempt {ledger.offload_attempt_id}); these are no "
         "longer read"
     )

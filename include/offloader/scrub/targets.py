@@ -15,9 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-import sqlalchemy as sa
-
-from offloader.metadata import Ledger, MetadataStore, schema
+from offloader.metadata import Ledger, MetadataStore
 from offloader.metadata.records import Segment, SegmentState
 from offloader.objectstore.location import StoreLocation
 
@@ -81,12 +79,12 @@ class ScrubTarget:
 
     @classmethod
     def of(cls, ledger: Ledger, location: StoreLocation | None) -> ScrubTarget:
-        assert ledger.offload_uuid is not None
+        assert ledger.offload_attempt_id is not None
         assert ledger.data_key is not None and ledger.index_key is not None
         return cls(
             topic=ledger.topic,
             ledger_id=ledger.ledger_id,
-            offload_uuid=ledger.offload_uuid,
+            offload_uuid=ledger.offload_attempt_id,
             data_key=ledger.data_key,
             index_key=ledger.index_key,
             data_len=ledger.data_len,
@@ -109,32 +107,18 @@ def plan_scrub(metadata: MetadataStore, topics: Sequence[str] | None = None) -> 
         if store_id is None:
             return None
         if store_id not in locations:
-            locations[store_id] = metadata.get_store(store_id)
+            locations[store_id] = metadata.get_location(store_id)
         return locations[store_id]
 
     targets = []
     for name in names:
         for ledger in _offloaded(metadata.list_ledgers(name, live=True)):
             targets.append(ScrubTarget.of(ledger, location_of(ledger.store_id)))
-        pieces = _segment_pieces(metadata, name)
-        for segment in metadata.segments.list(name, [SegmentState.OFFLOADED]):
-            targets.append(
-                ScrubTarget.of_segment(
-                    segment, pieces.get(segment.segment_id, []), location_of(segment.store_id)
-                )
-            )
+        pieces = metadata.segments.offloaded_pieces(name)
+        for segment in metadata.segments.of_topic(name, [SegmentState.OFFLOADED]):
+            ranges = [(p.ledger_id, p.first, p.last) for p in pieces.get(segment.segment_id, [])]
+            targets.append(ScrubTarget.of_segment(segment, ranges, location_of(segment.store_id)))
     return targets
-
-
-def _segment_pieces(metadata: MetadataStore, topic: str) -> dict[str, list[tuple[int, int, int]]]:
-    """Per segment of ``topic``, the ledger ranges recorded when it was committed."""
-    SL = schema.segment_ledgers
-    query = sa.select(SL.c.segment_id, SL.c.ledger_id, SL.c.first_entry_id, SL.c.last_entry_id)
-    pieces: dict[str, list[tuple[int, int, int]]] = {}
-    with metadata.engine.connect() as conn:
-        for segment_id, ledger_id, first, last in conn.execute(query.where(SL.c.topic == topic)):
-            pieces.setdefault(segment_id, []).append((ledger_id, first, last))
-    return pieces
 
 
 def check_topics(metadata: MetadataStore, topics: Sequence[str] | None = None) -> list[str]:
@@ -154,5 +138,5 @@ def _offloaded(ledgers: Iterable[Ledger]) -> list[Ledger]:
     return [
         x
         for x in ledgers
-        if x.is_offloaded and x.offload_uuid is not None and x.data_key and x.index_key
+        if x.is_offloaded and x.offload_attempt_id is not None and x.data_key and x.index_key
     ]

@@ -43,13 +43,13 @@ from offloader.metadata.records import (
     Ledger,
     LedgerState,
     OffloadState,
+    PieceRange,
     Position,
     Segment,
     SegmentState,
     StreamClaim,
     Topic,
 )
-from offloader.metadata.segments import PieceRange
 from offloader.objectstore import MultipartUpload, ObjectStore, PartInfo
 from offloader.policy import OffloadPolicy
 from offloader.runtime import Runtime

@@ -82,7 +82,7 @@ def test_slices_are_about_slice_bytes_and_carry_their_ledger(runtime: Runtime) -
             assert (s.entries + 1) * mean > slice_bytes
         for s in slices:
             assert (s.data_key, s.index_key) == (ledger.data_key, ledger.index_key)
-            assert s.store == runtime.metadata.get_store(ledger.store_id)
+            assert s.store == runtime.metadata.get_location(ledger.store_id)
             assert s.ledger_last_entry_id == ledger.entry_count - 1
             assert s.created_ms == ledger.created_ms
             assert not s.in_segment

@@ -61,7 +61,7 @@ def test_a_streamed_ledger_is_cut_piece_by_piece(runtime: Runtime) -> None:
             assert (s.data_key, s.index_key) == (piece.segment.data_key, piece.segment.index_key)
             assert s.piece_first_entry_id == piece.first_entry_id
             assert s.ledger_last_entry_id == piece.last_entry_id
-            assert s.store == rt.metadata.get_store(piece.segment.store_id)
+            assert s.store == rt.metadata.get_location(piece.segment.store_id)
             assert s.created_ms == rt.metadata.get_ledger(STREAMED, ledger_id).created_ms
     assert not any(s.in_segment for s in plan.slices if s.topic == "orders")
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.cli import assert_one_line_error, run_cli, run_cli_json, upgraded_data_dir
+from fixtures.metadata import pending_deletions, retry_deletion_later
 from offloader.runtime import Runtime
 from offloader.settings import Settings
 
@@ -15,8 +16,8 @@ from offloader.settings import Settings
 def queue(data_dir: Path, keys: list[str]) -> list[int]:
     """Queue keys of the default store (none of them exist: each counts as deleted)."""
     with Runtime.open(Settings(data_dir=data_dir)) as rt:
-        rt.metadata.enqueue_deletions(keys, "test", store_id=rt.stores.default_id())
-        return [d.id for d in rt.metadata.pending_deletions()]
+        rt.metadata.deletions.enqueue(keys, "test", store_id=rt.stores.default_id())
+        return [d.id for d in pending_deletions(rt.metadata)]
 
 
 def test_gc_limit_bounds_the_pass_and_reports_the_backlog(tmp_path: Path) -> None:
@@ -37,9 +38,9 @@ def test_status_shows_items_that_keep_failing_with_their_last_error(tmp_path: Pa
     d = upgraded_data_dir(tmp_path / "data")
     queue(d, ["stuck", "fine"])
     with Runtime.open(Settings(data_dir=d)) as rt:
-        stuck = next(x for x in rt.metadata.pending_deletions() if x.object_key == "stuck")
+        stuck = next(x for x in pending_deletions(rt.metadata) if x.object_key == "stuck")
         for _ in range(2):
-            rt.metadata.retry_deletion_later(stuck, "AccessDenied", 0)
+            retry_deletion_later(rt.metadata, stuck, "AccessDenied", 0)
     env = {"OFFLOADER_GC_FAILING_TRIES": "2"}
     status = run_cli_json(d, "status", env=env)["deletion_backlog"]
     assert (status["pending"], status["failing_count"], status["failing_tries"]) == (2, 1, 2)
@@ -78,4 +79,4 @@ def test_bad_gc_input_is_one_line_and_changes_nothing(
     ids = queue(d, ["a"])
     assert_one_line_error(run_cli(d, *args, env=env, ok=False), *fragments)
     with Runtime.open(Settings(data_dir=d)) as rt:
-        assert [(x.id, x.tries) for x in rt.metadata.pending_deletions()] == [(ids[0], 0)]
+        assert [(x.id, x.tries) for x in pending_deletions(rt.metadata)] == [(ids[0], 0)]

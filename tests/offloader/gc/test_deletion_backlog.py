@@ -12,16 +12,17 @@ from pydantic import ValidationError
 from fixtures.clock import HOUR, skew_worker_clock, stopped_sqlite_clock
 from fixtures.counting import CountingStore
 from fixtures.faults import FaultyStore, OnlyStore
+from fixtures.metadata import pending_deletions, retry_deletion_later
 from offloader.exceptions import ObjectStoreError
 from offloader.gc.deletion_queue import process_deletions
 from offloader.metadata.clock import db_now
-from offloader.metadata.store import due_deletions_query
+from offloader.metadata.deletions import due_deletions_query
 from offloader.runtime import Runtime
 from offloader.settings import Settings
 
 
 def enqueue(rt: Runtime, keys: list[str]) -> None:
-    rt.metadata.enqueue_deletions(keys, "test", store_id=rt.stores.default_id())
+    rt.metadata.deletions.enqueue(keys, "test", store_id=rt.stores.default_id())
 
 
 @pytest.mark.parametrize("value", [0, 1001, -1])
@@ -52,7 +53,7 @@ def test_a_pass_does_not_retry_what_it_just_tried(runtime: Runtime) -> None:
     failing = FaultyStore(rt.objects, delete_error=ObjectStoreError("503 SlowDown"))
     result = process_deletions(rt.metadata, OnlyStore(failing), rt.settings, limit=100)
     assert (result.deleted, result.failed, result.delete_requests) == (0, 2, 1)
-    assert [d.tries for d in rt.metadata.pending_deletions()] == [1, 1]
+    assert [d.tries for d in pending_deletions(rt.metadata)] == [1, 1]
 
 
 def test_a_failing_store_keeps_the_work_then_the_queue_drains_when_it_recovers(
@@ -69,11 +70,11 @@ def test_a_failing_store_keeps_the_work_then_the_queue_drains_when_it_recovers(
         result = process_deletions(rt.metadata, OnlyStore(failing), settings)
         assert (result.deleted, result.failed, result.remaining) == (0, 3, 3)
         assert result.backlog.failing_count == (3 if attempt >= 3 else 0)
-    pending = rt.metadata.pending_deletions()
+    pending = pending_deletions(rt.metadata)
     assert [(d.object_key, d.tries) for d in pending] == [(k, 3) for k in keys]
     assert {d.last_error for d in pending} == {"ObjectStoreError: 503 SlowDown"}
     assert sorted(i.key for i in rt.objects.list()) == keys  # nothing deleted, nothing lost
-    backlog = rt.metadata.deletion_backlog(3)
+    backlog = rt.metadata.deletions.backlog(3)
     assert (backlog.pending, backlog.due, backlog.failing_count) == (3, 3, 3)
     assert sorted(d.object_key for d in backlog.failing) == keys
     assert all(d.last_error == "ObjectStoreError: 503 SlowDown" for d in backlog.failing)
@@ -87,11 +88,11 @@ def test_a_failing_store_keeps_the_work_then_the_queue_drains_when_it_recovers(
 def test_the_failing_list_is_capped_most_tried_first(runtime: Runtime) -> None:
     rt = runtime
     enqueue(rt, ["a", "b", "c", "d"])
-    rows = {d.object_key: d for d in rt.metadata.pending_deletions()}
+    rows = {d.object_key: d for d in pending_deletions(rt.metadata)}
     for key, tries in (("a", 2), ("b", 4), ("c", 3), ("d", 1)):
         for _ in range(tries):
-            rt.metadata.retry_deletion_later(rows[key], f"err {key}", 60_000)
-    backlog = rt.metadata.deletion_backlog(failing_tries=2, failing_shown=2)
+            retry_deletion_later(rt.metadata, rows[key], f"err {key}", 60_000)
+    backlog = rt.metadata.deletions.backlog(failing_tries=2, failing_shown=2)
     assert (backlog.pending, backlog.due, backlog.failing_count) == (4, 0, 3)
     assert [(d.object_key, d.tries, d.last_error) for d in backlog.failing] == [
         ("b", 4, "err b"),
@@ -103,12 +104,12 @@ def test_the_oldest_item_is_aged_on_the_database_clock(
     runtime: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rt = runtime
-    assert rt.metadata.deletion_backlog(5).oldest_age_ms is None
+    assert rt.metadata.deletions.backlog(5).oldest_age_ms is None
     enqueue(rt, ["a"])
     enqueue(rt, ["b"])
-    first, second = rt.metadata.pending_deletions()
+    first, second = pending_deletions(rt.metadata)
     skew_worker_clock(monkeypatch, 5 * HOUR)  # a worker clock far ahead changes nothing
-    backlog = rt.metadata.deletion_backlog(5)
+    backlog = rt.metadata.deletions.backlog(5)
     assert backlog.oldest_enqueued_ms == first.enqueued_ms <= second.enqueued_ms
     assert backlog.oldest_age_ms is not None and 0 <= backlog.oldest_age_ms < 60_000
     assert backlog.pending == 2
@@ -134,10 +135,10 @@ def test_due_deletions_are_read_through_the_index(runtime: Runtime) -> None:
 def test_pending_count_is_a_count(runtime: Runtime) -> None:
     rt = runtime
     enqueue(rt, [f"k{n}" for n in range(5)])
-    rt.metadata.complete_deletions([d.id for d in rt.metadata.due_deletions(2)])
+    rt.metadata.deletions.complete([d.id for d in rt.metadata.deletions.due(2)])
     statements: list[str] = []
     sa.event.listen(rt.metadata.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
-    assert rt.metadata.count_pending_deletions() == 3
+    assert rt.metadata.deletions.count_pending() == 3
     (statement,) = [s for s in statements if "deletion_queue" in s]
     assert "count(" in statement.lower()
 
@@ -155,7 +156,7 @@ def test_a_failed_key_is_due_again_one_millisecond_after_the_pass_began(runtime:
     with stopped_sqlite_clock(rt.metadata.engine, now):
         result = process_deletions(rt.metadata, OnlyStore(failing), rt.settings, limit=50)
     assert (result.deleted, result.failed, result.delete_requests) == (0, 1, 1)
-    (row,) = rt.metadata.pending_deletions()
+    (row,) = pending_deletions(rt.metadata)
     assert (row.tries, row.next_try_ms) == (1, now + 1)
 
 
@@ -183,7 +184,7 @@ def test_a_pass_limit_below_one_is_refused(runtime: Runtime, limit: int) -> None
     enqueue(rt, ["a"])
     with pytest.raises(ValueError, match=rf"^limit must be >= 1, got {limit}$"):
         process_deletions(rt.metadata, rt.stores, rt.settings, limit=limit)
-    assert len(rt.metadata.pending_deletions()) == 1
+    assert len(pending_deletions(rt.metadata)) == 1
 
 
 def test_keys_of_a_store_that_cannot_be_opened_stay_queued_with_the_reason(
@@ -192,10 +193,10 @@ def test_keys_of_a_store_that_cannot_be_opened_stay_queued_with_the_reason(
     """A row naming no store (written before revision 0002 and not upgraded) is not tried:
     no delete request, nothing counted deleted, and its error names the row."""
     rt = runtime
-    rt.metadata.enqueue_deletions(["old"], "test", store_id=None)  # type: ignore[arg-type]
+    rt.metadata.deletions.enqueue(["old"], "test", store_id=None)  # type: ignore[arg-type]
     enqueue(rt, ["a"])
     result = process_deletions(rt.metadata, rt.stores, rt.settings)
     assert (result.deleted, result.failed, result.delete_requests) == (1, 1, 1)
-    (row,) = rt.metadata.pending_deletions()
+    (row,) = pending_deletions(rt.metadata)
     assert row.object_key == "old" and row.tries == 1
     assert (row.last_error or "").startswith(f"queued deletion {row.id} names no object store")

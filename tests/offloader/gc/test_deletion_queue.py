@@ -12,6 +12,7 @@ import pytest
 from fixtures.backends import run_cli
 from fixtures.counting import CountingStore
 from fixtures.faults import FaultyStore, FlakyDeletes, OnlyStore
+from fixtures.metadata import pending_deletions
 from offloader.exceptions import ObjectStoreError
 from offloader.gc.deletion_queue import backoff_ms, process_deletions
 from offloader.runtime import Runtime
@@ -20,7 +21,7 @@ from offloader.settings import Settings
 
 def enqueue(rt: Runtime, keys: list[str], reason: str) -> None:
     """Queue keys of the runtime's default store."""
-    rt.metadata.enqueue_deletions(keys, reason, store_id=rt.stores.default_id())
+    rt.metadata.deletions.enqueue(keys, reason, store_id=rt.stores.default_id())
 
 
 def test_queued_objects_are_deleted(runtime: Runtime) -> None:
@@ -42,12 +43,12 @@ def test_a_failing_store_keeps_everything_queued_with_backoff(runtime: Runtime) 
     flaky = FlakyDeletes(rt.objects, raise_times=1)
     result = process_deletions(rt.metadata, OnlyStore(flaky), settings)
     assert (result.deleted, result.failed, result.remaining) == (0, 2, 2)
-    pending = rt.metadata.pending_deletions()
+    pending = pending_deletions(rt.metadata)
     assert all(d.tries == 1 and "SlowDown" in (d.last_error or "") for d in pending)
-    assert rt.metadata.due_deletions(10) == []  # backing off: not due yet
+    assert rt.metadata.deletions.due(10) == []  # backing off: not due yet
     # once the backoff has passed, both are due again
     far = max(d.next_try_ms for d in pending) + 1
-    assert len(rt.metadata.due_deletions(10, at_ms=far)) == 2
+    assert len(rt.metadata.deletions.due(10, at_ms=far)) == 2
 
 
 def test_per_key_refusals_are_retried_not_dropped(runtime: Runtime) -> None:
@@ -58,7 +59,7 @@ def test_per_key_refusals_are_retried_not_dropped(runtime: Runtime) -> None:
     flaky = FlakyDeletes(rt.objects, refuse={"b"})
     result = process_deletions(rt.metadata, OnlyStore(flaky), rt.settings)
     assert (result.deleted, result.failed, result.remaining) == (1, 1, 1)
-    (left,) = rt.metadata.pending_deletions()
+    (left,) = pending_deletions(rt.metadata)
     assert left.object_key == "b" and left.last_error == "AccessDenied"
     assert process_deletions(rt.metadata, rt.stores, rt.settings).remaining == 0
     assert list(rt.objects.list()) == []
@@ -102,7 +103,7 @@ def test_sigkill_between_store_delete_and_queue_update_loses_nothing(runtime: Ru
         rt.objects.put(key, b"x")
     rt.objects.put("keep", b"x")
     enqueue(rt, ["a", "b", "never-written"], "test")
-    queued = {d.id: d.object_key for d in rt.metadata.pending_deletions()}
+    queued = {d.id: d.object_key for d in pending_deletions(rt.metadata)}
 
     killed = run_cli(rt, "gc", failpoints="after-store-delete")
     out, _ = killed.communicate(timeout=120)
@@ -110,7 +111,7 @@ def test_sigkill_between_store_delete_and_queue_update_loses_nothing(runtime: Ru
     assert out == b""
     # the store did its part, the queue still holds every key, none marked tried
     assert [i.key for i in rt.objects.list()] == ["keep"]
-    pending = rt.metadata.pending_deletions()
+    pending = pending_deletions(rt.metadata)
     assert {d.id: d.object_key for d in pending} == queued
     assert all(d.tries == 0 and d.last_error is None for d in pending)
 
@@ -120,7 +121,7 @@ def test_sigkill_between_store_delete_and_queue_update_loses_nothing(runtime: Ru
     result = json.loads(out)
     assert (result["deleted"], result["failed"], result["remaining"]) == (3, 0, 0)
     assert result["backlog"]["pending"] == 0 and result["delete_requests"] == 1
-    assert rt.metadata.pending_deletions() == []
+    assert pending_deletions(rt.metadata) == []
     assert [i.key for i in rt.objects.list()] == ["keep"]
 
 
@@ -136,22 +137,22 @@ def test_sigkill_after_the_first_of_several_batches_then_rerun_converges(
     for key in [*keys, "keep"]:
         rt.objects.put(key, b"x")
     enqueue(rt, keys, "test")
-    first = [d.object_key for d in rt.metadata.due_deletions(2)]
+    first = [d.object_key for d in rt.metadata.deletions.due(2)]
 
     killed = run_cli(rt, "gc", failpoints="after-store-delete")
     killed.communicate(timeout=120)
     assert killed.returncode == -signal.SIGKILL, "after-store-delete was never reached"
     left = {i.key for i in rt.objects.list()}
     assert left == {"keep", *keys} - set(first)
-    assert sorted(d.object_key for d in rt.metadata.pending_deletions()) == keys
-    assert all(d.tries == 0 for d in rt.metadata.pending_deletions())
+    assert sorted(d.object_key for d in pending_deletions(rt.metadata)) == keys
+    assert all(d.tries == 0 for d in pending_deletions(rt.metadata))
 
     rerun = run_cli(rt, "gc", "--json")
     out, err = rerun.communicate(timeout=120)
     assert rerun.returncode == 0, err.decode()
     result = json.loads(out)
     assert (result["deleted"], result["failed"], result["delete_requests"]) == (5, 0, 3)
-    assert rt.metadata.count_pending_deletions() == 0
+    assert rt.metadata.deletions.count_pending() == 0
     assert [i.key for i in rt.objects.list()] == ["keep"]
     again = process_deletions(rt.metadata, rt.stores, rt.settings)
     assert (again.deleted, again.failed, again.delete_requests) == (0, 0, 0)

@@ -8,6 +8,7 @@ import types
 import pytest
 
 from fixtures.faults import FlakyDeletes, OnlyStore
+from fixtures.metadata import pending_deletions
 from offloader.gc import deletion_queue
 from offloader.gc.deletion_queue import drain_queue
 from offloader.runtime import Runtime
@@ -17,7 +18,7 @@ def queue(rt: Runtime, count: int) -> list[str]:
     keys = [f"k{n:03d}" for n in range(count)]
     for key in keys:
         rt.objects.put(key, b"x")
-    rt.metadata.enqueue_deletions(keys, "test", store_id=rt.stores.default_id())
+    rt.metadata.deletions.enqueue(keys, "test", store_id=rt.stores.default_id())
     return keys
 
 
@@ -40,7 +41,7 @@ def test_bad_bounds_are_refused_and_change_nothing(
     with pytest.raises(ValueError, match=message):
         drain_queue(runtime.metadata, runtime.stores, runtime.settings, **kwargs)
     assert stored(runtime) == set(keys)
-    assert len(runtime.metadata.pending_deletions()) == 3
+    assert len(pending_deletions(runtime.metadata)) == 3
 
 
 def test_a_drain_runs_passes_until_one_deletes_nothing(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from fixtures.metadata import pending_deletions
 from fixtures.retention import mixed_topic
 from offloader.gc.deletion_queue import drain_queue, process_deletions
 from offloader.gc.run import collect_garbage
@@ -37,11 +38,11 @@ def test_one_pass_finishes_the_trimmed_ledgers_its_drain_emptied(runtime: Runtim
 
 def test_a_bounded_drain_and_a_dry_run(runtime: Runtime) -> None:
     ids = trimmed(runtime)
-    before = runtime.metadata.pending_deletions()
+    before = pending_deletions(runtime.metadata)
     dry = collect_garbage(runtime, partial(drain_queue, dry_run=True), dry_run=True)
     assert (dry.drained.stopped, dry.drained.backlog.pending) == ("dry run", 6)
     assert (dry.ledgers_deleted, dry.rewrites_recovered) == (0, [])
-    assert runtime.metadata.pending_deletions() == before
+    assert pending_deletions(runtime.metadata) == before
     assert states(runtime, ids[:3]) == [DeletionState.DELETING] * 3
 
     run = collect_garbage(runtime, partial(drain_queue, max_items=100))

@@ -22,6 +22,7 @@ from fixtures.backends import (
     unaccounted_objects,
 )
 from fixtures.clock import HOUR, skew_worker_clock, stopped_sqlite_clock
+from fixtures.metadata import pending_deletions
 from offloader.exceptions import StoreUnavailableError
 from offloader.gc.deletion_queue import process_deletions
 from offloader.gc.sweep import (
@@ -30,7 +31,6 @@ from offloader.gc.sweep import (
     StaleUpload,
     StoreSweep,
     SweepResult,
-    referenced_keys,
     sweep,
 )
 from offloader.keys import MANIFEST_KEY, ledger_object_keys, segment_object_keys
@@ -73,14 +73,14 @@ def begin(rt: Runtime, ledger: Ledger, lease_ms: int, attempt_id: str | None = N
     """An attempt on ``ledger`` as a worker records it, its lease ``lease_ms`` from now."""
     attempt_id = attempt_id or str(uuid.uuid4())
     data_key, index_key = ledger_object_keys(attempt_id, ledger.ledger_id)
-    _, attempt = rt.metadata.begin_attempt(
+    _, attempt = rt.metadata.attempts.begin(
         ledger, attempt_id, data_key, index_key, "test", lease_ms, store_id=rt.stores.default_id()
     )
     return attempt
 
 
 def pending(rt: Runtime) -> dict[str, str]:
-    return {d.object_key: d.reason for d in rt.metadata.pending_deletions()}
+    return {d.object_key: d.reason for d in pending_deletions(rt.metadata)}
 
 
 def present(rt: Runtime) -> set[str]:
@@ -116,7 +116,7 @@ def test_planted_objects_are_swept_only_after_the_grace_period(
     assert done.stores[0].queued == 3
     assert pending(rt) == dict.fromkeys(planted, ORPHAN_REASON)
     again = sweep(rt.metadata, rt.stores, rt.settings)  # queued once is enough
-    assert again.orphans == 0 and len(rt.metadata.pending_deletions()) == 3
+    assert again.orphans == 0 and len(pending_deletions(rt.metadata)) == 3
 
     process_deletions(rt.metadata, rt.stores, rt.settings)
     assert not planted.keys() & present(rt)
@@ -189,10 +189,12 @@ def test_a_late_write_of_a_retired_attempt_is_swept(swept: Runtime) -> None:
     store_id = rt.stores.default_id()
     old_id = str(uuid.uuid4())
     old_keys = ledger_object_keys(old_id, ledger.ledger_id)
-    ledger, _ = rt.metadata.begin_attempt(ledger, old_id, *old_keys, "zombie", 1, store_id=store_id)
+    ledger, _ = rt.metadata.attempts.begin(
+        ledger, old_id, *old_keys, "zombie", 1, store_id=store_id
+    )
     time.sleep(0.05)
     new_id = str(uuid.uuid4())
-    rt.metadata.begin_attempt(
+    rt.metadata.attempts.begin(
         ledger, new_id, *ledger_object_keys(new_id, ledger.ledger_id), "t", 60_000,
         store_id=store_id,
     )  # fmt: skip
@@ -239,15 +241,15 @@ def test_a_lookup_answers_for_the_keys_asked_and_only_those(swept: Runtime) -> N
         begin=Position(ledger_id=0, entry_id=0),
     )
     (queued,) = plant(rt, 1)
-    rt.metadata.enqueue_deletions([queued], "test", store_id=store_id)
+    rt.metadata.deletions.enqueue([queued], "test", store_id=store_id)
     offloaded = [x for x in rt.metadata.list_ledgers("orders") if x.is_offloaded]
     every = {k for x in offloaded for k in (x.data_key, x.index_key)}
     every |= {started.data_key, started.index_key, data, index, queued}
     assert len(every) == 2 * len(offloaded) + 5
     stranger, _ = ledger_object_keys(str(uuid.uuid4()), 1)
-    assert referenced_keys(rt.metadata, [*every, stranger]) == every
+    assert rt.metadata.referenced_keys([*every, stranger]) == every
     # every branch of the union has rows here, and none of them is what was asked
-    assert referenced_keys(rt.metadata, [stranger]) == set()
+    assert rt.metadata.referenced_keys([stranger]) == set()
 
 
 def test_paging_looks_up_every_page(swept: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -259,13 +261,13 @@ def test_paging_looks_up_every_page(swept: Runtime, monkeypatch: pytest.MonkeyPa
     planted = plant(rt, 5)
     time.sleep(GRACE + 1.5)
     lookups: list[int] = []
-    referenced_keys = sweep_module.referenced_keys
+    referenced_keys = rt.metadata.referenced_keys
 
-    def counted(metadata: object, keys: list[str]) -> set[str]:
+    def counted(keys: list[str]) -> set[str]:
         lookups.append(len(keys))
-        return referenced_keys(rt.metadata, keys)
+        return referenced_keys(keys)
 
-    monkeypatch.setattr(sweep_module, "referenced_keys", counted)
+    monkeypatch.setattr(rt.metadata, "referenced_keys", counted)
     result = sweep(rt.metadata, rt.stores, rt.settings)
     assert result.stores[0].queued == 5
     assert pending(rt) == dict.fromkeys(planted, ORPHAN_REASON)
@@ -290,7 +292,7 @@ def test_a_sweep_killed_after_queueing_converges(swept: Runtime) -> None:
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err.decode()
     assert json.loads(out)["orphans"] == 0  # nothing queued twice
-    assert len(rt.metadata.pending_deletions()) == 4
+    assert len(pending_deletions(rt.metadata)) == 4
     process_deletions(rt.metadata, rt.stores, rt.settings)
     assert unaccounted_objects(rt) == set() and not planted.keys() & present(rt)
 
@@ -316,7 +318,7 @@ def test_an_unreachable_recorded_store_fails_the_sweep_after_the_others(
 
     rt = swept
     gone = StoreLocation("file", str(tmp_path / "gone"))
-    rt.metadata.record_store(gone)
+    rt.metadata.record_location(gone)
     planted = plant(rt, 1)
     time.sleep(GRACE + 1.5)
     result = sweep(rt.metadata, rt.stores, rt.settings)
@@ -353,16 +355,14 @@ def test_every_recorded_store_is_swept(swept: Runtime, tmp_path) -> None:  # typ
 
     rt = swept
     (tmp_path / "older-store").mkdir()
-    other_id = rt.metadata.record_store(StoreLocation("file", str(tmp_path / "older-store")))
+    other_id = rt.metadata.record_location(StoreLocation("file", str(tmp_path / "older-store")))
     other = rt.stores.get(other_id, "the older store")
     key = ledger_object_keys(str(uuid.uuid4()), 5)[0]
     other.put(key, b"left in the older store")
     time.sleep(GRACE + 1.5)
     result = sweep(rt.metadata, rt.stores, rt.settings)
     assert {s.store_id for s in result.stores} == {rt.stores.default_id(), other_id}
-    assert [(d.object_key, d.store_id) for d in rt.metadata.pending_deletions()] == [
-        (key, other_id)
-    ]
+    assert [(d.object_key, d.store_id) for d in pending_deletions(rt.metadata)] == [(key, other_id)]
     process_deletions(rt.metadata, rt.stores, rt.settings)
     assert not other.exists(key)
 
@@ -480,7 +480,7 @@ def test_a_store_that_cannot_be_opened_is_logged_and_reported(
 
     rt = swept
     gone = StoreLocation("file", str(tmp_path / "gone"))
-    gone_id = rt.metadata.record_store(gone)
+    gone_id = rt.metadata.record_location(gone)
     with caplog.at_level(logging.WARNING, logger="offloader.gc.sweep"):
         result = sweep(rt.metadata, rt.stores, rt.settings)
     (record,) = [r for r in caplog.records if r.name == "offloader.gc.sweep"]
@@ -504,7 +504,7 @@ def test_a_scan_reports_the_configured_store_first_and_its_settings(
     rt = runtime
     (tmp_path / "older-store").mkdir()
     older = StoreLocation("file", str(tmp_path / "older-store"))
-    older_id = rt.metadata.record_store(older)
+    older_id = rt.metadata.record_location(older)
     settings = rt.settings.model_copy(
         update={"sweep_grace_seconds": 7.0, "multipart_max_age_seconds": 11.0}
     )
@@ -567,13 +567,13 @@ def test_uploads_are_looked_up_a_page_at_a_time(
     rt = swept
     monkeypatch.setattr(sweep_module, "PAGE", 2)
     lookups: list[list[str]] = []
-    live_attempt_keys = sweep_module.live_attempt_keys
+    live_attempt_keys = rt.metadata.live_attempt_keys
 
-    def counted(metadata: object, keys: list[str]) -> set[str]:
+    def counted(keys: list[str]) -> set[str]:
         lookups.append(list(keys))
-        return live_attempt_keys(rt.metadata, keys)
+        return live_attempt_keys(keys)
 
-    monkeypatch.setattr(sweep_module, "live_attempt_keys", counted)
+    monkeypatch.setattr(rt.metadata, "live_attempt_keys", counted)
     uploads = [
         rt.objects.create_multipart(ledger_object_keys(str(uuid.uuid4()), 300 + n)[0])
         for n in range(5)

@@ -12,8 +12,9 @@ from collections.abc import Iterator
 import pytest
 
 from fixtures.backends import make_topic, produce_ledgers
+from fixtures.metadata import pending_deletions
 from offloader.gc.deletion_queue import process_deletions
-from offloader.gc.sweep import ORPHAN_REASON, open_segment_uploads, sweep
+from offloader.gc.sweep import ORPHAN_REASON, sweep
 from offloader.keys import (
     is_ledger_object_key,
     is_offloaded_object_key,
@@ -49,7 +50,7 @@ def stream_topic(rt: Runtime, ledgers: int = 4) -> int:
 
 
 def pending(rt: Runtime) -> dict[str, str]:
-    return {d.object_key: d.reason for d in rt.metadata.pending_deletions()}
+    return {d.object_key: d.reason for d in pending_deletions(rt.metadata)}
 
 
 def present(rt: Runtime) -> set[str]:
@@ -87,7 +88,9 @@ def test_committed_segments_are_kept_and_planted_segment_objects_swept(rt: Runti
     result = StreamingOffloader(rt).run_pass(TOPIC, close_now=True)
     assert len(result.committed) >= 2
     before = TopicReader(rt).checksum(TOPIC, source=Source.TIERED)
-    segment_keys = {k for s in rt.metadata.segments.list(TOPIC) for k in (s.data_key, s.index_key)}
+    segment_keys = {
+        k for s in rt.metadata.segments.of_topic(TOPIC) for k in (s.data_key, s.index_key)
+    }
     assert segment_keys == present(rt)
     planted = {}
     for n in range(2):
@@ -121,7 +124,7 @@ def test_a_finished_segments_objects_are_not_references(rt: Runtime, state: Segm
     segment still present afterwards (a late write, a lost queue row) are orphans."""
     stream_topic(rt)
     StreamingOffloader(rt).run_pass(TOPIC, close_now=True)
-    first, *rest = rt.metadata.segments.list(TOPIC)
+    first, *rest = rt.metadata.segments.of_topic(TOPIC)
     set_state(rt, first.segment_id, state)
     time.sleep(GRACE + 1.5)
     scan = sweep(rt.metadata, rt.stores, rt.settings, dry_run=True)
@@ -202,6 +205,6 @@ def test_open_segment_uploads_answer_for_the_keys_asked_with_recorded_uploads(rt
     recorded, unrecorded = segments["recorded"], segments["unrecorded"]
     assert recorded.state is unrecorded.state is SegmentState.ASSIGNED
     both = [recorded.data_key, unrecorded.data_key]
-    assert open_segment_uploads(rt.metadata, both) == {(recorded.data_key, upload.upload_id)}
-    assert open_segment_uploads(rt.metadata, [unrecorded.data_key]) == set()
+    assert rt.metadata.open_segment_uploads(both) == {(recorded.data_key, upload.upload_id)}
+    assert rt.metadata.open_segment_uploads([unrecorded.data_key]) == set()
     rt.objects.abort_multipart(upload)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from fixtures.backends import produce_ledgers
-from fixtures.metadata import begin
+from fixtures.metadata import begin, pending_deletions
 from fixtures.scrub import offloaded_topic
 from offloader.exceptions import CommitFailedError
 from offloader.metadata import AttemptState
@@ -24,26 +24,29 @@ def test_the_swap_supersedes_only_the_replaced_attempt(runtime: Runtime) -> None
     first, second = offloaded_topic(rt, shapes=SMALL)
     _, attempt = begin(rt.metadata, first, "repl", replace=True)
     reason = "crc mismatch " + "x" * 3000  # a long reason is cut to the column's 2,000
-    swapped = rt.metadata.commit_replacement(attempt, 123, reason)
+    swapped = rt.metadata.attempts.commit_replacement(attempt, 123, reason)
 
-    assert (swapped.offload_uuid, swapped.data_key, swapped.index_key, swapped.data_len) == (
+    assert (swapped.offload_attempt_id, swapped.data_key, swapped.index_key, swapped.data_len) == (
         "repl",
         "repl-d",
         "repl-i",
         123,
     )
     assert swapped.attempt_id is None and swapped.version > first.version
-    old = rt.metadata.get_attempt(first.offload_uuid or "")
+    old = rt.metadata.attempts.get(first.offload_attempt_id or "")
     assert old.state is AttemptState.SUPERSEDED
     assert old.detail == f"replaced by repl: {reason}"[:2000]
-    new = rt.metadata.get_attempt("repl")
+    new = rt.metadata.attempts.get("repl")
     assert new.state is AttemptState.COMMITTED and new.finished_ms is not None
     # the other ledger's committed attempt is untouched
-    assert rt.metadata.get_attempt(second.offload_uuid or "").state is AttemptState.COMMITTED
+    assert rt.metadata.attempts.get(second.offload_attempt_id or "").state is AttemptState.COMMITTED
     assert rt.metadata.get_ledger("orders", second.ledger_id) == second
-    queued = {(d.object_key, d.attempt_id) for d in rt.metadata.pending_deletions()}
-    assert queued == {(first.data_key, first.offload_uuid), (first.index_key, first.offload_uuid)}
-    assert {d.reason for d in rt.metadata.pending_deletions()} == {f"replaced: {reason}"[:255]}
+    queued = {(d.object_key, d.attempt_id) for d in pending_deletions(rt.metadata)}
+    assert queued == {
+        (first.data_key, first.offload_attempt_id),
+        (first.index_key, first.offload_attempt_id),
+    }
+    assert {d.reason for d in pending_deletions(rt.metadata)} == {f"replaced: {reason}"[:255]}
 
 
 def test_an_attempt_that_lost_its_ledger_is_refused_by_name(runtime: Runtime) -> None:
@@ -55,10 +58,10 @@ def test_an_attempt_that_lost_its_ledger_is_refused_by_name(runtime: Runtime) ->
     before = rt.metadata.get_ledger("orders", first.ledger_id)
     message = rf"^attempt stale \(epoch {stale.epoch}\) no longer owns offloaded ledger orders/"
     with pytest.raises(CommitFailedError, match=message):
-        rt.metadata.commit_replacement(stale, 1, "r")
+        rt.metadata.attempts.commit_replacement(stale, 1, "r")
     assert rt.metadata.get_ledger("orders", first.ledger_id) == before
     # only the takeover's queueing of the stale attempt's keys: the offloaded objects stay
-    assert {d.object_key for d in rt.metadata.pending_deletions()} == {"stale-d", "stale-i"}
+    assert {d.object_key for d in pending_deletions(rt.metadata)} == {"stale-d", "stale-i"}
 
 
 def test_a_ledger_that_is_not_offloaded_cannot_be_replaced(runtime: Runtime) -> None:
@@ -70,9 +73,9 @@ def test_a_ledger_that_is_not_offloaded_cannot_be_replaced(runtime: Runtime) -> 
     fresh = rt.metadata.get_ledger("orders", fresh_id)
     owned, attempt = begin(rt.metadata, fresh, "first-try")
     with pytest.raises(CommitFailedError, match="no longer owns offloaded ledger"):
-        rt.metadata.commit_replacement(attempt, 1, "r")
+        rt.metadata.attempts.commit_replacement(attempt, 1, "r")
     assert rt.metadata.get_ledger("orders", fresh_id) == owned
-    assert rt.metadata.get_attempt("first-try").state is AttemptState.STARTED
+    assert rt.metadata.attempts.get("first-try").state is AttemptState.STARTED
 
 
 def test_the_replaced_objects_are_due_after_the_grace(runtime: Runtime) -> None:
@@ -82,11 +85,11 @@ def test_the_replaced_objects_are_due_after_the_grace(runtime: Runtime) -> None:
     first, _ = offloaded_topic(rt, shapes=SMALL)
     _, attempt = begin(rt.metadata, first, "repl", replace=True)
     before = rt.metadata.db_now_ms()
-    rt.metadata.commit_replacement(attempt, 123, "crc mismatch", grace_ms=3_600_000)
+    rt.metadata.attempts.commit_replacement(attempt, 123, "crc mismatch", grace_ms=3_600_000)
     after = rt.metadata.db_now_ms()
 
-    queued = rt.metadata.pending_deletions()
+    queued = pending_deletions(rt.metadata)
     assert {d.object_key for d in queued} == {first.data_key, first.index_key}
     assert all(before + 3_600_000 <= d.next_try_ms <= after + 3_600_000 for d in queued)
-    assert rt.metadata.due_deletions(10) == []
-    assert len(rt.metadata.due_deletions(10, at_ms=after + 3_600_000)) == 2
+    assert rt.metadata.deletions.due(10) == []
+    assert len(rt.metadata.deletions.due(10, at_ms=after + 3_600_000)) == 2

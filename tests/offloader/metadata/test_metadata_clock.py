@@ -12,7 +12,7 @@ from sqlalchemy.dialects import mysql
 from sqlalchemy.exc import CompileError
 
 from fixtures.clock import HOUR, database_time_ms, skew_worker_clock, stopped_sqlite_clock
-from fixtures.metadata import begin, sealed_ledger
+from fixtures.metadata import begin, pending_deletions, retry_deletion_later, sealed_ledger
 from offloader.exceptions import CommitFailedError
 from offloader.metadata import AttemptState, HotState, MetadataStore
 from offloader.metadata.clock import db_now
@@ -31,9 +31,9 @@ def test_lease_ends_at_database_time_plus_lease(
     assert 0 <= ledger.attempt_lease_ms - (before + LEASE_MS) <= TOLERANCE_MS
     # what the store records is the database's time too, not this worker's
     assert 0 <= ledger.sealed_ms - before <= TOLERANCE_MS
-    assert 0 <= store.get_attempt("a1").created_ms - before <= TOLERANCE_MS
+    assert 0 <= store.attempts.get("a1").created_ms - before <= TOLERANCE_MS
 
-    assert store.renew_lease(attempt, 2 * LEASE_MS)
+    assert store.attempts.renew(attempt, 2 * LEASE_MS)
     renewed = store.get_ledger("t", ledger.ledger_id).attempt_lease_ms
     assert 0 <= renewed - (before + 2 * LEASE_MS) <= TOLERANCE_MS
     assert abs(store.db_now_ms() - database_time_ms(store.engine)) <= TOLERANCE_MS
@@ -48,9 +48,9 @@ def test_worker_ahead_cannot_supersede_a_live_attempt(
         begin(store, ledger, "usurper")
     current = store.get_ledger("t", ledger.ledger_id)
     assert (current.attempt_id, current.version) == ("live", ledger.version)
-    assert store.get_attempt("live").state is AttemptState.STARTED
-    assert store.pending_deletions() == []
-    assert store.commit_offload(live, 1).offload_uuid == "live"
+    assert store.attempts.get("live").state is AttemptState.STARTED
+    assert pending_deletions(store) == []
+    assert store.attempts.commit(live, 1).offload_attempt_id == "live"
 
 
 def test_worker_behind_supersedes_an_expired_attempt(
@@ -61,15 +61,15 @@ def test_worker_behind_supersedes_an_expired_attempt(
     skew_worker_clock(monkeypatch, -HOUR)  # by this worker's clock it has an hour to go
     ledger, fresh = begin(store, ledger, "fresh")
     assert fresh.epoch == stale.epoch + 1 and ledger.attempt_id == "fresh"
-    assert store.get_attempt("stale").state is AttemptState.SUPERSEDED
-    assert {d.object_key for d in store.pending_deletions()} == {"stale-d", "stale-i"}
+    assert store.attempts.get("stale").state is AttemptState.SUPERSEDED
+    assert {d.object_key for d in pending_deletions(store)} == {"stale-d", "stale-i"}
 
 
 def test_hot_copy_is_not_marked_before_the_lag_on_database_time(
     store: MetadataStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ledger, attempt = begin(store, sealed_ledger(store), "a1")
-    ledger = store.commit_offload(attempt, 1)
+    ledger = store.attempts.commit(attempt, 1)
     skew_worker_clock(monkeypatch, HOUR)
     with pytest.raises(CommitFailedError) as refused:
         store.mark_hot_deleting(ledger, deletion_lag_ms=600_000)
@@ -84,15 +84,15 @@ def test_hot_copy_is_not_marked_before_the_lag_on_database_time(
 def test_deletion_queue_is_due_by_database_time(
     store: MetadataStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store_id = store.record_store(StoreLocation("file", "/objects"))
-    store.enqueue_deletions(["k1", "k2"], "test", store_id=store_id)
+    store_id = store.record_location(StoreLocation("file", "/objects"))
+    store.deletions.enqueue(["k1", "k2"], "test", store_id=store_id)
     skew_worker_clock(monkeypatch, -HOUR)  # by this worker's clock they are not due for an hour
-    due = store.due_deletions(10)
+    due = store.deletions.due(10)
     assert [d.object_key for d in due] == ["k1", "k2"]
     skew_worker_clock(monkeypatch, HOUR)  # now an hour ahead: a 60 s backoff must still hold
-    store.retry_deletion_later(due[0], "503 SlowDown", delay_ms=LEASE_MS)
-    assert [d.object_key for d in store.due_deletions(10)] == ["k2"]
-    (retried,) = [d for d in store.pending_deletions() if d.object_key == "k1"]
+    retry_deletion_later(store, due[0], "503 SlowDown", delay_ms=LEASE_MS)
+    assert [d.object_key for d in store.deletions.due(10)] == ["k2"]
+    (retried,) = [d for d in pending_deletions(store) if d.object_key == "k1"]
     assert abs(retried.next_try_ms - (database_time_ms(store.engine) + LEASE_MS)) <= TOLERANCE_MS
 
 
@@ -103,12 +103,12 @@ def test_a_renewal_between_look_and_takeover_keeps_the_attempt(store: MetadataSt
     time.sleep(0.2)
     seen = store.get_ledger("t", ledger.ledger_id)  # the lease looks over
     assert seen.attempt_lease_ms <= time.time() * 1000  # no skew here: one clock
-    assert store.renew_lease(live, LEASE_MS)  # the owner renews meanwhile
+    assert store.attempts.renew(live, LEASE_MS)  # the owner renews meanwhile
     with pytest.raises(CommitFailedError, match="in flight until its lease ends"):
         begin(store, seen, "usurper")
     assert store.get_ledger("t", ledger.ledger_id).attempt_id == "live"
-    assert store.get_attempt("live").state is AttemptState.STARTED
-    assert store.pending_deletions() == []
+    assert store.attempts.get("live").state is AttemptState.STARTED
+    assert pending_deletions(store) == []
 
 
 def test_a_database_without_a_clock_expression_is_named() -> None:
@@ -119,7 +119,7 @@ def test_a_database_without_a_clock_expression_is_named() -> None:
 @pytest.mark.parametrize("metadata_url", ["sqlite"], indirect=True)  # SQLite's clock stops
 def test_the_deletion_lag_ends_exactly_at_commit_plus_lag(store: MetadataStore) -> None:
     ledger, attempt = begin(store, sealed_ledger(store), "a1")
-    ledger = store.commit_offload(attempt, 1)
+    ledger = store.attempts.commit(attempt, 1)
     assert ledger.offloaded_ms is not None
     lag = 60_000
     with (
@@ -143,4 +143,4 @@ def test_a_lease_ends_exactly_at_its_recorded_end(store: MetadataStore) -> None:
         begin(store, ledger, "early")
     with stopped_sqlite_clock(store.engine, ledger.attempt_lease_ms):
         assert begin(store, ledger, "new")[0].attempt_id == "new"
-    assert store.get_attempt("old").state is AttemptState.SUPERSEDED
+    assert store.attempts.get("old").state is AttemptState.SUPERSEDED

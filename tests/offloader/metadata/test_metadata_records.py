@@ -15,7 +15,13 @@ import sqlalchemy as sa
 
 from fixtures.backends import run_in_threads
 from fixtures.clock import stopped_sqlite_clock
-from fixtures.metadata import begin, sealed_ledger
+from fixtures.metadata import (
+    begin,
+    list_attempts,
+    pending_deletions,
+    retry_deletion_later,
+    sealed_ledger,
+)
 from offloader.exceptions import AlreadyExistsError, CommitFailedError, NotFoundError
 from offloader.metadata import (
     AttemptState,
@@ -27,13 +33,14 @@ from offloader.metadata import (
     now_ms,
     schema,
 )
+from offloader.metadata.deletions import queue_keys
 from offloader.objectstore.location import StoreLocation
 from offloader.policy import OffloadPolicy
 
 
 def objects_store(store: MetadataStore) -> int:
     """The id of a recorded (file) store, which every attempt and queued key names."""
-    return store.record_store(StoreLocation("file", "/objects"))
+    return store.record_location(StoreLocation("file", "/objects"))
 
 
 @pytest.fixture
@@ -91,7 +98,7 @@ def test_missing_records_are_named(store: MetadataStore) -> None:
         (lambda: store.get_topic("nope"), "topic 'nope' does not exist"),
         (lambda: store.list_ledgers("nope"), "topic 'nope' does not exist"),
         (lambda: store.get_ledger("t", 99), "ledger 99 of topic 't' does not exist"),
-        (lambda: store.get_attempt("a9"), "offload attempt a9 does not exist"),
+        (lambda: store.attempts.get("a9"), "offload attempt a9 does not exist"),
     ]
     for call, message in cases:
         with pytest.raises(NotFoundError) as raised:
@@ -161,7 +168,7 @@ def test_an_attempt_records_its_intent_before_any_upload(store: MetadataStore) -
     before = now_ms()
     owner = "worker-" + "w" * 300
     store_id = objects_store(store)
-    ledger, attempt = store.begin_attempt(
+    ledger, attempt = store.attempts.begin(
         ledger, "a1", "a1-d", "a1-i", owner, 5_000, store_id=store_id
     )
     assert (attempt.attempt_id, attempt.topic, attempt.ledger_id, attempt.epoch) == (
@@ -196,25 +203,25 @@ def test_a_commit_records_where_the_offload_went(store: MetadataStore) -> None:
     ledger = sealed_ledger(store)
     ledger, attempt = begin(store, ledger, "a1")
     before = now_ms()
-    committed = store.commit_offload(attempt, 4321)
+    committed = store.attempts.commit(attempt, 4321)
     assert committed.version == ledger.version + 1
     assert (committed.offload_state, committed.attempt_id, committed.attempt_lease_ms) == (
         OffloadState.OFFLOADED,
         None,
         None,
     )
-    assert (committed.offload_uuid, committed.data_key, committed.index_key) == (
+    assert (committed.offload_attempt_id, committed.data_key, committed.index_key) == (
         "a1",
         "a1-d",
         "a1-i",
     )
     assert committed.data_len == 4321
     assert committed.offloaded_ms is not None and before <= committed.offloaded_ms <= now_ms()
-    recorded = store.get_attempt("a1")
+    recorded = store.attempts.get("a1")
     assert recorded.state is AttemptState.COMMITTED
     assert recorded.finished_ms is not None and before <= recorded.finished_ms <= now_ms()
     with pytest.raises(CommitFailedError) as raised:
-        store.commit_offload(attempt, 4321)
+        store.attempts.commit(attempt, 4321)
     assert str(raised.value) == (f"attempt a1 (epoch 1) no longer owns ledger t/{ledger.ledger_id}")
 
 
@@ -222,12 +229,12 @@ def test_retired_attempts_record_why_and_queue_their_keys(store: MetadataStore) 
     ledger = sealed_ledger(store)
     ledger, stale = begin(store, ledger, "old", lease_ms=-1)
     ledger, fresh = begin(store, ledger, "new")
-    old = store.get_attempt("old")
+    old = store.attempts.get("old")
     assert old.detail == "lease expired; superseded by new"
     assert old.finished_ms is not None
     before = now_ms()
-    store.fail_attempt(fresh, "boom " + "x" * 3000)
-    failed = store.get_attempt("new")
+    store.attempts.fail(fresh, "boom " + "x" * 3000)
+    failed = store.attempts.get("new")
     assert failed.state is AttemptState.FAILED
     assert failed.detail == ("boom " + "x" * 3000)[:2000]
     assert failed.finished_ms is not None and before <= failed.finished_ms <= now_ms()
@@ -238,34 +245,34 @@ def test_retired_attempts_record_why_and_queue_their_keys(store: MetadataStore) 
         None,
     )
     assert freed.version == ledger.version + 1
-    queued = [(d.object_key, d.reason, d.attempt_id) for d in store.pending_deletions()]
+    queued = [(d.object_key, d.reason, d.attempt_id) for d in pending_deletions(store)]
     assert queued == [
         ("old-d", "attempt superseded", "old"),
         ("old-i", "attempt superseded", "old"),
         ("new-d", "attempt failed", "new"),
         ("new-i", "attempt failed", "new"),
     ]
-    store.fail_attempt(stale, "zombie")  # a superseded attempt queues its keys again
-    again = [(d.object_key, d.reason, d.attempt_id) for d in store.pending_deletions()][4:]
+    store.attempts.fail(stale, "zombie")  # a superseded attempt queues its keys again
+    again = [(d.object_key, d.reason, d.attempt_id) for d in pending_deletions(store)][4:]
     assert again == [
         ("old-d", "late objects of a superseded attempt", "old"),
         ("old-i", "late objects of a superseded attempt", "old"),
     ]
-    assert store.get_attempt("old").state is AttemptState.SUPERSEDED
+    assert store.attempts.get("old").state is AttemptState.SUPERSEDED
 
 
 def test_retiring_an_attempt_leaves_other_attempts_alone(store: MetadataStore) -> None:
     _, mine = begin(store, sealed_ledger(store, "t"), "mine")
     _, other = begin(store, sealed_ledger(store, "u"), "other")
-    store.fail_attempt(mine, "boom")
-    assert store.get_attempt("mine").state is AttemptState.FAILED
-    untouched = store.get_attempt("other")
+    store.attempts.fail(mine, "boom")
+    assert store.attempts.get("mine").state is AttemptState.FAILED
+    untouched = store.attempts.get("other")
     assert (untouched.state, untouched.finished_ms, untouched.detail) == (
         AttemptState.STARTED,
         None,
         None,
     )
-    assert {d.attempt_id for d in store.pending_deletions()} == {"mine"}
+    assert {d.attempt_id for d in pending_deletions(store)} == {"mine"}
     assert store.get_ledger("u", other.ledger_id).attempt_id == "other"
 
 
@@ -273,13 +280,13 @@ def test_attempts_are_listed_oldest_first_by_topic_and_state(store: MetadataStor
     first = sealed_ledger(store, "t")
     other = sealed_ledger(store, "u")
     _, a1 = begin(store, first, "a1")
-    store.commit_offload(a1, 1)
+    store.attempts.commit(a1, 1)
     begin(store, other, "b1")
-    assert [a.attempt_id for a in store.list_attempts()] == ["a1", "b1"]
-    assert [a.attempt_id for a in store.list_attempts(topic="u")] == ["b1"]
-    committed = store.list_attempts(state=AttemptState.COMMITTED)
+    assert [a.attempt_id for a in list_attempts(store)] == ["a1", "b1"]
+    assert [a.attempt_id for a in list_attempts(store, topic="u")] == ["b1"]
+    committed = list_attempts(store, state=AttemptState.COMMITTED)
     assert [a.attempt_id for a in committed] == ["a1"]
-    assert store.list_attempts(topic="u", state=AttemptState.COMMITTED) == []
+    assert list_attempts(store, topic="u", state=AttemptState.COMMITTED) == []
 
 
 def test_times_are_milliseconds_since_the_epoch() -> None:
@@ -348,7 +355,7 @@ def test_a_claimer_that_loses_100_times_gives_up_with_the_topic_named(
 def test_a_stale_ledger_version_is_named(store: MetadataStore) -> None:
     ledger = sealed_ledger(store)
     _, attempt = begin(store, ledger, "a1")
-    offloaded = store.commit_offload(attempt, 1)
+    offloaded = store.attempts.commit(attempt, 1)
     deleting = store.mark_hot_deleting(offloaded)
     with pytest.raises(CommitFailedError) as raised:
         store.mark_hot_deleting(offloaded)
@@ -379,7 +386,7 @@ def test_hot_copies_are_marked_with_their_deletion_time(store: MetadataStore) ->
         f"ledger t/{ledger.ledger_id} is not offloaded; its hot copy is the only one"
     )
     ledger, attempt = begin(store, ledger, "a1")
-    marked = store.mark_hot_deleting(store.commit_offload(attempt, 1))
+    marked = store.mark_hot_deleting(store.attempts.commit(attempt, 1))
     assert (marked.hot_state, marked.hot_deleted_ms) == (HotState.DELETING, None)
     before = now_ms()
     deleted = store.mark_hot_deleted(marked)
@@ -390,9 +397,9 @@ def test_hot_copies_are_marked_with_their_deletion_time(store: MetadataStore) ->
 
 def test_queued_deletions_record_reason_and_attempt(store: MetadataStore) -> None:
     before = now_ms()
-    store.enqueue_deletions(["k1"], "r" * 300, attempt_id="a1", store_id=objects_store(store))
-    store.enqueue_deletions([], "nothing", store_id=objects_store(store))
-    (row,) = store.pending_deletions()
+    store.deletions.enqueue(["k1"], "r" * 300, attempt_id="a1", store_id=objects_store(store))
+    store.deletions.enqueue([], "nothing", store_id=objects_store(store))
+    (row,) = pending_deletions(store)
     assert (row.object_key, row.reason, row.attempt_id) == ("k1", "r" * 255, "a1")
     assert (row.state, row.tries, row.last_error, row.done_ms) == ("pending", 0, None, None)
     assert before <= row.enqueued_ms == row.next_try_ms <= now_ms()
@@ -406,8 +413,8 @@ def test_a_delayed_deletion_is_due_exactly_its_delay_after_it_was_queued(
     millisecond late (seen in the suite, on a replaced ledger's grace)."""
     keys, store_id = [f"k{i}" for i in range(3000)], objects_store(store)
     with store.transaction() as conn:
-        store._enqueue(conn, keys, "grace", None, store_id, delay_ms=60_000)
-    delays = {d.next_try_ms - d.enqueued_ms for d in store.pending_deletions()}
+        queue_keys(conn, keys, "grace", None, store_id, delay_ms=60_000)
+    delays = {d.next_try_ms - d.enqueued_ms for d in pending_deletions(store)}
     assert delays == {60_000}
 
 
@@ -427,38 +434,38 @@ def unordered_selects_reversed(store: MetadataStore) -> None:
 
 def test_due_deletions_come_soonest_first_up_to_the_limit(store: MetadataStore) -> None:
     unordered_selects_reversed(store)
-    store.enqueue_deletions(["a", "b", "c", "d"], "test", store_id=objects_store(store))
-    a, b, _, _ = store.pending_deletions()
-    store.retry_deletion_later(a, "later", delay_ms=2 * 3_600_000)
-    store.retry_deletion_later(b, "sooner", delay_ms=3_600_000)
+    store.deletions.enqueue(["a", "b", "c", "d"], "test", store_id=objects_store(store))
+    a, b, _, _ = pending_deletions(store)
+    retry_deletion_later(store, a, "later", delay_ms=2 * 3_600_000)
+    retry_deletion_later(store, b, "sooner", delay_ms=3_600_000)
     # pending is in queue order, whatever order the database finds the rows in
-    assert [x.object_key for x in store.pending_deletions()] == ["a", "b", "c", "d"]
-    assert [x.object_key for x in store.due_deletions(10)] == ["c", "d"]
-    assert [x.object_key for x in store.due_deletions(1)] == ["c"]
-    at = {x.object_key: x.next_try_ms for x in store.pending_deletions()}["a"]
-    assert [x.object_key for x in store.due_deletions(10, at_ms=at)] == ["c", "d", "b", "a"]
-    assert [x.object_key for x in store.due_deletions(10, at_ms=at - 1)] == ["c", "d", "b"]
+    assert [x.object_key for x in pending_deletions(store)] == ["a", "b", "c", "d"]
+    assert [x.object_key for x in store.deletions.due(10)] == ["c", "d"]
+    assert [x.object_key for x in store.deletions.due(1)] == ["c"]
+    at = {x.object_key: x.next_try_ms for x in pending_deletions(store)}["a"]
+    assert [x.object_key for x in store.deletions.due(10, at_ms=at)] == ["c", "d", "b", "a"]
+    assert [x.object_key for x in store.deletions.due(10, at_ms=at - 1)] == ["c", "d", "b"]
 
 
 def test_the_backlog_lists_the_most_tried_items_first_then_the_oldest(
     store: MetadataStore,
 ) -> None:
     keys = [f"k{n:02}" for n in range(22)]
-    store.enqueue_deletions(keys, "test", store_id=objects_store(store))
-    rows = store.pending_deletions()
+    store.deletions.enqueue(keys, "test", store_id=objects_store(store))
+    rows = pending_deletions(store)
     # retried in id order with shrinking delays, so the next tries run against the ids:
     # the index on next_try_ms hands the failing rows over in the reverse of their id order
-    store.retry_deletions_later([(d, "once", (30 - n) * 60_000) for n, d in enumerate(rows)][1:])
-    store.retry_deletions_later([(rows[n], "twice", (30 - n) * 60_000) for n in (3, 5)])
+    store.deletions.retry_later([(d, "once", (30 - n) * 60_000) for n, d in enumerate(rows)][1:])
+    store.deletions.retry_later([(rows[n], "twice", (30 - n) * 60_000) for n in (3, 5)])
 
-    twice = store.deletion_backlog(failing_tries=2)
+    twice = store.deletions.backlog(failing_tries=2)
     assert (twice.pending, twice.due, twice.failing_tries, twice.failing_count) == (22, 1, 2, 2)
     assert [(d.object_key, d.tries, d.last_error) for d in twice.failing] == [
         ("k03", 2, "twice"),
         ("k05", 2, "twice"),
     ]
     # 21 items failed at least once (not k00): 20 are listed unless told otherwise
-    once = store.deletion_backlog(failing_tries=1)
+    once = store.deletions.backlog(failing_tries=1)
     assert once.failing_count == 21
     once_only = [k for k in keys[1:] if k not in ("k03", "k05")]
     assert [d.object_key for d in once.failing] == ["k03", "k05", *once_only[:18]]
@@ -471,10 +478,10 @@ def test_the_oldest_items_age_is_never_negative(
 ) -> None:
     """An item queued this very millisecond is 0 ms old, and so is one whose time is ahead
     of the database's clock (the clock stepped back since)."""
-    store.enqueue_deletions(["a"], "test", store_id=objects_store(store))
-    (row,) = store.pending_deletions()
+    store.deletions.enqueue(["a"], "test", store_id=objects_store(store))
+    (row,) = pending_deletions(store)
     with stopped_sqlite_clock(store.engine, row.enqueued_ms + offset_ms):
-        backlog = store.deletion_backlog(failing_tries=1)
+        backlog = store.deletions.backlog(failing_tries=1)
     assert (backlog.oldest_enqueued_ms, backlog.oldest_age_ms) == (row.enqueued_ms, age_ms)
 
 
@@ -486,20 +493,20 @@ def queue_rows(store: MetadataStore) -> dict[str, dict]:
 
 
 def test_completed_deletions_keep_their_first_completion(store: MetadataStore) -> None:
-    store.enqueue_deletions(["a", "b"], "test", store_id=objects_store(store))
-    a, b = store.pending_deletions()
-    store.complete_deletions([])
+    store.deletions.enqueue(["a", "b"], "test", store_id=objects_store(store))
+    a, b = pending_deletions(store)
+    store.deletions.complete([])
     before = now_ms()
-    store.complete_deletions([a.id])
+    store.deletions.complete([a.id])
     first = queue_rows(store)["a"]
     assert first["state"] == "done"
     assert first["done_ms"] is not None and before <= first["done_ms"] <= now_ms()
     time.sleep(0.01)
-    store.complete_deletions([a.id])  # done already: nothing changes
-    store.retry_deletion_later(a, "x" * 3000, delay_ms=0)  # done: no longer retried
-    store.retry_deletion_later(b, "x" * 3000, delay_ms=0)
+    store.deletions.complete([a.id])  # done already: nothing changes
+    retry_deletion_later(store, a, "x" * 3000, delay_ms=0)  # done: no longer retried
+    retry_deletion_later(store, b, "x" * 3000, delay_ms=0)
     assert queue_rows(store)["a"] == first
-    (left,) = store.pending_deletions()
+    (left,) = pending_deletions(store)
     assert (left.object_key, left.tries, left.last_error) == ("b", 1, "x" * 2000)
     counts = store.counts()
     assert counts["deletions_by_state"] == {"done": 1, "pending": 1}
@@ -519,9 +526,9 @@ def test_counts_summarise_every_table(store: MetadataStore) -> None:
     ledger = sealed_ledger(store, "t")
     sealed_ledger(store, "u")
     _, attempt = begin(store, ledger, "a1")
-    store.fail_attempt(attempt, "boom")
+    store.attempts.fail(attempt, "boom")
     counts = store.counts()
-    pending = store.pending_deletions()
+    pending = pending_deletions(store)
     assert counts == {
         "topics": 2,
         "ledgers_by_state": {"sealed/none/present": 2},

@@ -5,7 +5,7 @@ import contextlib
 import pytest
 
 from fixtures.backends import run_in_threads
-from fixtures.metadata import begin, sealed_ledger
+from fixtures.metadata import begin, pending_deletions, retry_deletion_later, sealed_ledger
 from offloader.exceptions import AlreadyExistsError, CommitFailedError, NotFoundError
 from offloader.metadata import AttemptState, HotState, MetadataStore, OffloadState
 from offloader.metadata.migrate import current_revision, head_revision
@@ -70,13 +70,13 @@ def test_attempt_commit_is_compare_and_set(store: MetadataStore) -> None:
     assert ledger.offload_state is OffloadState.OFFLOADING
     with pytest.raises(CommitFailedError, match="in flight"):
         begin(store, ledger, "a2")
-    committed = store.commit_offload(attempt, 1234)
-    assert committed.is_offloaded and committed.offload_uuid == "a1"
+    committed = store.attempts.commit(attempt, 1234)
+    assert committed.is_offloaded and committed.offload_attempt_id == "a1"
     assert committed.data_key == "a1-d" and committed.data_len == 1234
     with pytest.raises(CommitFailedError):
-        store.commit_offload(attempt, 1234)
-    assert store.get_attempt("a1").state is AttemptState.COMMITTED
-    assert store.pending_deletions() == []
+        store.attempts.commit(attempt, 1234)
+    assert store.attempts.get("a1").state is AttemptState.COMMITTED
+    assert pending_deletions(store) == []
 
 
 def test_expired_attempt_is_superseded_and_its_objects_queued(store: MetadataStore) -> None:
@@ -84,34 +84,34 @@ def test_expired_attempt_is_superseded_and_its_objects_queued(store: MetadataSto
     ledger, stale = begin(store, ledger, "old", lease_ms=-1)
     ledger, fresh = begin(store, ledger, "new")
     assert fresh.epoch == stale.epoch + 1
-    assert store.get_attempt("old").state is AttemptState.SUPERSEDED
-    assert {d.object_key for d in store.pending_deletions()} == {"old-d", "old-i"}
+    assert store.attempts.get("old").state is AttemptState.SUPERSEDED
+    assert {d.object_key for d in pending_deletions(store)} == {"old-d", "old-i"}
     # the zombie cannot renew or commit, and its failure queues its keys again
-    assert not store.renew_lease(stale, 60_000)
+    assert not store.attempts.renew(stale, 60_000)
     with pytest.raises(CommitFailedError):
-        store.commit_offload(stale, 1)
-    store.fail_attempt(stale, "lost")
-    assert [d.object_key for d in store.pending_deletions()].count("old-d") == 2
-    assert store.commit_offload(fresh, 1).offload_uuid == "new"
+        store.attempts.commit(stale, 1)
+    store.attempts.fail(stale, "lost")
+    assert [d.object_key for d in pending_deletions(store)].count("old-d") == 2
+    assert store.attempts.commit(fresh, 1).offload_attempt_id == "new"
 
 
 def test_failed_attempt_frees_the_ledger(store: MetadataStore) -> None:
     ledger = sealed_ledger(store)
     ledger, attempt = begin(store, ledger, "a1")
-    store.fail_attempt(attempt, "boom")
-    store.fail_attempt(attempt, "boom again")  # idempotent
+    store.attempts.fail(attempt, "boom")
+    store.attempts.fail(attempt, "boom again")  # idempotent
     ledger = store.get_ledger("t", ledger.ledger_id)
     assert ledger.offload_state is OffloadState.NONE and ledger.attempt_id is None
-    assert sorted(d.object_key for d in store.pending_deletions()) == ["a1-d", "a1-i"]
+    assert sorted(d.object_key for d in pending_deletions(store)) == ["a1-d", "a1-i"]
     begin(store, ledger, "a2")
 
 
 def test_failing_a_committed_attempt_deletes_nothing(store: MetadataStore) -> None:
     ledger = sealed_ledger(store)
     ledger, attempt = begin(store, ledger, "a1")
-    store.commit_offload(attempt, 1)
-    store.fail_attempt(attempt, "late failure report")
-    assert store.pending_deletions() == []
+    store.attempts.commit(attempt, 1)
+    store.attempts.fail(attempt, "late failure report")
+    assert pending_deletions(store) == []
     assert store.get_ledger("t", ledger.ledger_id).is_offloaded
 
 
@@ -120,7 +120,7 @@ def test_hot_copy_is_marked_before_it_is_deleted(store: MetadataStore) -> None:
     with pytest.raises(ValueError, match="not offloaded"):
         store.mark_hot_deleting(ledger)
     ledger, attempt = begin(store, ledger, "a1")
-    ledger = store.commit_offload(attempt, 1)
+    ledger = store.attempts.commit(attempt, 1)
     marked = store.mark_hot_deleting(ledger)
     assert marked.hot_state is HotState.DELETING
     with pytest.raises(CommitFailedError):
@@ -129,14 +129,14 @@ def test_hot_copy_is_marked_before_it_is_deleted(store: MetadataStore) -> None:
 
 
 def test_deletion_queue_retries_and_completes(store: MetadataStore) -> None:
-    store_id = store.record_store(StoreLocation("file", "/o"))
-    store.enqueue_deletions(["k1", "k2"], "test", store_id=store_id)
-    due = store.due_deletions(10)
+    store_id = store.record_location(StoreLocation("file", "/o"))
+    store.deletions.enqueue(["k1", "k2"], "test", store_id=store_id)
+    due = store.deletions.due(10)
     assert [d.object_key for d in due] == ["k1", "k2"]
-    store.retry_deletion_later(due[0], "503 SlowDown", delay_ms=3_600_000)
-    store.complete_deletions([due[1].id])
-    assert store.due_deletions(10) == []
-    (left,) = store.pending_deletions()
+    retry_deletion_later(store, due[0], "503 SlowDown", delay_ms=3_600_000)
+    store.deletions.complete([due[1].id])
+    assert store.deletions.due(10) == []
+    (left,) = pending_deletions(store)
     assert left.object_key == "k1" and left.tries == 1 and left.last_error == "503 SlowDown"
     counts = store.counts()
     assert counts["deletions_by_state"] == {"done": 1, "pending": 1}

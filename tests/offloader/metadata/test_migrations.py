@@ -15,6 +15,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
 from fixtures.databases import postgres_database, sqlite_url
+from fixtures.metadata import list_attempts, pending_deletions
 from offloader.exceptions import SchemaOutOfDateError
 from offloader.metadata import (
     DeletionState,
@@ -24,8 +25,8 @@ from offloader.metadata import (
     TopicState,
     schema,
 )
+from offloader.metadata.engine import create_metadata_engine
 from offloader.metadata.migrate import current_revision, head_revision, upgrade
-from offloader.metadata.store import create_metadata_engine
 from offloader.objectstore.location import StoreLocation
 
 OLD_STORE = StoreLocation("s3", "old-bucket", "ledgers", "http://127.0.0.1:8333")
@@ -138,12 +139,12 @@ def test_rows_of_0001_are_recorded_as_written_to_the_store_configured_at_upgrade
     url = engine.url.render_as_string(hide_password=False)
     store = MetadataStore.open(url)
     try:
-        (store_id,) = {a.store_id for a in store.list_attempts()}
-        assert store.get_store(store_id) == OLD_STORE
+        (store_id,) = {a.store_id for a in list_attempts(store)}
+        assert store.get_location(store_id) == OLD_STORE
         offloaded, in_flight = store.list_ledgers("t")
         assert offloaded.store_id == store_id  # committed: records where it went
         assert in_flight.store_id is None  # not offloaded: its attempt holds the store
-        assert [d.store_id for d in store.pending_deletions()] == [store_id]
+        assert [d.store_id for d in pending_deletions(store)] == [store_id]
     finally:
         store.close()
     # a second upgrade at head is a no-op that keeps what was recorded
@@ -204,14 +205,14 @@ def test_0003_upgrades_a_0002_database_with_data(engine: sa.Engine) -> None:
         )
         ledgers = store.list_ledgers("t")
         assert [x.deletion_state for x in ledgers] == [DeletionState.NONE] * 2
-        assert [(d.topic, d.ledger_id) for d in store.pending_deletions()] == [(None, None)]
-        assert store.list_cuts("t") == []
-        cut = store.create_cut("t")  # both ledgers sealed, 100 bytes each
+        assert [(d.topic, d.ledger_id) for d in pending_deletions(store)] == [(None, None)]
+        assert store.retention.list_cuts("t") == []
+        cut = store.retention.create_cut("t")  # both ledgers sealed, 100 bytes each
         assert (cut.position, cut.offset_bytes) == (Position(ledger_id=3, entry_id=0), 200)
-        store.move_start(topic, Position(ledger_id=2, entry_id=0))
-        ids, queued = store.mark_ledgers_deleting("t", 2, 10)
+        store.retention.move_start(topic, Position(ledger_id=2, entry_id=0))
+        ids, queued = store.retention.mark_ledgers_deleting("t", 2, 10)
         assert (ids, queued) == ([1], 2)
-        assert {(d.object_key, d.ledger_id) for d in store.pending_deletions()} >= {
+        assert {(d.object_key, d.ledger_id) for d in pending_deletions(store)} >= {
             ("u1-ledger-1", 1),
             ("u1-ledger-1-index", 1),
         }
@@ -265,7 +266,7 @@ def test_0006_gives_existing_segments_the_stream_origin_and_no_lease(engine: sa.
     assert upgrade(engine, OLD_STORE) == ("0005", head_revision())
     store = MetadataStore.open(engine.url.render_as_string(hide_password=False))
     try:
-        (segment,) = store.segments.list("t")
+        (segment,) = store.segments.of_topic("t")
         assert (segment.origin, segment.lease_until_ms) == (SegmentOrigin.STREAM, None)
         assert store.segments.last_offloaded_end("t") == Position(ledger_id=2, entry_id=9)
     finally:

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import event
 
 from fixtures.counting import counting_transactions
-from fixtures.metadata import begin, sealed_ledger
+from fixtures.metadata import begin, pending_deletions, sealed_ledger
 from offloader.exceptions import CommitFailedError, NotFoundError, TopicDeletedError
 from offloader.metadata import (
     AttemptState,
@@ -42,7 +42,7 @@ def topic_of(store: MetadataStore, topic: str, count: int, offloaded: set[int]) 
         ledger = sealed_ledger(store, topic)
         if ledger.ledger_id in offloaded:
             _, attempt = begin(store, ledger, f"{topic}-{ledger.ledger_id}")
-            store.commit_offload(attempt, 10)
+            store.attempts.commit(attempt, 10)
         ids.append(ledger.ledger_id)
     return ids
 
@@ -50,14 +50,14 @@ def topic_of(store: MetadataStore, topic: str, count: int, offloaded: set[int]) 
 def test_marking_is_batched_set_based_and_records_the_intent(store: MetadataStore) -> None:
     ids = topic_of(store, "t", 20, offloaded={2, 3, 9, 15})
     _, in_flight = begin(store, store.get_ledger("t", 5), "flying")
-    store.move_start(store.get_topic("t"), Position(ledger_id=13, entry_id=0))
+    store.retention.move_start(store.get_topic("t"), Position(ledger_id=13, entry_id=0))
 
     with counting_transactions(store.engine) as transactions:
-        first = store.mark_ledgers_deleting("t", 13, 8)
+        first = store.retention.mark_ledgers_deleting("t", 13, 8)
     assert transactions.count == 1
     assert first == (ids[:8], 2 * 3)  # ledgers 2, 3 committed, 5 in flight
-    assert store.mark_ledgers_deleting("t", 13, 8) == (ids[8:12], 2)  # ledger 9
-    assert store.mark_ledgers_deleting("t", 13, 8) == ([], 0)
+    assert store.retention.mark_ledgers_deleting("t", 13, 8) == (ids[8:12], 2)  # ledger 9
+    assert store.retention.mark_ledgers_deleting("t", 13, 8) == ([], 0)
     for ledger in store.list_ledgers("t"):
         below = ledger.ledger_id < 13
         assert ledger.deletion_state is (DeletionState.DELETING if below else DeletionState.NONE)
@@ -65,16 +65,16 @@ def test_marking_is_batched_set_based_and_records_the_intent(store: MetadataStor
     assert store.list_ledgers("t", live=True) == store.list_ledgers("t")[12:]
 
     # the attempt in flight lost its ledger: superseded, its keys queued, the ledger freed
-    assert store.get_attempt("flying").state is AttemptState.SUPERSEDED
+    assert store.attempts.get("flying").state is AttemptState.SUPERSEDED
     ledger5 = store.get_ledger("t", 5)
     assert (ledger5.attempt_id, ledger5.attempt_lease_ms) == (None, None)
     assert ledger5.offload_state is OffloadState.NONE
     with pytest.raises(CommitFailedError):
-        store.commit_offload(in_flight, 10)
-    queued = {(d.object_key, d.ledger_id, d.attempt_id) for d in store.pending_deletions()}
+        store.attempts.commit(in_flight, 10)
+    queued = {(d.object_key, d.ledger_id, d.attempt_id) for d in pending_deletions(store)}
     assert ("flying-d", 5, "flying") in queued and ("flying-i", 5, "flying") in queued
-    assert {d.ledger_id for d in store.pending_deletions()} == {2, 3, 5, 9}
-    assert all(d.store_id is not None for d in store.pending_deletions())
+    assert {d.ledger_id for d in pending_deletions(store)} == {2, 3, 5, 9}
+    assert all(d.store_id is not None for d in pending_deletions(store))
 
 
 def test_a_ledger_below_a_moved_start_is_not_live_before_it_is_marked(
@@ -83,7 +83,7 @@ def test_a_ledger_below_a_moved_start_is_not_live_before_it_is_marked(
     """Between a trim's two steps (the start moved, nothing marked yet: the
     after-trim-start-moved failpoint) the ledgers below the start are already history."""
     ids = topic_of(store, "t", 3, offloaded=set())
-    store.move_start(store.get_topic("t"), Position(ledger_id=ids[1], entry_id=0))
+    store.retention.move_start(store.get_topic("t"), Position(ledger_id=ids[1], entry_id=0))
     assert store.get_ledger("t", ids[0]).deletion_state is DeletionState.NONE
     assert [x.ledger_id for x in store.list_ledgers("t", live=True)] == ids[1:]
     assert [x.ledger_id for x in store.list_ledgers("t")] == ids
@@ -94,9 +94,11 @@ def test_marking_costs_the_same_statements_for_10_or_100_ledgers(store: Metadata
     costs = []
     for topic, count in (("small", 10), ("large", 100)):
         topic_of(store, topic, count, offloaded={1, 2})
-        store.move_start(store.get_topic(topic), Position(ledger_id=count + 1, entry_id=0))
+        store.retention.move_start(
+            store.get_topic(topic), Position(ledger_id=count + 1, entry_id=0)
+        )
         with counting_statements(store) as statements:
-            marked, _ = store.mark_ledgers_deleting(topic, count + 1, 1000)
+            marked, _ = store.retention.mark_ledgers_deleting(topic, count + 1, 1000)
         assert len(marked) == count
         costs.append(len(statements))
     assert costs[0] == costs[1]
@@ -106,21 +108,21 @@ def test_ledgers_become_deleted_only_when_hot_copy_and_keys_are_gone(
     store: MetadataStore,
 ) -> None:
     topic_of(store, "t", 3, offloaded={1})
-    store.move_start(store.get_topic("t"), Position(ledger_id=3, entry_id=0))
-    assert [t.name for t in store.topics_with_unmarked_ledgers()] == ["t"]
-    store.mark_ledgers_deleting("t", 3, 10)
-    assert store.topics_with_unmarked_ledgers() == []
-    assert store.finish_deleted_ledgers() == 0  # hot copies only marked
-    assert [x.ledger_id for x in store.hot_copies_of_deleting(10)] == [1, 2]
-    store.mark_hot_copies_deleted("t", [1, 2])
-    assert store.hot_copies_of_deleting(10) == []
-    assert store.finish_deleted_ledgers() == 1  # ledger 2: nothing was queued
+    store.retention.move_start(store.get_topic("t"), Position(ledger_id=3, entry_id=0))
+    assert [t.name for t in store.retention.topics_with_unmarked_ledgers()] == ["t"]
+    store.retention.mark_ledgers_deleting("t", 3, 10)
+    assert store.retention.topics_with_unmarked_ledgers() == []
+    assert store.retention.finish_deleted_ledgers() == 0  # hot copies only marked
+    assert [x.ledger_id for x in store.retention.hot_copies_of_deleting(10)] == [1, 2]
+    store.retention.mark_hot_copies_deleted("t", [1, 2])
+    assert store.retention.hot_copies_of_deleting(10) == []
+    assert store.retention.finish_deleted_ledgers() == 1  # ledger 2: nothing was queued
     assert store.get_ledger("t", 1).deletion_state is DeletionState.DELETING
-    store.complete_deletions([d.id for d in store.pending_deletions()])
-    assert store.finish_deleted_ledgers() == 1
+    store.deletions.complete([d.id for d in pending_deletions(store)])
+    assert store.retention.finish_deleted_ledgers() == 1
     deleted = store.get_ledger("t", 1)
     assert deleted.deletion_state is DeletionState.DELETED and deleted.deleted_ms is not None
-    assert store.finish_deleted_ledgers() == 0
+    assert store.retention.finish_deleted_ledgers() == 0
     assert store.get_ledger("t", 3).is_live
 
 
@@ -129,30 +131,33 @@ def test_the_start_moves_forward_by_cas_and_a_deleted_topic_is_frozen(
 ) -> None:
     topic_of(store, "t", 3, offloaded=set())
     seen = store.get_topic("t")
-    moved = store.move_start(seen, Position(ledger_id=2, entry_id=1))
+    moved = store.retention.move_start(seen, Position(ledger_id=2, entry_id=1))
     assert moved.start == Position(ledger_id=2, entry_id=1) and moved.version == seen.version + 1
     with pytest.raises(CommitFailedError, match="changed since version"):
-        store.move_start(seen, Position(ledger_id=3, entry_id=0))
+        store.retention.move_start(seen, Position(ledger_id=3, entry_id=0))
     with pytest.raises(ValueError, match="only moves forward"):
-        store.move_start(moved, Position(ledger_id=2, entry_id=0))
+        store.retention.move_start(moved, Position(ledger_id=2, entry_id=0))
     with pytest.raises(ValueError, match="only moves forward"):
-        store.move_start(moved, moved.start)  # not even to where it is
+        store.retention.move_start(moved, moved.start)  # not even to where it is
     assert store.get_topic("t") == moved
     assert moved.deleted_ms is None
     before = store.db_now_ms()
-    deleted = store.delete_topic(moved)
+    deleted = store.retention.delete_topic(moved)
     assert deleted.is_deleted and deleted.writer_epoch == moved.writer_epoch + 1
     assert deleted.start == Position(ledger_id=4, entry_id=0)
     assert deleted.deleted_ms is not None
     assert before <= deleted.deleted_ms <= store.db_now_ms()  # the database's clock
-    for cut in (store.create_cut, store.end_cut):  # the real one and a dry run's
+    for cut in (
+        store.retention.create_cut,
+        store.retention.end_cut,
+    ):  # the real one and a dry run's
         with pytest.raises(TopicDeletedError, match=r"^topic 't' was deleted; it cannot be cut$"):
             cut("t")
-    assert store.list_cuts("t") == []
+    assert store.retention.list_cuts("t") == []
     with pytest.raises(CommitFailedError):
-        store.delete_topic(moved)  # stale
+        store.retention.delete_topic(moved)  # stale
     with pytest.raises(CommitFailedError):
-        store.move_start(deleted, Position(ledger_id=5, entry_id=0))
+        store.retention.move_start(deleted, Position(ledger_id=5, entry_id=0))
 
 
 def test_a_trim_counts_the_ledgers_and_keys_its_marking_then_takes(store: MetadataStore) -> None:
@@ -162,18 +167,24 @@ def test_a_trim_counts_the_ledgers_and_keys_its_marking_then_takes(store: Metada
     topic_of(store, "t", 6, offloaded={1, 2, 5})
     begin(store, store.get_ledger("t", 3), "flying")
     topic_of(store, "u", 3, offloaded={1, 2})
-    assert store.ledgers_to_trim("t", 5) == [1, 2, 3, 4]
-    assert store.count_keys_to_trim("t", 5) == 2 * 3  # 1, 2 committed, 3 in flight
-    assert store.count_keys_to_trim("t", 3) == 2 * 2
-    assert (store.ledgers_to_trim("t", 1), store.count_keys_to_trim("t", 1)) == ([], 0)
-    assert store.count_keys_to_trim("u", 5) == 2 * 2
+    assert store.retention.ledgers_to_trim("t", 5) == [1, 2, 3, 4]
+    assert store.retention.count_keys_to_trim("t", 5) == 2 * 3  # 1, 2 committed, 3 in flight
+    assert store.retention.count_keys_to_trim("t", 3) == 2 * 2
+    assert (
+        store.retention.ledgers_to_trim("t", 1),
+        store.retention.count_keys_to_trim("t", 1),
+    ) == ([], 0)
+    assert store.retention.count_keys_to_trim("u", 5) == 2 * 2
 
-    store.move_start(store.get_topic("t"), Position(ledger_id=5, entry_id=0))
-    assert store.mark_ledgers_deleting("t", 5, 10) == ([1, 2, 3, 4], 2 * 3)
-    assert [d.tries for d in store.pending_deletions()] == [0] * 6  # none tried yet
-    assert (store.ledgers_to_trim("t", 5), store.count_keys_to_trim("t", 5)) == ([], 0)
-    assert store.ledgers_to_trim("t", 7) == [5, 6]
-    assert store.count_keys_to_trim("t", 7) == 2
+    store.retention.move_start(store.get_topic("t"), Position(ledger_id=5, entry_id=0))
+    assert store.retention.mark_ledgers_deleting("t", 5, 10) == ([1, 2, 3, 4], 2 * 3)
+    assert [d.tries for d in pending_deletions(store)] == [0] * 6  # none tried yet
+    assert (
+        store.retention.ledgers_to_trim("t", 5),
+        store.retention.count_keys_to_trim("t", 5),
+    ) == ([], 0)
+    assert store.retention.ledgers_to_trim("t", 7) == [5, 6]
+    assert store.retention.count_keys_to_trim("t", 7) == 2
 
 
 def test_only_the_named_trimmed_ledgers_hot_copies_are_recorded_deleted(
@@ -186,13 +197,13 @@ def test_only_the_named_trimmed_ledgers_hot_copies_are_recorded_deleted(
     topic_of(store, "t", 4, offloaded={3})
     topic_of(store, "u", 2, offloaded=set())
     for name in ("t", "u"):
-        store.move_start(store.get_topic(name), Position(ledger_id=3, entry_id=0))
-        store.mark_ledgers_deleting(name, 3, 10)
+        store.retention.move_start(store.get_topic(name), Position(ledger_id=3, entry_id=0))
+        store.retention.mark_ledgers_deleting(name, 3, 10)
     store.mark_hot_deleting(store.get_ledger("t", 3))  # live, offloaded: hot deletion's
     everything = {(x.topic, x.ledger_id): x for n in ("t", "u") for x in store.list_ledgers(n)}
 
     before = store.db_now_ms()
-    store.mark_hot_copies_deleted("t", [3, 1])
+    store.retention.mark_hot_copies_deleted("t", [3, 1])
     now = {(x.topic, x.ledger_id): x for n in ("t", "u") for x in store.list_ledgers(n)}
     assert {key for key in everything if now[key] != everything[key]} == {("t", 1)}
     one = now[("t", 1)]
@@ -202,12 +213,12 @@ def test_only_the_named_trimmed_ledgers_hot_copies_are_recorded_deleted(
     assert before <= one.hot_deleted_ms <= store.db_now_ms()
     assert now[("t", 3)].hot_state is HotState.DELETING  # hot deletion finishes it
 
-    store.mark_hot_copies_deleted("t", [1, 2])  # 1 again: already recorded, unchanged
+    store.retention.mark_hot_copies_deleted("t", [1, 2])  # 1 again: already recorded, unchanged
     assert store.get_ledger("t", 1) == one
     two = store.get_ledger("t", 2)
     assert (two.hot_state, two.version) == (HotState.DELETED, everything[("t", 2)].version + 1)
     assert [x.hot_state for x in store.list_ledgers("u")[:2]] == [HotState.DELETING] * 2
-    store.mark_hot_copies_deleted("t", [])  # nothing named: no transaction, no change
+    store.retention.mark_hot_copies_deleted("t", [])  # nothing named: no transaction, no change
     assert store.get_ledger("t", 2) == two
 
 
@@ -221,25 +232,25 @@ def test_a_trim_cut_short_and_a_finished_deletion_are_judged_per_topic(
     topic_of(store, "t", 2, offloaded=set())
     topic_of(store, "v", 2, offloaded=set())  # untouched: live ledgers 1 and 2
     for name in ("u", "t"):
-        store.move_start(store.get_topic(name), Position(ledger_id=3, entry_id=0))
-    assert [t.name for t in store.topics_with_unmarked_ledgers()] == ["t", "u"]
+        store.retention.move_start(store.get_topic(name), Position(ledger_id=3, entry_id=0))
+    assert [t.name for t in store.retention.topics_with_unmarked_ledgers()] == ["t", "u"]
     for name in ("u", "t"):
-        store.mark_ledgers_deleting(name, 3, 10)
-    assert store.topics_with_unmarked_ledgers() == []  # v is below no start of its own
+        store.retention.mark_ledgers_deleting(name, 3, 10)
+    assert store.retention.topics_with_unmarked_ledgers() == []  # v is below no start of its own
     for name in ("u", "t"):
-        store.mark_hot_copies_deleted(name, [1, 2])
+        store.retention.mark_hot_copies_deleted(name, [1, 2])
     marked = {(n, x.ledger_id): x for n in ("t", "u") for x in store.list_ledgers(n)}
 
     before = store.db_now_ms()
-    assert store.finish_deleted_ledgers() == 3  # u/1's keys are still queued
+    assert store.retention.finish_deleted_ledgers() == 3  # u/1's keys are still queued
     for key in (("t", 1), ("t", 2), ("u", 2)):
         done = store.get_ledger(*key)
         assert done.deletion_state is DeletionState.DELETED
         assert done.version == marked[key].version + 1
         assert done.deleted_ms is not None and before <= done.deleted_ms <= store.db_now_ms()
     assert store.get_ledger("u", 1) == marked[("u", 1)]
-    store.complete_deletions([d.id for d in store.pending_deletions()])
-    assert store.finish_deleted_ledgers() == 1
+    store.deletions.complete([d.id for d in pending_deletions(store)])
+    assert store.retention.finish_deleted_ledgers() == 1
     assert store.get_ledger("u", 1).deletion_state is DeletionState.DELETED
     assert [x.is_live for x in store.list_ledgers("v")] == [True, True]
 
@@ -252,12 +263,14 @@ def test_hot_copies_of_deleting_ledgers_come_by_topic_then_id_up_to_the_limit(
     topic_of(store, "u", 3, offloaded=set())
     topic_of(store, "t", 3, offloaded={3})
     for name in ("u", "t"):
-        store.move_start(store.get_topic(name), Position(ledger_id=3, entry_id=0))
-        store.mark_ledgers_deleting(name, 3, 10)
+        store.retention.move_start(store.get_topic(name), Position(ledger_id=3, entry_id=0))
+        store.retention.mark_ledgers_deleting(name, 3, 10)
     store.mark_hot_deleting(store.get_ledger("t", 3))  # live: hot deletion's, not trim's
 
     def listed(limit: int, topic: str | None = None) -> list[tuple[str, int]]:
-        return [(x.topic, x.ledger_id) for x in store.hot_copies_of_deleting(limit, topic)]
+        return [
+            (x.topic, x.ledger_id) for x in store.retention.hot_copies_of_deleting(limit, topic)
+        ]
 
     assert listed(10) == [("t", 1), ("t", 2), ("u", 1), ("u", 2)]
     assert listed(3) == [("t", 1), ("t", 2), ("u", 1)]
@@ -270,38 +283,38 @@ def test_a_cut_measures_its_own_topic_up_to_its_first_open_ledger(store: Metadat
     one after it) and counts the bytes of its own topic's ledgers below that, building on
     the topic's own newest cut, never another topic's."""
     sealed_ledger(store, "u", size_bytes=7000)
-    store.create_cut("u")
+    store.retention.create_cut("u")
     sealed_ledger(store, "t", size_bytes=100)
-    first = store.create_cut("t")
+    first = store.retention.create_cut("t")
     assert (first.ledger_id, first.entry_id, first.offset_bytes) == (2, 0, 100)
     sealed_ledger(store, "t", size_bytes=20)
     fenced = store.claim_writer("t").writer_epoch
     assert store.allocate_ledger("t", fenced).ledger_id == 3  # never sealed: fenced next
     assert sealed_ledger(store, "t", size_bytes=3).ledger_id == 4  # by the next writer
     sealed_ledger(store, "u", size_bytes=7000)
-    store.create_cut("u")  # the newest cut of all is u's
+    store.retention.create_cut("u")  # the newest cut of all is u's
     sealed_ledger(store, "v")
     store.allocate_ledger("v", store.claim_writer("v").writer_epoch)  # v/2: open, not t's
 
-    dry = store.end_cut("t")
+    dry = store.retention.end_cut("t")
     assert (dry.cut_id, dry.ledger_id, dry.entry_id, dry.offset_bytes) == (0, 3, 0, 120)
-    made = store.create_cut("t")
+    made = store.retention.create_cut("t")
     assert (made.ledger_id, made.entry_id, made.offset_bytes) == (3, 0, 120)
-    assert store.list_cuts("t") == [first, made]
-    assert [c.offset_bytes for c in store.list_cuts("u")] == [7000, 14000]
+    assert store.retention.list_cuts("t") == [first, made]
+    assert [c.offset_bytes for c in store.retention.list_cuts("u")] == [7000, 14000]
 
 
 def test_a_cut_is_found_by_its_topic_and_id_within_the_32_bit_column(
     store: MetadataStore,
 ) -> None:
     sealed_ledger(store, "t")
-    cuts = [store.create_cut("t") for _ in range(64)]
+    cuts = [store.retention.create_cut("t") for _ in range(64)]
     assert [c.cut_id for c in cuts] == list(range(1, 65))
-    assert store.get_cut("t", 63) == cuts[62]
+    assert store.retention.get_cut("t", 63) == cuts[62]
     sealed_ledger(store, "u")
     for topic, cut_id in (("u", 1), ("t", 0), ("t", -1), ("t", 2**31), ("t", 3_000_000_000)):
         with pytest.raises(NotFoundError) as raised:
-            store.get_cut(topic, cut_id)  # another topic's cut, or none can exist
+            store.retention.get_cut(topic, cut_id)  # another topic's cut, or none can exist
         assert str(raised.value) == f"cut {cut_id} of topic {topic!r} does not exist"
 
 
@@ -314,25 +327,25 @@ def test_marking_records_when_and_why_and_leaves_other_attempts_alone(
     _, elsewhere = begin(store, store.get_ledger("u", other), "elsewhere")
     _, flying = begin(store, store.get_ledger("t", ids[1]), "flying")
     before = {x.ledger_id: x for x in store.list_ledgers("t")}
-    store.move_start(store.get_topic("t"), Position(ledger_id=ids[2], entry_id=0))
-    assert store.mark_ledgers_deleting("t", ids[2], 10) == (ids[:2], 4)
+    store.retention.move_start(store.get_topic("t"), Position(ledger_id=ids[2], entry_id=0))
+    assert store.retention.mark_ledgers_deleting("t", ids[2], 10) == (ids[:2], 4)
 
     for ledger_id in ids[:2]:
         marked = store.get_ledger("t", ledger_id)
         assert marked.version == before[ledger_id].version + 1
         assert marked.deleting_ms is not None
     assert store.get_ledger("t", ids[2]) == before[ids[2]]
-    superseded = store.get_attempt("flying")
+    superseded = store.attempts.get("flying")
     assert (superseded.state, superseded.detail) == (
         AttemptState.SUPERSEDED,
         "its ledger was trimmed",
     )
     assert superseded.finished_ms is not None
     # an attempt of another topic's ledger is not this trim's business
-    assert store.get_attempt("elsewhere").state is AttemptState.STARTED
+    assert store.attempts.get("elsewhere").state is AttemptState.STARTED
     assert store.get_ledger("u", other).attempt_id == elsewhere.attempt_id
     committed = "t-1"
-    assert {(d.object_key, d.reason, d.attempt_id) for d in store.pending_deletions()} == {
+    assert {(d.object_key, d.reason, d.attempt_id) for d in pending_deletions(store)} == {
         (f"{committed}-d", "ledger trimmed", committed),
         (f"{committed}-i", "ledger trimmed", committed),
         ("flying-d", "attempt of a trimmed ledger", flying.attempt_id),

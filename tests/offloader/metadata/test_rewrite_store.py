@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from fixtures.backends import produce_ledgers
 from fixtures.clock import stopped_sqlite_clock
 from fixtures.metadata import begin as begin_attempt
+from fixtures.metadata import pending_deletions
 from fixtures.races import rival_inside_commit
 from fixtures.rewrites import assign_stream_segment, stream_segment, stream_segment_of, table_rows
 from fixtures.scrub import offloaded_topic
@@ -34,7 +35,7 @@ from offloader.metadata import (
     SegmentState,
     schema,
 )
-from offloader.metadata.segments import PieceRange
+from offloader.metadata.records import PieceRange
 from offloader.policy import OffloadPolicy
 from offloader.runtime import Runtime
 
@@ -77,7 +78,7 @@ def whole(ledgers: list[Ledger]) -> list[PieceRange]:
 
 
 def queued(rt: Runtime) -> dict[str, str]:
-    return {d.object_key: d.reason for d in rt.metadata.pending_deletions()}
+    return {d.object_key: d.reason for d in pending_deletions(rt.metadata)}
 
 
 def wait_past_lease(rt: Runtime, segment: Segment) -> None:
@@ -145,13 +146,13 @@ def test_begin_refuses_sources_not_as_planned_and_writes_nothing(
     # read as they are now (no stale version): in flight, trimmed
     with pytest.raises(CommitFailedError, match=rf"{T}/{second.ledger_id} has offload attempt"):
         begin(rt, "r", [rt.metadata.get_ledger(T, second.ledger_id)])
-    rt.metadata.move_start(rt.metadata.get_topic(T), pos(second.ledger_id, 0))
-    rt.metadata.mark_ledgers_deleting(T, second.ledger_id, 100)
+    rt.metadata.retention.move_start(rt.metadata.get_topic(T), pos(second.ledger_id, 0))
+    rt.metadata.retention.mark_ledgers_deleting(T, second.ledger_id, 100)
     trimmed = rt.metadata.get_ledger(T, first.ledger_id)
     assert trimmed.is_offloaded
     with pytest.raises(CommitFailedError, match=rf"{T}/{first.ledger_id} was trimmed \(deleting\)"):
         begin(rt, "r", [trimmed])
-    assert rt.metadata.segments.list(T) == []
+    assert rt.metadata.segments.of_topic(T) == []
 
 
 def test_begin_takes_mixed_sources_a_one_entry_ledger_and_a_lease_of_one_millisecond(
@@ -200,10 +201,10 @@ def test_begin_takes_mixed_sources_a_one_entry_ledger_and_a_lease_of_one_millise
 
 def test_begin_refuses_a_deleted_topic(runtime: Runtime, ledgers: list[Ledger]) -> None:
     rt = runtime
-    rt.metadata.delete_topic(rt.metadata.get_topic(T))
+    rt.metadata.retention.delete_topic(rt.metadata.get_topic(T))
     with pytest.raises(TopicDeletedError, match="nothing to rewrite"):
         begin(rt, "r", ledgers)
-    assert rt.metadata.segments.list(T) == []
+    assert rt.metadata.segments.of_topic(T) == []
 
 
 def test_open_rewrites_are_the_assigned_rewrite_segments_oldest_first(
@@ -257,7 +258,7 @@ def test_a_rewrite_whose_lease_ran_out_has_lost_its_segment(
     assert queued(rt) == {
         f"{name}-{key}": "failed rewrite (lease ran out)" for name in "qr" for key in "di"
     }
-    assert all(d.next_try_ms == d.enqueued_ms for d in rt.metadata.pending_deletions())
+    assert all(d.next_try_ms == d.enqueued_ms for d in pending_deletions(rt.metadata))
     assert rt.metadata.rewrites.recover_stale() == []  # once
     assert rt.metadata.segments.get("live").state is SegmentState.ASSIGNED
     assert rt.metadata.rewrites.open_rewrites() == [live]
@@ -344,7 +345,13 @@ def test_commit_swaps_v1_ledgers_onto_the_segment_in_one_step(
         now = rt.metadata.get_ledger(T, old.ledger_id)
         assert now.is_offloaded and now.offload_mode is OffloadMode.STREAM
         assert now.version == old.version + 1
-        assert (now.offload_uuid, now.data_key, now.index_key, now.data_len, now.store_id) == (
+        assert (
+            now.offload_attempt_id,
+            now.data_key,
+            now.index_key,
+            now.data_len,
+            now.store_id,
+        ) == (
             None,
             None,
             None,
@@ -352,26 +359,26 @@ def test_commit_swaps_v1_ledgers_onto_the_segment_in_one_step(
             None,
         )
         assert (now.offloaded_ms, now.hot_state) == (old.offloaded_ms, old.hot_state)
-        attempt = rt.metadata.get_attempt(old.offload_uuid or "")
+        attempt = rt.metadata.attempts.get(old.offload_attempt_id or "")
         assert attempt.state is AttemptState.SUPERSEDED
         assert attempt.detail == "rewritten into segment r"
         (piece,) = rt.metadata.segments.pieces(T, old.ledger_id)
         assert piece.segment.segment_id == "r"
         assert (piece.first_entry_id, piece.last_entry_id) == (0, old.entry_count - 1)
     assert rt.metadata.get_ledger(T, untouched.ledger_id) == untouched
-    attempt = rt.metadata.get_attempt(untouched.offload_uuid or "")
+    attempt = rt.metadata.attempts.get(untouched.offload_attempt_id or "")
     assert attempt.state is AttemptState.COMMITTED
     # the old objects wait out the grace; the stream still has not moved
     now_ms = rt.metadata.db_now_ms()
-    deletions = rt.metadata.pending_deletions()
+    deletions = pending_deletions(rt.metadata)
     assert {d.object_key for d in deletions} == {
         k for x in sources for k in (x.data_key, x.index_key)
     }
     assert all(d.reason == "rewritten into segment r" for d in deletions)
     assert all(d.next_try_ms >= now_ms + 3_500_000 for d in deletions)
     assert all(d.tries == 0 for d in deletions)
-    assert {d.attempt_id for d in deletions} == {x.offload_uuid for x in sources}
-    assert rt.metadata.due_deletions(100) == []
+    assert {d.attempt_id for d in deletions} == {x.offload_attempt_id for x in sources}
+    assert rt.metadata.deletions.due(100) == []
     assert rt.metadata.segments.last_offloaded_end(T) is None
     # a second swap of the same sources finds them rewritten
     with pytest.raises(CommitFailedError, match=r"already rewritten"):
@@ -414,8 +421,8 @@ def test_a_source_that_moved_rolls_the_whole_swap_back(
     segment = begin(rt, "r", ledgers)
     if change == "trimmed":
         topic = rt.metadata.get_topic(T)
-        rt.metadata.move_start(topic, pos(third.ledger_id + 1, 0))
-        rt.metadata.mark_ledgers_deleting(T, third.ledger_id + 1, 100)
+        rt.metadata.retention.move_start(topic, pos(third.ledger_id + 1, 0))
+        rt.metadata.retention.mark_ledgers_deleting(T, third.ledger_id + 1, 100)
         # the first two were trimmed too: the refusal names the first source it finds
         expected = rf"ledger {T}/{first.ledger_id} was trimmed"
     elif change == "replaced":
@@ -423,10 +430,10 @@ def test_a_source_that_moved_rolls_the_whole_swap_back(
         expected = rf"ledger {T}/{third.ledger_id} has offload attempt repair in flight"
     elif change == "repaired":  # scrub's repair swapped it onto new v1 objects meanwhile
         _, attempt = begin_attempt(rt.metadata, third, "repair", replace=True)
-        rt.metadata.commit_replacement(attempt, 5, "crc mismatch")
+        rt.metadata.attempts.commit_replacement(attempt, 5, "crc mismatch")
         expected = re.escape(
             f"ledger {T}/{third.ledger_id} was offloaded again (attempt repair, "
-            f"was {third.offload_uuid}): the rewrite of it is called off"
+            f"was {third.offload_attempt_id}): the rewrite of it is called off"
         )
     else:  # a concurrent rewrite of the last ledger won
         other = begin(rt, "other", [third])
@@ -509,7 +516,7 @@ def test_two_rewrites_of_the_same_sources_one_wins(runtime: Runtime, ledgers: li
     with pytest.raises(CommitFailedError, match=rf"ledger {T}/{ledgers[0].ledger_id} is offloaded"):
         rt.metadata.rewrites.commit(a, whole(ledgers), ledgers, data_len=10)
     rt.metadata.rewrites.fail(a, "changed")
-    assert {s.segment_id: s.state for s in rt.metadata.segments.list(T)} == {
+    assert {s.segment_id: s.state for s in rt.metadata.segments.of_topic(T)} == {
         "a": SegmentState.FAILED,
         "b": SegmentState.OFFLOADED,
     }
@@ -518,7 +525,7 @@ def test_two_rewrites_of_the_same_sources_one_wins(runtime: Runtime, ledgers: li
     } == {"b"}
     assert {"a-d", "a-i"} <= set(queued(rt))
     # b's commit was given no grace: the v1 objects are due at once
-    assert all(d.next_try_ms == d.enqueued_ms for d in rt.metadata.pending_deletions())
+    assert all(d.next_try_ms == d.enqueued_ms for d in pending_deletions(rt.metadata))
 
 
 # --- fail ----------------------------------------------------------------------------------
@@ -534,11 +541,11 @@ def test_fail_queues_at_once_requeues_late_objects_and_refuses_a_committed_one(
     assert failed.version == segment.version + 1
     now_ms = rt.metadata.db_now_ms()
     assert failed.finished_ms is not None and before_ms <= failed.finished_ms <= now_ms
-    assert all(d.next_try_ms == d.enqueued_ms for d in rt.metadata.pending_deletions())
+    assert all(d.next_try_ms == d.enqueued_ms for d in pending_deletions(rt.metadata))
     assert queued(rt) == {"r-d": "failed rewrite", "r-i": "failed rewrite"}
     again = rt.metadata.rewrites.fail(segment, "late")
     assert again == failed
-    reasons = sorted(d.reason for d in rt.metadata.pending_deletions())
+    reasons = sorted(d.reason for d in pending_deletions(rt.metadata))
     assert reasons == ["failed rewrite"] * 2 + ["late objects of a failed rewrite"] * 2
     done = begin(rt, "done", ledgers[1:2])
     rt.metadata.rewrites.commit(done, whole(ledgers[1:2]), ledgers[1:2], data_len=10)
@@ -588,7 +595,7 @@ def test_segment_sources_are_retired_and_the_stream_still_continues_after_them(
         assert source.finished_ms is None
         assert now.finished_ms is not None and before_ms <= now.finished_ms <= after_ms
     assert set(queued(rt)) == {k for s in sources for k in (s.data_key, s.index_key)}
-    assert all(d.next_try_ms == d.enqueued_ms + 60_000 for d in rt.metadata.pending_deletions())
+    assert all(d.next_try_ms == d.enqueued_ms + 60_000 for d in pending_deletions(rt.metadata))
     for ledger in streamed[:2]:
         assert [p.segment.segment_id for p in rt.metadata.segments.pieces(T, ledger.ledger_id)] == [
             "r"
@@ -612,8 +619,8 @@ def test_a_segment_source_that_moved_or_holds_a_trimmed_ledger_is_refused(
         begin(rt, "r", segments=[stale, second])
     segment = begin(rt, "r", segments=[first, second])
     topic = rt.metadata.get_topic(T)
-    rt.metadata.move_start(topic, pos(streamed[1].ledger_id, 0))
-    rt.metadata.mark_ledgers_deleting(T, streamed[1].ledger_id, 100)
+    rt.metadata.retention.move_start(topic, pos(streamed[1].ledger_id, 0))
+    rt.metadata.retention.mark_ledgers_deleting(T, streamed[1].ledger_id, 100)
     before = table_rows(rt)
     expected = (
         f"segment {first.segment_id} holds trimmed ledger {streamed[0].ledger_id}: the rewrite "
@@ -634,11 +641,13 @@ def test_a_trimmed_ledger_refuses_only_the_segment_that_holds_it(
     rt = runtime
     rt.metadata.create_topic("aaa", OffloadPolicy(streaming=True, min_part_bytes=1))
     assert produce_ledgers(rt, "aaa", SHAPES) == [x.ledger_id for x in streamed]
-    rt.metadata.move_start(rt.metadata.get_topic("aaa"), pos(streamed[-1].ledger_id + 1, 0))
-    rt.metadata.mark_ledgers_deleting("aaa", streamed[-1].ledger_id + 1, 100)
+    rt.metadata.retention.move_start(
+        rt.metadata.get_topic("aaa"), pos(streamed[-1].ledger_id + 1, 0)
+    )
+    rt.metadata.retention.mark_ledgers_deleting("aaa", streamed[-1].ledger_id + 1, 100)
     trimmed, *sources = stream_segments(rt, streamed)
-    rt.metadata.move_start(rt.metadata.get_topic(T), pos(streamed[1].ledger_id, 0))
-    rt.metadata.mark_ledgers_deleting(T, streamed[1].ledger_id, 100)
+    rt.metadata.retention.move_start(rt.metadata.get_topic(T), pos(streamed[1].ledger_id, 0))
+    rt.metadata.retention.mark_ledgers_deleting(T, streamed[1].ledger_id, 100)
     with pytest.raises(CommitFailedError, match=rf"segment {trimmed.segment_id} holds trimmed"):
         begin(rt, "other", segments=[trimmed])
     segment = begin(rt, "r", segments=sources)
@@ -824,7 +833,7 @@ def test_offloaded_pieces_are_those_of_the_topics_offloaded_segments_by_id(
     rt.metadata.create_topic("aaa", OffloadPolicy(streaming=True, min_part_bytes=1))
     (other,) = produce_ledgers(rt, "aaa", SHAPES[:1])
     stream_segment(rt.metadata, "aaa", "aa", other, SHAPES[0][0] - 1)
-    assert list(rt.metadata.rewrites.offloaded_pieces(T).items()) == [
+    assert list(rt.metadata.segments.offloaded_pieces(T).items()) == [
         ("a", [PieceRange(l3, 0, n3 - 1)]),
         ("b", [PieceRange(l1, 0, n1 - 1), PieceRange(l2, 0, 5)]),
         ("d", [PieceRange(l2, 6, n2 - 1)]),

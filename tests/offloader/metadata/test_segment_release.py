@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from fixtures.metadata import begin, sealed_ledger
+from fixtures.metadata import begin, list_attempts, pending_deletions, sealed_ledger
 from fixtures.segment_rows import offloaded
 from offloader.exceptions import CommitFailedError
 from offloader.metadata import (
@@ -25,7 +25,13 @@ from offloader.metadata import (
     SegmentState,
     schema,
 )
-from offloader.metadata.segments import RELEASED_DETAIL, RELEASED_REASON, SegmentStore
+from offloader.metadata import attempts as attempts_module
+from offloader.metadata.pieces import (
+    RELEASED_DETAIL,
+    RELEASED_REASON,
+    release_deleted,
+    release_moved,
+)
 from offloader.runtime import Runtime
 
 T = "t"
@@ -75,7 +81,7 @@ def queued(rt: Runtime) -> dict[str, tuple[str, int]]:
     """Queued key -> (reason, how long after it was queued it is due)."""
     return {
         d.object_key: (d.reason, d.next_try_ms - d.enqueued_ms)
-        for d in rt.metadata.pending_deletions()
+        for d in pending_deletions(rt.metadata)
     }
 
 
@@ -91,7 +97,7 @@ def test_a_segment_is_released_only_when_no_ledger_needs_it(runtime: Runtime, ca
         set_state(rt, ledger_id, state)
 
     with rt.metadata.transaction() as conn:
-        count = rt.metadata.segments.release_deleted(conn, [T], GRACE)
+        count = release_deleted(conn, [T], GRACE)
     segment = rt.metadata.segments.get("a")
     assert rt.metadata.segments.get("b") == other
     if released is None:
@@ -108,7 +114,7 @@ def test_a_segment_is_released_only_when_no_ledger_needs_it(runtime: Runtime, ca
     assert detail in (segment.detail or "")
     assert queued(rt) == {"a-d": (reason, delay), "a-i": (reason, delay)}
     with rt.metadata.transaction() as conn:
-        assert rt.metadata.segments.release_deleted(conn, [T], GRACE) == 0  # once only
+        assert release_deleted(conn, [T], GRACE) == 0  # once only
 
 
 def test_one_release_counts_the_segments_of_both_rules(runtime: Runtime) -> None:
@@ -124,8 +130,8 @@ def test_one_release_counts_the_segments_of_both_rules(runtime: Runtime) -> None
     set_state(rt, first, "deleted")
     set_state(rt, second, "ledger-mode")
     with rt.metadata.transaction() as conn:
-        assert rt.metadata.segments.release_deleted(conn, [T], GRACE) == 2
-    assert {s.segment_id: s.state for s in rt.metadata.segments.list(T)} == {
+        assert release_deleted(conn, [T], GRACE) == 2
+    assert {s.segment_id: s.state for s in rt.metadata.segments.of_topic(T)} == {
         "a": SegmentState.DELETED,
         "b": SegmentState.DELETED,
     }
@@ -155,14 +161,14 @@ def test_a_piece_of_an_unrecorded_ledger_keeps_its_segment(runtime: Runtime) -> 
         offloaded(rt, claim, "b", [(unrecorded + 1, 5, 9)]),
         offloaded(rt, claim, "d", [(unrecorded + 2, 0, 9)]),
     ]
-    SL = schema.segment_ledgers
+    SL = schema.pieces
     with rt.metadata.transaction() as conn:
         conn.execute(SL.delete().where(SL.c.segment_id == "d"))
     set_state(rt, deleted, "deleted")
     set_state(rt, gone, "deleted")
     with rt.metadata.transaction() as conn:
-        assert rt.metadata.segments.release_deleted(conn, [T], GRACE) == 1
-        assert rt.metadata.segments.release_moved(conn, T, unrecorded, "moved", 0) == 0
+        assert release_deleted(conn, [T], GRACE) == 1
+        assert release_moved(conn, T, unrecorded, "moved", 0) == 0
     assert rt.metadata.segments.settle_ledgers(T) == []
     assert [rt.metadata.segments.get(s.segment_id) for s in kept] == kept
     assert rt.metadata.segments.get("c").state is SegmentState.DELETED
@@ -190,11 +196,11 @@ def test_retention_releases_a_segment_its_other_ledgers_left_for_v1(runtime: Run
     claim = rt.metadata.segments.claim(T, "p", 60_000)
     offloaded(rt, claim, "a", [(first, 0, 9), (second, 0, 9)])
     set_state(rt, second, "ledger-mode")
-    marked, _ = rt.metadata.mark_ledgers_deleting(T, second, 10)
+    marked, _ = rt.metadata.retention.mark_ledgers_deleting(T, second, 10)
     assert marked == [first]
-    rt.metadata.mark_hot_copies_deleted(T, marked)
+    rt.metadata.retention.mark_hot_copies_deleted(T, marked)
     assert rt.metadata.segments.get("a").state is SegmentState.OFFLOADED
-    rt.metadata.finish_deleted_ledgers(GRACE)
+    rt.metadata.retention.finish_deleted_ledgers(GRACE)
     assert rt.metadata.segments.get("a").state is SegmentState.DELETED
     assert queued(rt)["a-d"] == (RELEASED_REASON, GRACE)
 
@@ -203,7 +209,9 @@ def swap(rt: Runtime, ledger_id: int, attempt_id: str, grace_ms: int = GRACE) ->
     """A stream-mode ledger rewritten as v1 objects from the tier: intent, then the swap."""
     ledger = rt.metadata.get_ledger(T, ledger_id)
     _, attempt = begin(rt.metadata, ledger, attempt_id, replace=True, from_tier=True)
-    return rt.metadata.commit_replacement(attempt, 100, "migrated to v1", grace_ms=grace_ms)
+    return rt.metadata.attempts.commit_replacement(
+        attempt, 100, "migrated to v1", grace_ms=grace_ms
+    )
 
 
 def test_the_swap_of_the_last_ledger_that_needs_a_segment_releases_it(runtime: Runtime) -> None:
@@ -217,7 +225,7 @@ def test_the_swap_of_the_last_ledger_that_needs_a_segment_releases_it(runtime: R
     )  # settled by the commits
 
     first = swap(rt, ids[0], "v1-0")
-    assert (first.offload_mode, first.offload_uuid, first.data_key) == (
+    assert (first.offload_mode, first.offload_attempt_id, first.data_key) == (
         OffloadMode.LEDGER,
         "v1-0",
         "v1-0-d",
@@ -233,7 +241,7 @@ def test_the_swap_of_the_last_ledger_that_needs_a_segment_releases_it(runtime: R
     swap(rt, ids[2], "v1-2", grace_ms=0)
     assert rt.metadata.segments.get("b").state is SegmentState.DELETED
     assert queued(rt)["b-d"] == (reason, 0)
-    committed = rt.metadata.list_attempts(T, AttemptState.COMMITTED)
+    committed = list_attempts(rt.metadata, T, AttemptState.COMMITTED)
     assert sorted(a.attempt_id for a in committed) == ["v1-0", "v1-1", "v1-2"]  # one each
 
 
@@ -266,10 +274,10 @@ def test_a_replacement_in_flight_keeps_the_segments(runtime: Runtime) -> None:
     during, attempt = begin(rt.metadata, ledger, "v1", replace=True, from_tier=True)
     assert during.offload_mode is OffloadMode.STREAM and during.attempt_id == "v1"
     with rt.metadata.transaction() as conn:
-        assert rt.metadata.segments.release_deleted(conn, [T]) == 0
+        assert release_deleted(conn, [T]) == 0
     with pytest.raises(CommitFailedError, match="has attempt v1 in flight"):
         begin(rt.metadata, during, "other", replace=True, from_tier=True)
-    rt.metadata.fail_attempt(attempt, "upload failed")
+    rt.metadata.attempts.fail(attempt, "upload failed")
     after = rt.metadata.get_ledger(T, lid)
     assert after.offload_mode is OffloadMode.STREAM and after.attempt_id is None
     assert rt.metadata.segments.get("a").state is SegmentState.OFFLOADED
@@ -285,7 +293,9 @@ def test_only_a_tier_sourced_replacement_may_lack_a_hot_copy(runtime: Runtime) -
     with pytest.raises(ValueError, match="needs an offloaded ledger whose hot copy is present"):
         begin(rt.metadata, ledger, "hot", replace=True)
     _, attempt = begin(rt.metadata, ledger, "tier", replace=True, from_tier=True)
-    assert rt.metadata.commit_replacement(attempt, 1, "r").offload_mode is OffloadMode.LEDGER
+    assert (
+        rt.metadata.attempts.commit_replacement(attempt, 1, "r").offload_mode is OffloadMode.LEDGER
+    )
     not_offloaded = sealed_ledger(rt.metadata, T)
     with pytest.raises(ValueError, match=r"it is none .*needs an offloaded ledger\)$"):
         begin(rt.metadata, not_offloaded, "x", replace=True, from_tier=True)
@@ -310,26 +320,26 @@ def test_two_ledgers_of_a_segment_let_go_at_once_release_it(
         _, early = begin(rt.metadata, ledger, "early", replace=True)
 
         def let_go() -> object:
-            return rt.metadata.commit_replacement(early, 1, "r")
+            return rt.metadata.attempts.commit_replacement(early, 1, "r")
     else:
-        marked, _ = rt.metadata.mark_ledgers_deleting(T, second, 10)
-        rt.metadata.mark_hot_copies_deleted(T, marked)
+        marked, _ = rt.metadata.retention.mark_ledgers_deleting(T, second, 10)
+        rt.metadata.retention.mark_hot_copies_deleted(T, marked)
 
         def let_go() -> object:
-            return rt.metadata.finish_deleted_ledgers(GRACE)
+            return rt.metadata.retention.finish_deleted_ledgers(GRACE)
 
     inside, go = threading.Event(), threading.Event()
-    real = SegmentStore.release_moved
+    real = attempts_module.release_moved
 
-    def held_open(self: SegmentStore, conn: Any, topic: str, ledger_id: int, *rest: Any) -> int:
-        count = real(self, conn, topic, ledger_id, *rest)
+    def held_open(conn: Any, topic: str, ledger_id: int, *rest: Any) -> int:
+        count = real(conn, topic, ledger_id, *rest)
         if ledger_id == second:  # the swap's transaction stays open past its release
             inside.set()
             assert go.wait(30)
         return count
 
-    monkeypatch.setattr(SegmentStore, "release_moved", held_open)
-    swap = threading.Thread(target=rt.metadata.commit_replacement, args=(attempt, 1, "r"))
+    monkeypatch.setattr(attempts_module, "release_moved", held_open)
+    swap = threading.Thread(target=rt.metadata.attempts.commit_replacement, args=(attempt, 1, "r"))
     swap.start()
     assert inside.wait(30)
     rival = threading.Thread(target=let_go)

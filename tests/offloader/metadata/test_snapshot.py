@@ -20,6 +20,7 @@ import sqlalchemy as sa
 
 from fixtures.backends import Fresh, produce_ledgers, run_cli, tiered_digests
 from fixtures.databases import sqlite_url
+from fixtures.metadata import pending_deletions
 from fixtures.metadata_backup import populate_ledgers, table_rows
 from offloader.exceptions import ObjectStoreError
 from offloader.gc.deletion_queue import process_deletions
@@ -62,8 +63,8 @@ def test_export_wipe_import_reads_back_identical(populated: Runtime, fresh: Fres
     for topic, checksum in checksums.items():
         assert TopicReader(restored).checksum(topic) == checksum
     # the restored database goes on working: new ids continue after the restored ones
-    restored.metadata.enqueue_deletions(["after-restore"], "t", store_id=1)
-    ids = [d.id for d in restored.metadata.pending_deletions()]
+    restored.metadata.deletions.enqueue(["after-restore"], "t", store_id=1)
+    ids = [d.id for d in pending_deletions(restored.metadata)]
     assert len(set(ids)) == len(ids) == 2
     produce_ledgers(restored, "orders", [(3, 10)])
     assert max(x.ledger_id for x in restored.metadata.list_ledgers("orders")) == 4
@@ -146,7 +147,7 @@ def test_an_export_killed_before_its_manifest_never_becomes_the_latest(
 ) -> None:
     rt = populated
     first = export_metadata(rt).snapshot
-    rt.metadata.enqueue_deletions(["after-first"], "t", store_id=rt.stores.default_id())
+    rt.metadata.deletions.enqueue(["after-first"], "t", store_id=rt.stores.default_id())
     proc = run_cli(rt, "metadata", "export", failpoints="after-snapshot-upload")
     proc.communicate(timeout=120)
     assert proc.returncode == -signal.SIGKILL
@@ -156,7 +157,7 @@ def test_an_export_killed_before_its_manifest_never_becomes_the_latest(
 
     target = fresh()
     assert import_snapshot(target.metadata.engine, target.objects, "latest").key == first.key
-    queued = {d.object_key for d in target.metadata.pending_deletions()}
+    queued = {d.object_key for d in pending_deletions(target.metadata)}
     assert "after-first" not in queued  # the state of the first snapshot, not the killed one
 
     # a rerun converges: a new latest; the killed one is left for the sweep (unreferenced)
@@ -180,7 +181,7 @@ def test_only_the_newest_snapshots_are_kept(backend_settings: Settings) -> None:
         ]
         assert [s.key for s in read_manifest(rt.objects)] == keys[2:]
         assert sorted(
-            (d.object_key, d.reason, d.store_id) for d in rt.metadata.pending_deletions()
+            (d.object_key, d.reason, d.store_id) for d in pending_deletions(rt.metadata)
         ) == sorted(
             (key, "metadata snapshot beyond the kept ones", rt.stores.default_id())
             for key in keys[:2]

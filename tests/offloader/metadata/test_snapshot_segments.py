@@ -20,7 +20,7 @@ def test_streaming_tables_round_trip_through_export_and_import(
 ) -> None:
     rt = runtime
     populate_streamed(rt, close_now=False)  # one segment left open, with parts and an upload
-    open_segments = rt.metadata.segments.list(STREAMED, [SegmentState.ASSIGNED])
+    open_segments = rt.metadata.segments.of_topic(STREAMED, [SegmentState.ASSIGNED])
     assert len(open_segments) == 1 and open_segments[0].upload_id is not None
     modes = {x.ledger_id: x.offload_mode for x in rt.metadata.list_ledgers(STREAMED)}
     assert OffloadMode.STREAM in modes.values()

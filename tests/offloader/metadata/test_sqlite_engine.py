@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from offloader.metadata.store import create_metadata_engine
+from offloader.metadata.engine import create_metadata_engine
 
 
 def test_the_database_directory_is_created(tmp_path: Path) -> None:

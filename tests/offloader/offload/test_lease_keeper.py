@@ -18,8 +18,8 @@ from fixtures.backends import make_topic, produce_ledgers
 from fixtures.takeover import take_over
 from offloader.exceptions import CommitFailedError
 from offloader.keys import ledger_object_keys
-from offloader.metadata import Attempt, MetadataStore, now_ms
-from offloader.metadata.store import AttemptIntent
+from offloader.metadata import Attempt, now_ms
+from offloader.metadata.attempts import AttemptIntent, AttemptStore
 from offloader.offload import lease
 from offloader.offload.lease import LeaseKeeper
 from offloader.runtime import Runtime
@@ -35,7 +35,7 @@ def begin(rt: Runtime, lease_ms: int) -> Attempt:
     ledger = rt.metadata.list_ledgers("orders")[0]
     attempt_id = str(uuid.uuid4())
     data_key, index_key = ledger_object_keys(attempt_id, ledger.ledger_id)
-    _, attempt = rt.metadata.begin_attempt(
+    _, attempt = rt.metadata.attempts.begin(
         ledger, attempt_id, data_key, index_key, "test", lease_ms, store_id=rt.stores.default_id()
     )
     return attempt
@@ -56,7 +56,7 @@ def assert_still_owned(rt: Runtime, attempt: Attempt) -> None:
 def test_a_kept_lease_outlives_its_length_then_renewal_stops(runtime: Runtime) -> None:
     rt = runtime
     attempt = begin(rt, int(LEASE_SECONDS * 1000))
-    with LeaseKeeper(rt.metadata, attempt, LEASE_SECONDS) as keeper:
+    with LeaseKeeper(rt.metadata.attempts, attempt, LEASE_SECONDS) as keeper:
         (thread,) = lease_threads()
         assert thread.daemon  # a worker dying mid-upload must not hang on this thread
         time.sleep(2.5 * LEASE_SECONDS)
@@ -73,7 +73,7 @@ def test_a_lease_taken_over_makes_check_raise_and_stops_renewing(runtime: Runtim
     stale = begin(rt, 100)
     time.sleep(0.3)  # the lease ran out: the next attempt supersedes this one
     winner = begin(rt, 60_000)
-    with LeaseKeeper(rt.metadata, stale, 0.3) as keeper:
+    with LeaseKeeper(rt.metadata.attempts, stale, 0.3) as keeper:
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and lease_threads():
             time.sleep(0.02)
@@ -88,25 +88,25 @@ def test_a_lease_taken_over_makes_check_raise_and_stops_renewing(runtime: Runtim
 
 
 class RecordedRenewals:
-    """The real metadata store, recording each lease renewal asked of it (when, how long);
+    """The real attempt store, recording each lease renewal asked of it (when, how long);
     with ``fail_first`` the first one raises instead, a database hiccup."""
 
-    def __init__(self, metadata: MetadataStore, *, fail_first: bool = False) -> None:
-        self._metadata = metadata
+    def __init__(self, attempts: AttemptStore, *, fail_first: bool = False) -> None:
+        self._attempts = attempts
         self._fail_first = fail_first
         self.calls: list[tuple[float, int]] = []  # (time.monotonic(), lease_ms)
 
-    def renew_lease(self, attempt: Attempt, lease_ms: int) -> bool:
+    def renew(self, attempt: Attempt, lease_ms: int) -> bool:
         self.calls.append((time.monotonic(), lease_ms))
         if self._fail_first and len(self.calls) == 1:
             raise ConnectionError("database connection lost")
-        return self._metadata.renew_lease(attempt, lease_ms)
+        return self._attempts.renew(attempt, lease_ms)
 
 
 def test_a_failed_renewal_is_retried_at_the_next_interval(runtime: Runtime) -> None:
     rt = runtime
     attempt = begin(rt, int(LEASE_SECONDS * 1000))
-    flaky = RecordedRenewals(rt.metadata, fail_first=True)
+    flaky = RecordedRenewals(rt.metadata.attempts, fail_first=True)
     with LeaseKeeper(flaky, attempt, LEASE_SECONDS) as keeper:  # type: ignore[arg-type]
         time.sleep(2.5 * LEASE_SECONDS)
         keeper.check()
@@ -119,7 +119,7 @@ def test_each_renewal_asks_for_the_whole_lease_a_third_of_it_after_the_last(
 ) -> None:
     rt = runtime
     attempt = begin(rt, int(LEASE_SECONDS * 1000))
-    renewals = RecordedRenewals(rt.metadata)
+    renewals = RecordedRenewals(rt.metadata.attempts)
     started = time.monotonic()
     with LeaseKeeper(renewals, attempt, LEASE_SECONDS):  # type: ignore[arg-type]
         deadline = time.monotonic() + 10
@@ -140,7 +140,7 @@ class RenewalHangs:
         self.entered = threading.Event()
         self.release = threading.Event()
 
-    def renew_lease(self, attempt: Attempt, lease_ms: int) -> bool:
+    def renew(self, attempt: Attempt, lease_ms: int) -> bool:
         self.entered.set()
         self.release.wait(60)
         return False
@@ -182,7 +182,7 @@ def begin_window(rt: Runtime, count: int, lease_ms: int) -> list[Attempt]:
                 ledgers[ledger_id], attempt_id, *ledger_object_keys(attempt_id, ledger_id)
             )
         )
-    attempts = rt.metadata.begin_attempts(
+    attempts = rt.metadata.attempts.begin_batch(
         intents, "test", lease_ms, store_id=rt.stores.default_id()
     )
     return [attempts[i] for i in ids]
@@ -191,7 +191,7 @@ def begin_window(rt: Runtime, count: int, lease_ms: int) -> list[Attempt]:
 def test_a_batch_keeper_holds_every_lease_and_checks_each_attempt(runtime: Runtime) -> None:
     rt = runtime
     attempts = begin_window(rt, 3, int(LEASE_SECONDS * 1000))
-    with LeaseKeeper(rt.metadata, attempts, LEASE_SECONDS) as keeper:
+    with LeaseKeeper(rt.metadata.attempts, attempts, LEASE_SECONDS) as keeper:
         time.sleep(2.5 * LEASE_SECONDS)
         for attempt in attempts:
             keeper.check(attempt.attempt_id)
@@ -210,7 +210,7 @@ def test_a_batch_keeper_gives_up_only_the_ledger_taken_over(runtime: Runtime) ->
     rt = runtime
     attempts = begin_window(rt, 2, int(LEASE_SECONDS * 1000))
     lost, kept = attempts
-    with LeaseKeeper(rt.metadata, attempts, LEASE_SECONDS) as keeper:
+    with LeaseKeeper(rt.metadata.attempts, attempts, LEASE_SECONDS) as keeper:
         take_over(rt, "orders", lost.ledger_id)
         time.sleep(2.5 * LEASE_SECONDS)
         with pytest.raises(CommitFailedError) as raised:

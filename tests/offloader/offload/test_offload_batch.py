@@ -25,7 +25,7 @@ from fixtures.backends import (
 )
 from fixtures.counting import CountingStore, counting_transactions
 from fixtures.faults import with_objects
-from fixtures.metadata import ledger_record
+from fixtures.metadata import ledger_record, list_attempts, pending_deletions
 from fixtures.takeover import OnPut, take_over
 from offloader import failpoints
 from offloader.exceptions import NotFoundError, ObjectStoreError
@@ -34,7 +34,7 @@ from offloader.gc.deletion_queue import process_deletions
 from offloader.hottier.writer import recover_open_ledgers
 from offloader.keys import ledger_object_keys
 from offloader.metadata import Attempt, AttemptState, OffloadState, Position
-from offloader.metadata.store import AttemptIntent
+from offloader.metadata.attempts import AttemptIntent
 from offloader.offload.batch import BatchOffloader
 from offloader.offload.ledger_offloader import LedgerOffloader, OffloadResult, Outcome
 from offloader.offload.runs import offload_batch
@@ -54,7 +54,7 @@ def small_topic(rt: Runtime) -> tuple[list[int], str]:
 def committed_attempts(rt: Runtime, ledger_id: int) -> list[str]:
     return [
         a.attempt_id
-        for a in rt.metadata.list_attempts("orders", AttemptState.COMMITTED)
+        for a in list_attempts(rt.metadata, "orders", AttemptState.COMMITTED)
         if a.ledger_id == ledger_id
     ]
 
@@ -64,7 +64,7 @@ def assert_converged(rt: Runtime, ids: list[int], checksum: str) -> None:
     for ledger_id in ids:
         ledger = rt.metadata.get_ledger("orders", ledger_id)
         assert ledger.is_offloaded
-        assert committed_attempts(rt, ledger_id) == [ledger.offload_uuid]
+        assert committed_attempts(rt, ledger_id) == [ledger.offload_attempt_id]
     assert TopicReader(rt).checksum("orders", Source.TIERED).digest == checksum
     assert unaccounted_objects(rt) == set()
     assert process_deletions(rt.metadata, rt.stores, rt.settings).remaining == 0
@@ -127,8 +127,8 @@ def test_sigkill_mid_batch_then_rerun_converges(runtime: Runtime, point: str) ->
     crashed = run_batch(rt, ids, failpoints=point)
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr.decode()
     started, committed = CRASH_STATE[point]
-    assert len(rt.metadata.list_attempts("orders", AttemptState.STARTED)) == started
-    assert len(rt.metadata.list_attempts("orders", AttemptState.COMMITTED)) == committed
+    assert len(list_attempts(rt.metadata, "orders", AttemptState.STARTED)) == started
+    assert len(list_attempts(rt.metadata, "orders", AttemptState.COMMITTED)) == committed
     offloading = [
         x.ledger_id
         for x in rt.metadata.list_ledgers("orders")
@@ -173,12 +173,10 @@ def test_a_frozen_batch_loses_only_the_ledger_taken_over(runtime: Runtime) -> No
     assert outcomes == {
         str(i): str(Outcome.LOST if i == ids[1] else Outcome.OFFLOADED) for i in ids
     }
-    assert rt.metadata.get_ledger("orders", ids[1]).offload_uuid == winner.attempt_id
-    lost = rt.metadata.get_attempt(taken)
+    assert rt.metadata.get_ledger("orders", ids[1]).offload_attempt_id == winner.attempt_id
+    lost = rt.metadata.attempts.get(taken)
     assert lost.state is AttemptState.SUPERSEDED
-    assert {lost.data_key, lost.index_key} <= {
-        d.object_key for d in rt.metadata.pending_deletions()
-    }
+    assert {lost.data_key, lost.index_key} <= {d.object_key for d in pending_deletions(rt.metadata)}
     assert_converged(rt, ids, checksum)
 
 
@@ -241,7 +239,7 @@ def test_settled_ledgers_are_skipped_with_their_outcome(runtime: Runtime) -> Non
     ids, _ = small_topic(rt)
     first = offload_batch(rt, "orders", ids[:1])
     ledger = rt.metadata.get_ledger("orders", ids[1])
-    _, live = rt.metadata.begin_attempt(
+    _, live = rt.metadata.attempts.begin(
         ledger, "live-attempt", "live-d", "live-i", "other", 60_000, store_id=rt.stores.default_id()
     )
     results = offload_batch(rt, "orders", ids[:3], window=WINDOW)
@@ -264,7 +262,9 @@ def test_trimmed_empty_and_tiny_ledgers_in_a_batch(runtime: Runtime) -> None:
     rt.metadata.allocate_ledger("orders", rt.metadata.claim_writer("orders").writer_epoch)
     (empty,) = recover_open_ledgers(rt.metadata, rt.hot, "orders")
     ids += [empty.ledger_id, *produce_ledgers(rt, "orders", [(1, 100)])]
-    rt.metadata.move_start(rt.metadata.get_topic("orders"), Position(ledger_id=ids[1], entry_id=0))
+    rt.metadata.retention.move_start(
+        rt.metadata.get_topic("orders"), Position(ledger_id=ids[1], entry_id=0)
+    )
     results = offload_batch(rt, "orders", ids, window=WINDOW)
     assert [(r.topic, r.ledger_id, r.outcome) for r in results] == [
         ("orders", ids[0], Outcome.TRIMMED),
@@ -303,12 +303,12 @@ def test_a_bad_batch_is_refused_before_anything_changes(
     assert str(still_open.value) == (
         f"ledgers [{opened}] of orders are open; only sealed ledgers move"
     )
-    assert runtime.metadata.list_attempts("orders") == []
+    assert list_attempts(runtime.metadata, "orders") == []
     assert list(runtime.objects.list()) == []
 
 
 def test_a_lost_commit_makes_only_that_ledger_lost(runtime: Runtime) -> None:
-    """commit_offloads: one attempt was superseded meanwhile; it alone is retired and its
+    """commit_batch: one attempt was superseded meanwhile; it alone is retired and its
     objects queued, in the same transaction as the others' commits."""
     rt = runtime
     ids, _ = small_topic(rt)
@@ -317,12 +317,12 @@ def test_a_lost_commit_makes_only_that_ledger_lost(runtime: Runtime) -> None:
     for n, ledger_id in enumerate(ids[:3]):
         keys = ledger_object_keys(f"attempt-{n}", ledger_id)
         intents.append(AttemptIntent(ledgers[ledger_id], f"attempt-{n}", *keys))
-    attempts = rt.metadata.begin_attempts(
+    attempts = rt.metadata.attempts.begin_batch(
         intents, "me", lease_ms=-1, store_id=rt.stores.default_id()
     )  # leases already over
     assert sorted(attempts) == ids[:3]
     zombie = attempts[ids[1]]
-    _, winner = rt.metadata.begin_attempt(
+    _, winner = rt.metadata.attempts.begin(
         rt.metadata.get_ledger("orders", ids[1]),
         "winner",
         "w-d",
@@ -332,14 +332,14 @@ def test_a_lost_commit_makes_only_that_ledger_lost(runtime: Runtime) -> None:
         store_id=rt.stores.default_id(),
     )
     # one renewal for the batch: only the superseded attempt is reported lost
-    assert rt.metadata.renew_leases(attempts.values(), 60_000) == {zombie.attempt_id}
-    committed = rt.metadata.commit_offloads([(a, 10) for a in attempts.values()])
+    assert rt.metadata.attempts.renew_batch(attempts.values(), 60_000) == {zombie.attempt_id}
+    committed = rt.metadata.attempts.commit_batch([(a, 10) for a in attempts.values()])
     assert committed == {attempts[ids[0]].attempt_id, attempts[ids[2]].attempt_id}
-    assert rt.metadata.get_ledger("orders", ids[0]).offload_uuid == "attempt-0"
-    assert rt.metadata.get_ledger("orders", ids[2]).offload_uuid == "attempt-2"
+    assert rt.metadata.get_ledger("orders", ids[0]).offload_attempt_id == "attempt-0"
+    assert rt.metadata.get_ledger("orders", ids[2]).offload_attempt_id == "attempt-2"
     assert rt.metadata.get_ledger("orders", ids[1]).attempt_id == winner.attempt_id
-    assert rt.metadata.get_attempt(zombie.attempt_id).state is AttemptState.SUPERSEDED
-    queued = [d.object_key for d in rt.metadata.pending_deletions()]
+    assert rt.metadata.attempts.get(zombie.attempt_id).state is AttemptState.SUPERSEDED
+    queued = [d.object_key for d in pending_deletions(rt.metadata)]
     # queued when superseded, and again by the lost commit (objects written late)
     assert queued.count(zombie.data_key) == 2 and queued.count(zombie.index_key) == 2
 
@@ -373,17 +373,17 @@ def assert_lost_to_winner(rt: Runtime, result: OffloadResult, lost: int) -> None
         "orders", lost, Outcome.LOST, result.attempt_id, 0, result.seconds
     )
     assert rt.metadata.get_ledger("orders", lost).attempt_id == "winner"
-    zombie = rt.metadata.get_attempt(result.attempt_id or "")
+    zombie = rt.metadata.attempts.get(result.attempt_id or "")
     assert (zombie.ledger_id, zombie.state) == (lost, AttemptState.SUPERSEDED)
     assert zombie.detail == "lease expired; superseded by winner"
-    queued = [d.object_key for d in rt.metadata.pending_deletions()]
+    queued = [d.object_key for d in pending_deletions(rt.metadata)]
     assert sorted(queued) == sorted([zombie.data_key, zombie.index_key] * 2)
 
 
 def assert_committed(rt: Runtime, result: OffloadResult) -> None:
     ledger = rt.metadata.get_ledger("orders", result.ledger_id)
     assert result.outcome is Outcome.OFFLOADED
-    assert (ledger.offload_uuid, ledger.data_len) == (result.attempt_id, result.bytes)
+    assert (ledger.offload_attempt_id, ledger.data_len) == (result.attempt_id, result.bytes)
     # FORMAT.md: the objects are named after the attempt's own uuid
     assert (ledger.data_key, ledger.index_key) == ledger_object_keys(
         result.attempt_id or "", result.ledger_id
@@ -444,7 +444,7 @@ def test_a_ledger_lost_mid_upload_stops_there_and_only_it_is_lost(
     assert [r.outcome for r in results] == [Outcome.OFFLOADED, Outcome.LOST, Outcome.OFFLOADED]
     assert_lost_to_winner(rt, results[1], ids[1])
     assert results[1].seconds == 0.0  # gave up before the commit: no time to report
-    zombie = rt.metadata.get_attempt(results[1].attempt_id or "")
+    zombie = rt.metadata.attempts.get(results[1].attempt_id or "")
     assert not rt.objects.exists(zombie.index_key)
     assert warnings_of(caplog) == [
         f"offload of orders/{ids[1]} lost: attempt {zombie.attempt_id} lost ledger "
@@ -488,7 +488,7 @@ def test_upload_errors_fail_their_ledgers_after_the_others_commit(runtime: Runti
     assert str(raised.value) == f"injected: PUT of ledger {ids[0]} refused"
     assert rt.metadata.get_ledger("orders", ids[2]).is_offloaded
     assert rt.metadata.get_ledger("orders", ids[1]).attempt_id == "winner"
-    failed = rt.metadata.list_attempts("orders", AttemptState.FAILED)
+    failed = list_attempts(rt.metadata, "orders", AttemptState.FAILED)
     assert sorted((a.ledger_id, a.detail) for a in failed) == [
         (i, f"InjectedPutError: injected: PUT of ledger {i} refused") for i in failing
     ]
@@ -499,8 +499,8 @@ def test_upload_errors_fail_their_ledgers_after_the_others_commit(runtime: Runti
             None,
             None,
         )
-    (zombie,) = rt.metadata.list_attempts("orders", AttemptState.SUPERSEDED)
-    queued = [d.object_key for d in rt.metadata.pending_deletions()]
+    (zombie,) = list_attempts(rt.metadata, "orders", AttemptState.SUPERSEDED)
+    queued = [d.object_key for d in pending_deletions(rt.metadata)]
     assert sorted(queued) == sorted(
         [k for a in failed for k in (a.data_key, a.index_key)]
         + [zombie.data_key, zombie.index_key] * 2
@@ -543,7 +543,7 @@ def test_a_ledger_taken_between_the_read_and_the_begin_is_reported_as_found(
     now (already offloaded; in progress under the other attempt)."""
     rt = runtime
     ids, _ = small_topic(rt)
-    begin_attempts = rt.metadata.begin_attempts
+    begin_attempts = rt.metadata.attempts.begin_batch
     other: list[OffloadResult] = []
 
     def another_worker_first(*args: Any, **kwargs: Any) -> dict[int, Attempt]:
@@ -552,7 +552,7 @@ def test_a_ledger_taken_between_the_read_and_the_begin_is_reported_as_found(
             take_over(rt, "orders", ids[1])
         return begin_attempts(*args, **kwargs)
 
-    monkeypatch.setattr(rt.metadata, "begin_attempts", another_worker_first)
+    monkeypatch.setattr(rt.metadata.attempts, "begin_batch", another_worker_first)
     results = offload_batch(rt, "orders", ids[:3])
     assert results[:2] == [
         OffloadResult("orders", ids[0], Outcome.ALREADY_OFFLOADED, other[0].attempt_id),
@@ -569,14 +569,14 @@ def test_a_lease_ending_this_millisecond_is_over(
     rt = runtime
     ids, _ = small_topic(rt)
     ledger = rt.metadata.get_ledger("orders", ids[0])
-    rt.metadata.begin_attempt(
+    rt.metadata.attempts.begin(
         ledger, "stale", "stale-d", "stale-i", "dead worker", -1, store_id=rt.stores.default_id()
     )
     lease_end = rt.metadata.get_ledger("orders", ids[0]).attempt_lease_ms
     monkeypatch.setattr(rt.metadata, "db_now_ms", lambda: lease_end)
     (result,) = offload_batch(rt, "orders", ids[:1])
     assert result.outcome is Outcome.OFFLOADED
-    assert rt.metadata.get_attempt("stale").state is AttemptState.SUPERSEDED
+    assert rt.metadata.attempts.get("stale").state is AttemptState.SUPERSEDED
 
 
 def test_a_failed_commit_fails_the_whole_window(
@@ -590,16 +590,16 @@ def test_a_failed_commit_fails_the_whole_window(
     def unreachable(*args: object, **kwargs: object) -> set[str]:
         raise ConnectionError("database unreachable")
 
-    monkeypatch.setattr(rt.metadata, "commit_offloads", unreachable)
+    monkeypatch.setattr(rt.metadata.attempts, "commit_batch", unreachable)
     with pytest.raises(ConnectionError):
         offload_batch(rt, "orders", ids[:3])
-    failed = rt.metadata.list_attempts("orders", AttemptState.FAILED)
+    failed = list_attempts(rt.metadata, "orders", AttemptState.FAILED)
     assert sorted((a.ledger_id, a.detail) for a in failed) == [
         (i, "ConnectionError: database unreachable") for i in ids[:3]
     ]
     for ledger in rt.metadata.list_ledgers("orders")[:3]:
         assert (ledger.offload_state, ledger.attempt_id) == (OffloadState.NONE, None)
-    queued = [d.object_key for d in rt.metadata.pending_deletions()]
+    queued = [d.object_key for d in pending_deletions(rt.metadata)]
     assert sorted(queued) == sorted(k for a in failed for k in (a.data_key, a.index_key))
 
 

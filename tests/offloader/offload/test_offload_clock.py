@@ -10,6 +10,7 @@ import pytest
 
 from fixtures.backends import make_topic, produce_ledgers, unaccounted_objects
 from fixtures.clock import HOUR, skew_worker_clock
+from fixtures.metadata import list_attempts, pending_deletions
 from offloader.gc.deletion_queue import process_deletions
 from offloader.metadata import AttemptState
 from offloader.offload.hot_deletion import delete_hot_copies
@@ -22,7 +23,7 @@ from offloader.runtime import Runtime
 def _peer_attempt(rt: Runtime, ledger_id: int, lease_ms: int):  # type: ignore[no-untyped-def]
     """Another worker's attempt on the ledger, recorded with a correct clock."""
     ledger = rt.metadata.get_ledger("orders", ledger_id)
-    _, attempt = rt.metadata.begin_attempt(
+    _, attempt = rt.metadata.attempts.begin(
         ledger,
         "0" * 8 + "-peer",
         "peer-data",
@@ -49,9 +50,9 @@ def test_worker_ahead_reports_a_live_attempt_in_progress(
         Outcome.IN_PROGRESS
     ]
     assert rt.metadata.get_ledger("orders", ledger_id).attempt_id == peer.attempt_id
-    assert [a.attempt_id for a in rt.metadata.list_attempts("orders")] == [peer.attempt_id]
-    assert rt.metadata.get_attempt(peer.attempt_id).state is AttemptState.STARTED
-    assert rt.metadata.pending_deletions() == []
+    assert [a.attempt_id for a in list_attempts(rt.metadata, "orders")] == [peer.attempt_id]
+    assert rt.metadata.attempts.get(peer.attempt_id).state is AttemptState.STARTED
+    assert pending_deletions(rt.metadata) == []
 
 
 def test_worker_behind_takes_over_an_expired_attempt(
@@ -66,8 +67,8 @@ def test_worker_behind_takes_over_an_expired_attempt(
     skew_worker_clock(monkeypatch, -HOUR)
     result = LedgerOffloader(rt).offload_ledger("orders", ledger_id)
     assert result.outcome is Outcome.OFFLOADED
-    assert rt.metadata.get_attempt(peer.attempt_id).state is AttemptState.SUPERSEDED
-    assert rt.metadata.get_ledger("orders", ledger_id).offload_uuid == result.attempt_id
+    assert rt.metadata.attempts.get(peer.attempt_id).state is AttemptState.SUPERSEDED
+    assert rt.metadata.get_ledger("orders", ledger_id).offload_attempt_id == result.attempt_id
     assert TopicReader(rt).checksum("orders", Source.TIERED) == before
     assert unaccounted_objects(rt) == set()
 
@@ -116,7 +117,7 @@ def test_worker_behind_drains_due_deletions(
 ) -> None:
     rt = runtime
     rt.objects.put("leftover", b"x")
-    rt.metadata.enqueue_deletions(["leftover"], "test", store_id=rt.stores.default_id())
+    rt.metadata.deletions.enqueue(["leftover"], "test", store_id=rt.stores.default_id())
     skew_worker_clock(monkeypatch, -HOUR)  # by this clock the deletion is due in an hour
     assert process_deletions(rt.metadata, rt.stores, rt.settings).deleted == 1
     assert [i.key for i in rt.objects.list()] == []

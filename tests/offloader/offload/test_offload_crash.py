@@ -26,6 +26,7 @@ from fixtures.backends import (
     uploads_not_of_dead_attempts,
 )
 from fixtures.faults import ServerErrorProxy
+from fixtures.metadata import list_attempts, pending_deletions
 from offloader.gc.deletion_queue import process_deletions
 from offloader.metadata import Attempt, AttemptState, HotState, OffloadState
 from offloader.offload.ledger_offloader import LedgerOffloader, Outcome
@@ -75,13 +76,13 @@ def setup_topic(rt: Runtime) -> tuple[list[int], str]:
 def committed_attempts(rt: Runtime, ledger_id: int) -> list[Attempt]:
     return [
         a
-        for a in rt.metadata.list_attempts("orders", AttemptState.COMMITTED)
+        for a in list_attempts(rt.metadata, "orders", AttemptState.COMMITTED)
         if a.ledger_id == ledger_id
     ]
 
 
 def queued_keys(rt: Runtime, attempt_id: str) -> set[str]:
-    return {d.object_key for d in rt.metadata.pending_deletions() if d.attempt_id == attempt_id}
+    return {d.object_key for d in pending_deletions(rt.metadata) if d.attempt_id == attempt_id}
 
 
 def wait_for_lease_end(rt: Runtime) -> None:
@@ -95,7 +96,7 @@ def converge(rt: Runtime, ids: list[int], checksum: str) -> None:
         ledger = rt.metadata.get_ledger("orders", ledger_id)
         assert ledger.is_offloaded and ledger.hot_state is HotState.DELETED
         (committed,) = committed_attempts(rt, ledger_id)  # exactly one
-        assert committed.attempt_id == ledger.offload_uuid
+        assert committed.attempt_id == ledger.offload_attempt_id
     assert TopicReader(rt).checksum("orders").digest == checksum
     assert TopicReader(rt).checksum("orders", Source.TIERED).digest == checksum
     assert unaccounted_objects(rt) == set()
@@ -130,7 +131,7 @@ IN_FLIGHT = {
 
 def check_crashed_attempts(rt: Runtime, ids: list[int], point: str) -> dict[int, Attempt]:
     """Killed inside the batch: both attempts recorded, in flight, objects as far as each got."""
-    attempts = {a.ledger_id: a for a in rt.metadata.list_attempts("orders")}
+    attempts = {a.ledger_id: a for a in list_attempts(rt.metadata, "orders")}
     assert sorted(attempts) == ids
     for name, ledger_id in zip(("large", "small"), ids, strict=True):
         attempt = attempts[ledger_id]
@@ -143,7 +144,7 @@ def check_crashed_attempts(rt: Runtime, ids: list[int], point: str) -> dict[int,
         assert rt.objects.exists(attempt.index_key) is index, (name, "index")
         open_uploads = {u.key for u in rt.objects.list_multipart_uploads()}
         assert (attempt.data_key in open_uploads) is uploading, (name, "multipart")
-    assert rt.metadata.pending_deletions() == []
+    assert pending_deletions(rt.metadata) == []
     return attempts
 
 
@@ -159,12 +160,12 @@ def check_resolved(
         _, index_written, _ = IN_FLIGHT[point][name]
         expected[ledger_id] = "recovered" if index_written else "offloaded"
         if index_written:
-            assert ledger.offload_uuid == attempt.attempt_id
+            assert ledger.offload_attempt_id == attempt.attempt_id
             assert (ledger.data_key, ledger.index_key) == (attempt.data_key, attempt.index_key)
-            assert rt.metadata.get_attempt(attempt.attempt_id).state is AttemptState.COMMITTED
+            assert rt.metadata.attempts.get(attempt.attempt_id).state is AttemptState.COMMITTED
         else:
-            assert ledger.is_offloaded and ledger.offload_uuid != attempt.attempt_id
-            assert rt.metadata.get_attempt(attempt.attempt_id).state is AttemptState.SUPERSEDED
+            assert ledger.is_offloaded and ledger.offload_attempt_id != attempt.attempt_id
+            assert rt.metadata.attempts.get(attempt.attempt_id).state is AttemptState.SUPERSEDED
             assert queued_keys(rt, attempt.attempt_id) == {attempt.data_key, attempt.index_key}
     assert outcomes(report) == expected
 
@@ -181,12 +182,12 @@ def test_sigkill_at_each_point_leaves_a_state_the_next_run_resolves(
         wait_for_lease_end(rt)
         check_resolved(rt, offload_json(rt, ids[-1]), crashed, point)
     elif point == "after-commit":  # the batch committed; the hot copies are untouched
-        attempts = rt.metadata.list_attempts("orders")
+        attempts = list_attempts(rt.metadata, "orders")
         assert sorted(a.ledger_id for a in attempts) == ids
         assert all(a.state is AttemptState.COMMITTED for a in attempts)
         for attempt in attempts:
             ledger = rt.metadata.get_ledger("orders", attempt.ledger_id)
-            assert ledger.is_offloaded and ledger.offload_uuid == attempt.attempt_id
+            assert ledger.is_offloaded and ledger.offload_attempt_id == attempt.attempt_id
             assert ledger.hot_state is HotState.PRESENT and rt.hot.exists(
                 "orders", ledger.ledger_id
             )
@@ -213,7 +214,7 @@ def test_sigkill_at_a_random_moment(runtime: Runtime) -> None:
     victim = run_cli(rt, "offload", "orders", "--up-to", str(ids[-1]))
     # wait until the first attempt is recorded, then kill somewhere after it
     deadline = time.monotonic() + 60
-    while not rt.metadata.list_attempts("orders") and time.monotonic() < deadline:
+    while not list_attempts(rt.metadata, "orders") and time.monotonic() < deadline:
         time.sleep(0.005)
     time.sleep(delay)
     victim.send_signal(signal.SIGKILL)
@@ -226,7 +227,7 @@ def test_sigkill_at_a_random_moment(runtime: Runtime) -> None:
     assert not all(x.hot_state is HotState.DELETED for x in ledgers), f"too late ({delay=:.3f})"
     for ledger in ledgers:  # an attempt in flight is recorded and started
         if ledger.attempt_id is not None:
-            assert rt.metadata.get_attempt(ledger.attempt_id).state is AttemptState.STARTED
+            assert rt.metadata.attempts.get(ledger.attempt_id).state is AttemptState.STARTED
     converge(rt, ids, checksum)
 
 
@@ -247,7 +248,7 @@ def test_zombie_woken_after_takeover_cannot_commit(runtime: Runtime) -> None:
     )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        attempts = rt.metadata.list_attempts("orders")
+        attempts = list_attempts(rt.metadata, "orders")
         if attempts and _is_stopped(zombie.pid):
             break
         time.sleep(0.02)
@@ -262,8 +263,8 @@ def test_zombie_woken_after_takeover_cannot_commit(runtime: Runtime) -> None:
     report = offload_json(rt, ids[0])
     assert outcomes(report) == {ids[0]: "offloaded"}
     ledger = rt.metadata.get_ledger("orders", ids[0])
-    assert ledger.is_offloaded and ledger.offload_uuid != zombie_attempt.attempt_id
-    assert rt.metadata.get_attempt(zombie_attempt.attempt_id).state is AttemptState.SUPERSEDED
+    assert ledger.is_offloaded and ledger.offload_attempt_id != zombie_attempt.attempt_id
+    assert rt.metadata.attempts.get(zombie_attempt.attempt_id).state is AttemptState.SUPERSEDED
     assert queued_keys(rt, zombie_attempt.attempt_id) == {
         zombie_attempt.data_key,
         zombie_attempt.index_key,
@@ -277,9 +278,9 @@ def test_zombie_woken_after_takeover_cannot_commit(runtime: Runtime) -> None:
     out, err = zombie.communicate(timeout=120)
     assert zombie.returncode == 0, err.decode()
     assert outcomes(json.loads(out)) == {ids[0]: "lost"}
-    assert rt.metadata.get_ledger("orders", ids[0]).offload_uuid == ledger.offload_uuid
-    assert rt.metadata.get_attempt(zombie_attempt.attempt_id).state is AttemptState.SUPERSEDED
-    assert [a.attempt_id for a in committed_attempts(rt, ids[0])] == [ledger.offload_uuid]
+    assert rt.metadata.get_ledger("orders", ids[0]).offload_attempt_id == ledger.offload_attempt_id
+    assert rt.metadata.attempts.get(zombie_attempt.attempt_id).state is AttemptState.SUPERSEDED
+    assert [a.attempt_id for a in committed_attempts(rt, ids[0])] == [ledger.offload_attempt_id]
     assert unaccounted_objects(rt) == set()
     process_deletions(rt.metadata, rt.stores, rt.settings)
     assert not any(
@@ -316,8 +317,10 @@ def test_transient_500s_on_the_wire_are_retried(runtime: Runtime) -> None:
     assert [r.outcome for r in results] == [Outcome.OFFLOADED] * 2
     for ledger_id in ids:
         (committed,) = committed_attempts(rt, ledger_id)
-        assert committed.attempt_id == rt.metadata.get_ledger("orders", ledger_id).offload_uuid
-    assert len(rt.metadata.list_attempts("orders")) == 2  # no failed attempt on the way
-    assert rt.metadata.pending_deletions() == []
+        assert (
+            committed.attempt_id == rt.metadata.get_ledger("orders", ledger_id).offload_attempt_id
+        )
+    assert len(list_attempts(rt.metadata, "orders")) == 2  # no failed attempt on the way
+    assert pending_deletions(rt.metadata) == []
     assert list(rt.objects.list_multipart_uploads()) == []
     assert unaccounted_objects(rt) == set()

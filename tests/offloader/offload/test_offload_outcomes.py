@@ -13,6 +13,7 @@ import pytest
 
 from fixtures.backends import make_topic, produce_ledgers, unaccounted_objects
 from fixtures.faults import with_objects
+from fixtures.metadata import list_attempts, pending_deletions
 from fixtures.takeover import OnPut, take_over
 from offloader.exceptions import CommitFailedError, ObjectExistsError
 from offloader.hottier.writer import ManagedLedgerWriter
@@ -49,13 +50,13 @@ def test_an_offload_reports_its_attempt_bytes_and_time(
     assert ledger.data_key is not None and ledger.data_len is not None
     assert ledger.data_len == rt.objects.stat(ledger.data_key).size
     assert result == OffloadResult(
-        "orders", ledger_id, Outcome.OFFLOADED, ledger.offload_uuid, ledger.data_len,
+        "orders", ledger_id, Outcome.OFFLOADED, ledger.offload_attempt_id, ledger.data_len,
         result.seconds,
     )  # fmt: skip
     assert 0 < result.seconds <= took
     assert messages(caplog, logging.INFO) == [
         f"offloaded orders/{ledger_id}: {ledger.data_len} bytes in {result.seconds:.3f}s "
-        f"(attempt {ledger.offload_uuid})"
+        f"(attempt {ledger.offload_attempt_id})"
     ]
 
 
@@ -74,13 +75,15 @@ def test_ledgers_below_the_start_are_trimmed_and_the_start_ledger_moves(
     marked): they are reported trimmed and never uploaded; the start's own ledger moves."""
     rt = runtime
     ids = sealed(rt, 3)
-    rt.metadata.move_start(rt.metadata.get_topic("orders"), Position(ledger_id=ids[1], entry_id=0))
+    rt.metadata.retention.move_start(
+        rt.metadata.get_topic("orders"), Position(ledger_id=ids[1], entry_id=0)
+    )
     assert rt.metadata.get_ledger("orders", ids[0]).is_live
     offloader = LedgerOffloader(rt)
     assert offloader.offload_ledger("orders", ids[0]) == OffloadResult(
         "orders", ids[0], Outcome.TRIMMED
     )
-    assert rt.metadata.list_attempts("orders") == [] and set(rt.objects.list()) == set()
+    assert list_attempts(rt.metadata, "orders") == [] and set(rt.objects.list()) == set()
     assert offloader.offload_ledger("orders", ids[1]).outcome is Outcome.OFFLOADED
 
 
@@ -110,7 +113,7 @@ def test_an_empty_sealed_ledger_is_retired_not_uploaded(runtime: Runtime) -> Non
     result = LedgerOffloader(rt).offload_ledger("orders", empty.ledger_id)
     assert result == OffloadResult("orders", empty.ledger_id, Outcome.RETIRED_EMPTY)
     assert not rt.hot.exists("orders", empty.ledger_id)
-    assert rt.metadata.list_attempts("orders") == [] and set(rt.objects.list()) == set()
+    assert list_attempts(rt.metadata, "orders") == [] and set(rt.objects.list()) == set()
     assert rt.hot.exists("orders", full)
 
 
@@ -120,7 +123,7 @@ def test_a_live_attempt_is_left_alone_even_with_its_objects_complete(runtime: Ru
     rt = runtime
     (ledger_id,) = sealed(rt)
     ledger = rt.metadata.get_ledger("orders", ledger_id)
-    ledger, live = rt.metadata.begin_attempt(
+    ledger, live = rt.metadata.attempts.begin(
         ledger, "live", *ledger_object_keys("live", ledger_id), "other worker", 60_000,
         store_id=rt.stores.default_id(),
     )  # fmt: skip
@@ -128,7 +131,7 @@ def test_a_live_attempt_is_left_alone_even_with_its_objects_complete(runtime: Ru
     result = LedgerOffloader(rt).offload_ledger("orders", ledger_id)
     assert result == OffloadResult("orders", ledger_id, Outcome.IN_PROGRESS, "live")
     assert rt.metadata.get_ledger("orders", ledger_id) == ledger
-    assert rt.metadata.get_attempt("live").state is AttemptState.STARTED
+    assert rt.metadata.attempts.get("live").state is AttemptState.STARTED
 
 
 @pytest.mark.parametrize("other", ["begins", "commits"])
@@ -140,28 +143,30 @@ def test_a_ledger_taken_between_the_read_and_the_begin(
     is now, under the other worker's attempt; this run records and uploads nothing."""
     rt = runtime
     (ledger_id,) = sealed(rt)
-    begin_attempt = rt.metadata.begin_attempt
+    begin_attempt = rt.metadata.attempts.begin
     theirs: list[OffloadResult] = []
 
     def another_worker_first(*args: Any, **kwargs: Any) -> Any:
-        monkeypatch.setattr(rt.metadata, "begin_attempt", begin_attempt)  # the race, once
+        monkeypatch.setattr(rt.metadata.attempts, "begin", begin_attempt)  # the race, once
         if other == "begins":
             take_over(rt, "orders", ledger_id)
         else:
             theirs.append(LedgerOffloader(rt).offload_ledger("orders", ledger_id))
         return begin_attempt(*args, **kwargs)
 
-    monkeypatch.setattr(rt.metadata, "begin_attempt", another_worker_first)
+    monkeypatch.setattr(rt.metadata.attempts, "begin", another_worker_first)
     result = LedgerOffloader(rt).offload_ledger("orders", ledger_id)
     if other == "begins":
         assert result == OffloadResult("orders", ledger_id, Outcome.IN_PROGRESS, "winner")
-        assert [a.attempt_id for a in rt.metadata.list_attempts("orders")] == ["winner"]
+        assert [a.attempt_id for a in list_attempts(rt.metadata, "orders")] == ["winner"]
     else:
         assert theirs[0].outcome is Outcome.OFFLOADED
         # the ledger row no longer names an attempt once committed
         assert result == OffloadResult("orders", ledger_id, Outcome.ALREADY_OFFLOADED)
-        assert [a.attempt_id for a in rt.metadata.list_attempts("orders")] == [theirs[0].attempt_id]
-    assert rt.metadata.pending_deletions() == [] and unaccounted_objects(rt) == set()
+        assert [a.attempt_id for a in list_attempts(rt.metadata, "orders")] == [
+            theirs[0].attempt_id
+        ]
+    assert pending_deletions(rt.metadata) == [] and unaccounted_objects(rt) == set()
 
 
 def test_an_offload_whose_ledger_is_trimmed_meanwhile_is_lost(
@@ -182,7 +187,7 @@ def test_an_offload_whose_ledger_is_trimmed_meanwhile_is_lost(
         result = LedgerOffloader(with_objects(rt, objects)).offload_ledger("orders", ids[0])
     assert result.attempt_id is not None
     assert result == OffloadResult("orders", ids[0], Outcome.LOST, result.attempt_id)
-    attempt = rt.metadata.get_attempt(result.attempt_id)
+    attempt = rt.metadata.attempts.get(result.attempt_id)
     # the commit's CAS finds the ledger gone, or the lease keeper's renewal found it first
     # (it renews every third of the fixtures' 2 s lease): either way the offload is lost
     why = {
@@ -194,7 +199,7 @@ def test_an_offload_whose_ledger_is_trimmed_meanwhile_is_lost(
     assert warning in {f"offload of orders/{ids[0]} lost: {w}" for w in why}
     assert rt.metadata.get_ledger("orders", ids[0]).deletion_state is DeletionState.DELETING
     assert {attempt.data_key, attempt.index_key} <= {
-        d.object_key for d in rt.metadata.pending_deletions()
+        d.object_key for d in pending_deletions(rt.metadata)
     }
 
 
@@ -230,10 +235,10 @@ def test_an_index_key_already_taken_is_not_overwritten(runtime: Runtime) -> None
     objects = OnPut(rt.objects, before=squat)
     with pytest.raises(ObjectExistsError):
         LedgerOffloader(with_objects(rt, objects)).offload_ledger("orders", ledger_id)
-    (failed,) = rt.metadata.list_attempts("orders")
+    (failed,) = list_attempts(rt.metadata, "orders")
     assert failed.state is AttemptState.FAILED
     assert rt.objects.get(failed.index_key) == b"not ours"
-    assert rt.metadata.get_ledger("orders", ledger_id).offload_uuid is None
+    assert rt.metadata.get_ledger("orders", ledger_id).offload_attempt_id is None
 
 
 def test_an_interrupted_upload_fails_its_attempt_and_is_raised(runtime: Runtime) -> None:
@@ -249,14 +254,14 @@ def test_an_interrupted_upload_fails_its_attempt_and_is_raised(runtime: Runtime)
     objects = OnPut(rt.objects, before=interrupted)
     with pytest.raises(KeyboardInterrupt):
         LedgerOffloader(with_objects(rt, objects)).offload_ledger("orders", ledger_id)
-    (failed,) = rt.metadata.list_attempts("orders")
+    (failed,) = list_attempts(rt.metadata, "orders")
     assert (failed.state, failed.detail) == (
         AttemptState.FAILED,
         f"KeyboardInterrupt: interrupted before PUT {failed.data_key}",
     )
     ledger = rt.metadata.get_ledger("orders", ledger_id)
     assert (ledger.attempt_id, ledger.attempt_lease_ms) == (None, None)
-    assert {d.object_key for d in rt.metadata.pending_deletions()} == {
+    assert {d.object_key for d in pending_deletions(rt.metadata)} == {
         failed.data_key,
         failed.index_key,
     }
@@ -268,7 +273,7 @@ def test_an_upload_that_knows_it_lost_its_ledger_writes_nothing(runtime: Runtime
     rt = runtime
     (ledger_id,) = sealed(rt)
     ledger = rt.metadata.get_ledger("orders", ledger_id)
-    ledger, zombie = rt.metadata.begin_attempt(
+    ledger, zombie = rt.metadata.attempts.begin(
         ledger, "zombie", *ledger_object_keys("zombie", ledger_id), "frozen worker", 60_000,
         store_id=rt.stores.default_id(),
     )  # fmt: skip

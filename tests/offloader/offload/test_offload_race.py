@@ -13,6 +13,7 @@ from fixtures.backends import (
     run_in_threads,
     unaccounted_objects,
 )
+from fixtures.metadata import list_attempts, pending_deletions
 from offloader.exceptions import CommitFailedError
 from offloader.gc.deletion_queue import process_deletions
 from offloader.metadata import Attempt, AttemptState, OffloadState
@@ -48,7 +49,7 @@ def test_concurrent_offloaders_commit_once(runtime: Runtime) -> None:
         }
         committed = [
             a
-            for a in rt.metadata.list_attempts("orders", AttemptState.COMMITTED)
+            for a in list_attempts(rt.metadata, "orders", AttemptState.COMMITTED)
             if a.ledger_id == ledger_id
         ]
         assert len(committed) == 1
@@ -64,7 +65,7 @@ def test_loser_of_the_commit_queues_its_objects(runtime: Runtime) -> None:
     (ledger_id,) = produce_ledgers(rt, "orders", [(10, 1000)])
     offloader = LedgerOffloader(rt)
     ledger = rt.metadata.get_ledger("orders", ledger_id)
-    ledger, old = rt.metadata.begin_attempt(
+    ledger, old = rt.metadata.attempts.begin(
         ledger,
         "0" * 8 + "-old",
         "old-data",
@@ -78,11 +79,11 @@ def test_loser_of_the_commit_queues_its_objects(runtime: Runtime) -> None:
     assert result.outcome is Outcome.OFFLOADED
     rt.objects.put("old-index", b"written after the takeover")
     with pytest.raises(CommitFailedError, match="no longer owns"):
-        rt.metadata.commit_offload(old, 1)
-    rt.metadata.fail_attempt(old, "lost the commit")
-    queued = [d.object_key for d in rt.metadata.pending_deletions()]
+        rt.metadata.attempts.commit(old, 1)
+    rt.metadata.attempts.fail(old, "lost the commit")
+    queued = [d.object_key for d in pending_deletions(rt.metadata)]
     assert queued.count("old-data") == 2 and queued.count("old-index") == 2
-    assert rt.metadata.get_ledger("orders", ledger_id).offload_uuid == result.attempt_id
+    assert rt.metadata.get_ledger("orders", ledger_id).offload_attempt_id == result.attempt_id
     assert unaccounted_objects(rt) == set()
 
 
@@ -99,7 +100,7 @@ def test_database_connection_dropped_at_commit(
     checksum = TopicReader(rt).checksum("orders", Source.HOT)
     committing: list[Attempt] = []
     terminated: list[int] = []
-    commit_offload = rt.metadata.commit_offload
+    commit_offload = rt.metadata.attempts.commit
 
     def arm(attempt: Attempt, data_len: int) -> object:
         committing.append(attempt)
@@ -112,7 +113,7 @@ def test_database_connection_dropped_at_commit(
         terminated.append(pid)
         terminate_backend(rt.settings.resolved_metadata_url, pid)
 
-    monkeypatch.setattr(rt.metadata, "commit_offload", arm)
+    monkeypatch.setattr(rt.metadata.attempts, "commit", arm)
     sa.event.listen(rt.metadata.engine, "commit", drop_the_session)
     try:
         with pytest.raises(sa.exc.OperationalError):
@@ -126,15 +127,15 @@ def test_database_connection_dropped_at_commit(
     ledger = rt.metadata.get_ledger("orders", ledger_id)
     assert not ledger.is_offloaded and ledger.attempt_id is None
     assert ledger.offload_state is OffloadState.NONE
-    failed = rt.metadata.get_attempt(attempt.attempt_id)
+    failed = rt.metadata.attempts.get(attempt.attempt_id)
     assert failed.state is AttemptState.FAILED and "OperationalError" in (failed.detail or "")
-    queued = {d.object_key for d in rt.metadata.pending_deletions()}
+    queued = {d.object_key for d in pending_deletions(rt.metadata)}
     assert queued == {attempt.data_key, attempt.index_key}
     assert unaccounted_objects(rt) == set()
 
     assert LedgerOffloader(rt).offload_ledger("orders", ledger_id).outcome is Outcome.OFFLOADED
-    (committed,) = rt.metadata.list_attempts("orders", AttemptState.COMMITTED)
-    assert committed.attempt_id == rt.metadata.get_ledger("orders", ledger_id).offload_uuid
+    (committed,) = list_attempts(rt.metadata, "orders", AttemptState.COMMITTED)
+    assert committed.attempt_id == rt.metadata.get_ledger("orders", ledger_id).offload_attempt_id
     assert TopicReader(rt).checksum("orders", Source.TIERED) == checksum
     assert process_deletions(rt.metadata, rt.stores, rt.settings).remaining == 0
     assert {i.key for i in rt.objects.list()} == {committed.data_key, committed.index_key}

@@ -16,6 +16,7 @@ import pytest
 
 from fixtures.backends import make_topic, produce_ledgers, unaccounted_objects
 from fixtures.faults import with_objects
+from fixtures.metadata import list_attempts, pending_deletions
 from fixtures.takeover import OnPut, take_over
 from offloader.exceptions import ObjectStoreError
 from offloader.format import decode_index, encode_index
@@ -44,7 +45,7 @@ def dead_attempt(
     make_topic(rt)
     (ledger_id,) = produce_ledgers(rt, "orders", [(20, 2000)])
     ledger = rt.metadata.get_ledger("orders", ledger_id)
-    _, attempt = rt.metadata.begin_attempt(
+    _, attempt = rt.metadata.attempts.begin(
         ledger,
         attempt_id,
         *ledger_object_keys(attempt_id, ledger_id),
@@ -80,9 +81,9 @@ def test_a_live_attempt_with_complete_objects_is_left_to_its_worker(
     result = offload(rt, path, live.ledger_id)
     assert result == OffloadResult("orders", live.ledger_id, Outcome.IN_PROGRESS, "live")
     ledger = rt.metadata.get_ledger("orders", live.ledger_id)
-    assert (ledger.attempt_id, ledger.offload_uuid) == ("live", None)
-    assert rt.metadata.get_attempt("live").state is AttemptState.STARTED
-    assert rt.metadata.pending_deletions() == []
+    assert (ledger.attempt_id, ledger.offload_attempt_id) == ("live", None)
+    assert rt.metadata.attempts.get("live").state is AttemptState.STARTED
+    assert pending_deletions(rt.metadata) == []
 
 
 @pytest.mark.parametrize("path", ["single", "batch"])
@@ -96,9 +97,13 @@ def test_a_dead_attempt_with_complete_objects_is_recovered(
         result = offload(rt, path, dead.ledger_id)
     assert result == OffloadResult("orders", dead.ledger_id, Outcome.RECOVERED, "dead", size)
     ledger = rt.metadata.get_ledger("orders", dead.ledger_id)
-    assert (ledger.offload_uuid, ledger.data_len, ledger.store_id) == ("dead", size, dead.store_id)
-    assert rt.metadata.get_attempt("dead").state is AttemptState.COMMITTED
-    assert rt.metadata.pending_deletions() == []
+    assert (ledger.offload_attempt_id, ledger.data_len, ledger.store_id) == (
+        "dead",
+        size,
+        dead.store_id,
+    )
+    assert rt.metadata.attempts.get("dead").state is AttemptState.COMMITTED
+    assert pending_deletions(rt.metadata) == []
     assert messages(caplog, logging.INFO) == [f"recovered attempt dead of orders/{dead.ledger_id}"]
 
 
@@ -163,11 +168,11 @@ def test_a_dead_attempt_short_of_complete_objects_is_superseded(
     spoil(rt, dead)
     result = offload(rt, path, dead.ledger_id)
     assert result.outcome is Outcome.OFFLOADED and result.attempt_id != "dead"
-    assert rt.metadata.get_ledger("orders", dead.ledger_id).offload_uuid == result.attempt_id
-    superseded = rt.metadata.get_attempt("dead")
+    assert rt.metadata.get_ledger("orders", dead.ledger_id).offload_attempt_id == result.attempt_id
+    superseded = rt.metadata.attempts.get("dead")
     assert superseded.state is AttemptState.SUPERSEDED
     assert superseded.detail == f"lease expired; superseded by {result.attempt_id}"
-    queued = sorted(d.object_key for d in rt.metadata.pending_deletions())
+    queued = sorted(d.object_key for d in pending_deletions(rt.metadata))
     assert queued == sorted([dead.data_key, dead.index_key])
     assert unaccounted_objects(rt) == set()
 
@@ -182,7 +187,7 @@ def test_a_dead_attempt_that_names_no_store_is_superseded_with_a_warning(
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         result = LedgerOffloader(rt).offload_ledger("orders", dead.ledger_id)
     assert result.outcome is Outcome.OFFLOADED
-    assert rt.metadata.get_attempt("dead").state is AttemptState.SUPERSEDED
+    assert rt.metadata.attempts.get("dead").state is AttemptState.SUPERSEDED
     assert messages(caplog, logging.WARNING) == [
         "cannot finish stale attempt dead: attempt dead names no object store (written "
         "before revision 0002 and not upgraded): run `offloader db upgrade`"
@@ -200,7 +205,7 @@ def test_a_lease_ending_this_millisecond_is_over(
     monkeypatch.setattr(rt.metadata, "db_now_ms", lambda: lease_end)
     result = LedgerOffloader(rt).offload_ledger("orders", dead.ledger_id)
     assert result.outcome is Outcome.OFFLOADED
-    assert rt.metadata.get_attempt("dead").state is AttemptState.SUPERSEDED
+    assert rt.metadata.attempts.get("dead").state is AttemptState.SUPERSEDED
 
 
 # --- the single-ledger path losing its ledger, or failing ----------------------------
@@ -236,7 +241,7 @@ def test_an_upload_error_after_a_takeover_is_lost_not_raised(
             "orders", ledger.ledger_id
         )
     assert result.outcome is Outcome.LOST
-    zombie = rt.metadata.get_attempt(result.attempt_id or "")
+    zombie = rt.metadata.attempts.get(result.attempt_id or "")
     assert zombie.state is AttemptState.SUPERSEDED
     assert rt.metadata.get_ledger("orders", ledger.ledger_id).attempt_id == "winner"
     assert messages(caplog, logging.WARNING) == [
@@ -245,12 +250,12 @@ def test_an_upload_error_after_a_takeover_is_lost_not_raised(
 
 
 def database_unreachable_at(monkeypatch: pytest.MonkeyPatch, rt: Runtime, method: str) -> None:
-    """``rt.metadata.<method>`` fails as a dropped connection would, at that call only."""
+    """``rt.metadata.attempts.<method>`` fails as a dropped connection would, at that call only."""
 
     def unreachable(*args: object, **kwargs: object) -> None:
         raise ConnectionError("database unreachable")
 
-    monkeypatch.setattr(rt.metadata, method, unreachable)
+    monkeypatch.setattr(rt.metadata.attempts, method, unreachable)
 
 
 def offload_refused(rt: Runtime, ledger: Ledger) -> None:
@@ -268,9 +273,9 @@ def test_an_upload_error_is_raised_when_ownership_cannot_be_checked(
     the attempt is failed, its ledger freed."""
     rt = runtime
     ledger = first_ledger(rt)
-    database_unreachable_at(monkeypatch, rt, "renew_lease")
+    database_unreachable_at(monkeypatch, rt, "renew")
     offload_refused(rt, ledger)
-    (failed,) = rt.metadata.list_attempts("orders", AttemptState.FAILED)
+    (failed,) = list_attempts(rt.metadata, "orders", AttemptState.FAILED)
     assert failed.detail == f"Refused: injected: PUT {failed.data_key} refused"
     ledger = rt.metadata.get_ledger("orders", ledger.ledger_id)
     assert (ledger.offload_state, ledger.attempt_id) == (OffloadState.NONE, None)
@@ -285,12 +290,12 @@ def test_a_failure_that_cannot_be_recorded_is_logged_and_the_error_raised(
     settings = runtime.settings.model_copy(update={"attempt_lease_seconds": 3600.0})
     rt = dataclasses.replace(runtime, settings=settings)
     ledger = first_ledger(rt)
-    database_unreachable_at(monkeypatch, rt, "fail_attempt")
+    database_unreachable_at(monkeypatch, rt, "fail")
     before = rt.metadata.db_now_ms()
     with caplog.at_level(logging.ERROR, logger=LOGGER):
         offload_refused(rt, ledger)
     after = rt.metadata.db_now_ms()
-    (started,) = rt.metadata.list_attempts("orders", AttemptState.STARTED)
+    (started,) = list_attempts(rt.metadata, "orders", AttemptState.STARTED)
     ledger = rt.metadata.get_ledger("orders", ledger.ledger_id)
     assert ledger.attempt_id == started.attempt_id
     # the ownership check renewed the lease by the whole lease from its moment: the next

@@ -11,6 +11,7 @@ import pytest
 
 from fixtures.backends import END_TO_END, make_topic, produce_ledgers, unaccounted_objects
 from fixtures.faults import FlakyDeletes, HotDeleteFails, OnlyStore, ServerErrors, with_objects
+from fixtures.metadata import list_attempts, pending_deletions
 from offloader.exceptions import HotLedgerMissingError, ObjectStoreError
 from offloader.gc.deletion_queue import backoff_ms, process_deletions
 from offloader.metadata import Attempt, AttemptState, HotState, OffloadState, now_ms
@@ -64,7 +65,7 @@ def test_offload_read_back_and_delete_hot_copy_after_lag(runtime: Runtime) -> No
         Outcome.ALREADY_OFFLOADED
     )
     assert unaccounted_objects(rt) == set()
-    assert rt.metadata.pending_deletions() == []
+    assert pending_deletions(rt.metadata) == []
 
 
 def test_random_reads_match_the_hot_copy_and_fetch_one_chunk(runtime: Runtime) -> None:
@@ -143,7 +144,7 @@ def offload_against_500s(rt: Runtime, operation: str, after: int) -> tuple[int, 
     with pytest.raises(ObjectStoreError, match="InternalError"):
         LedgerOffloader(with_objects(rt, faulty)).offload_ledger("orders", ledger_id)
     assert faulty.calls >= 1
-    (attempt,) = rt.metadata.list_attempts("orders")
+    (attempt,) = list_attempts(rt.metadata, "orders")
     return ledger_id, attempt
 
 
@@ -161,7 +162,7 @@ def test_a_500_from_the_store_fails_the_attempt_cleanly(
     assert attempt.state is AttemptState.FAILED and "InternalError" in (attempt.detail or "")
     ledger = rt.metadata.get_ledger("orders", ledger_id)
     assert ledger.offload_state is OffloadState.NONE and ledger.attempt_id is None
-    queued = {d.object_key for d in rt.metadata.pending_deletions()}
+    queued = {d.object_key for d in pending_deletions(rt.metadata)}
     assert queued == {attempt.data_key, attempt.index_key}
     assert list(rt.objects.list_multipart_uploads()) == []  # the upload was aborted
     assert rt.objects.exists(attempt.data_key) is (operation == "put")
@@ -169,8 +170,8 @@ def test_a_500_from_the_store_fails_the_attempt_cleanly(
 
     before = TopicReader(rt).checksum("orders", Source.HOT)
     assert LedgerOffloader(rt).offload_ledger("orders", ledger_id).outcome is Outcome.OFFLOADED
-    (committed,) = rt.metadata.list_attempts("orders", AttemptState.COMMITTED)
-    assert committed.attempt_id == rt.metadata.get_ledger("orders", ledger_id).offload_uuid
+    (committed,) = list_attempts(rt.metadata, "orders", AttemptState.COMMITTED)
+    assert committed.attempt_id == rt.metadata.get_ledger("orders", ledger_id).offload_attempt_id
     assert TopicReader(rt).checksum("orders", Source.TIERED) == before
     assert process_deletions(rt.metadata, rt.stores, rt.settings).remaining == 0
     assert {i.key for i in rt.objects.list()} == {committed.data_key, committed.index_key}
@@ -187,7 +188,7 @@ def test_failed_deletes_are_kept_and_retried(runtime: Runtime) -> None:
         started = now_ms()
         result = process_deletions(rt.metadata, OnlyStore(refusing), settings)
         assert (result.failed, result.remaining) == (1, 1)
-        (left,) = rt.metadata.pending_deletions()
+        (left,) = pending_deletions(rt.metadata)
         assert (left.object_key, left.tries, left.last_error) == (
             attempt.data_key,
             tries,
@@ -195,7 +196,7 @@ def test_failed_deletes_are_kept_and_retried(runtime: Runtime) -> None:
         )
         delay = backoff_ms(tries - 1, settings)
         assert started + delay <= left.next_try_ms <= now_ms() + delay
-        assert rt.metadata.due_deletions(10) == []  # backing off
+        assert rt.metadata.deletions.due(10) == []  # backing off
         assert rt.objects.exists(attempt.data_key)
         time.sleep(delay / 1000 + 0.01)
     result = process_deletions(rt.metadata, rt.stores, settings)

@@ -59,9 +59,9 @@ def test_a_window_skips_offloaded_and_trimmed_ledgers(store: MetadataStore) -> N
     ids = [sealed_ledger(store, "orders", 100).ledger_id for _ in range(4)]
     created_at(store, "orders", dict.fromkeys(ids, DAY1 + 1))
     _, attempt = begin(store, store.get_ledger("orders", ids[2]), "a-1")
-    store.commit_offload(attempt, 10)
+    store.attempts.commit(attempt, 10)
     topic = store.get_topic("orders")
-    store.move_start(topic, Position(ledger_id=ids[1], entry_id=0))  # ids[0] is trimmed
+    store.retention.move_start(topic, Position(ledger_id=ids[1], entry_id=0))  # ids[0] is trimmed
 
     window = CreationWindow(DAY1, DAY1 + DAY_MS)
     assert plan_batches(store, "orders", None, 500, None, window) == [

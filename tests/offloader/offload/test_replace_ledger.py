@@ -14,7 +14,7 @@ import pytest
 from fixtures.backends import unaccounted_objects
 from fixtures.clock import stopped_sqlite_clock
 from fixtures.faults import ServerErrors, _Delegating, with_objects
-from fixtures.metadata import begin
+from fixtures.metadata import begin, list_attempts, pending_deletions
 from fixtures.scrub import offloaded_topic
 from fixtures.takeover import OnPut, take_over
 from offloader.exceptions import HotLedgerMissingError, ObjectStoreError
@@ -39,39 +39,41 @@ def test_what_a_replacement_refuses_to_touch(runtime: Runtime) -> None:
     rt = runtime
     first, second = offloaded_topic(rt, shapes=SMALL)
     off = LedgerOffloader(rt)
-    assert first.offload_uuid is not None
+    assert first.offload_attempt_id is not None
     # objects the ledger no longer names: someone replaced it already
     result = off.replace_ledger("orders", first.ledger_id, "not-its-uuid", "r")
     assert result == OffloadResult(
-        "orders", first.ledger_id, Outcome.ALREADY_OFFLOADED, first.offload_uuid
+        "orders", first.ledger_id, Outcome.ALREADY_OFFLOADED, first.offload_attempt_id
     )
     assert unchanged(rt, first)
     # a hot copy the metadata says is present but is gone from disk
     rt.hot.delete("orders", second.ledger_id)
     with pytest.raises(HotLedgerMissingError) as raised:
-        off.replace_ledger("orders", second.ledger_id, second.offload_uuid or "", "r")
+        off.replace_ledger("orders", second.ledger_id, second.offload_attempt_id or "", "r")
     assert str(raised.value) == (
         f"ledger orders/{second.ledger_id} has no hot copy (hot state present): "
         "its damaged objects cannot be offloaded again"
     )
-    assert unchanged(rt, second) and rt.metadata.list_attempts("orders", AttemptState.STARTED) == []
+    assert (
+        unchanged(rt, second) and list_attempts(rt.metadata, "orders", AttemptState.STARTED) == []
+    )
     # a live replacement holds the ledger
     during, _ = begin(rt.metadata, first, "live", replace=True)
-    result = off.replace_ledger("orders", first.ledger_id, first.offload_uuid, "r")
+    result = off.replace_ledger("orders", first.ledger_id, first.offload_attempt_id, "r")
     assert result == OffloadResult("orders", first.ledger_id, Outcome.IN_PROGRESS, "live")
     assert unchanged(rt, during)
     # below the start: a trim that has moved the start but not yet marked the ledger (still
     # live) is as final as a finished one
     start = Position(ledger_id=second.ledger_id, entry_id=0)
-    rt.metadata.move_start(rt.metadata.get_topic("orders"), start)
+    rt.metadata.retention.move_start(rt.metadata.get_topic("orders"), start)
     assert rt.metadata.get_ledger("orders", first.ledger_id).is_live
     trimmed = OffloadResult("orders", first.ledger_id, Outcome.TRIMMED)
-    assert off.replace_ledger("orders", first.ledger_id, first.offload_uuid, "r") == trimmed
+    assert off.replace_ledger("orders", first.ledger_id, first.offload_attempt_id, "r") == trimmed
     trim_topic(rt, "orders", start)
-    assert off.replace_ledger("orders", first.ledger_id, first.offload_uuid, "r") == trimmed
+    assert off.replace_ledger("orders", first.ledger_id, first.offload_attempt_id, "r") == trimmed
     assert (
-        rt.metadata.list_attempts("orders", AttemptState.COMMITTED)[0].attempt_id
-        == first.offload_uuid
+        list_attempts(rt.metadata, "orders", AttemptState.COMMITTED)[0].attempt_id
+        == first.offload_attempt_id
     )
 
 
@@ -100,13 +102,13 @@ def check_stale_replacement_is_superseded(
     with caplog.at_level(logging.INFO, logger=LOGGER):
         begin(rt.metadata, first, "dead", lease_ms=lease_ms, replace=True)
         result = LedgerOffloader(rt).replace_ledger(
-            "orders", first.ledger_id, first.offload_uuid or "", "r"
+            "orders", first.ledger_id, first.offload_attempt_id or "", "r"
         )
     assert result.outcome is Outcome.REPLACED and result.bytes > 0
-    assert rt.metadata.get_attempt("dead").state is AttemptState.SUPERSEDED
+    assert rt.metadata.attempts.get("dead").state is AttemptState.SUPERSEDED
     after = rt.metadata.get_ledger("orders", first.ledger_id)
-    assert after.offload_uuid == result.attempt_id and after.attempt_id is None
-    queued = {d.object_key for d in rt.metadata.pending_deletions()}
+    assert after.offload_attempt_id == result.attempt_id and after.attempt_id is None
+    queued = {d.object_key for d in pending_deletions(rt.metadata)}
     assert queued == {"dead-d", "dead-i", first.data_key, first.index_key}
     assert unaccounted_objects(rt) == set()
     (line,) = [r.getMessage() for r in caplog.records if r.name == LOGGER]
@@ -154,19 +156,22 @@ def test_a_replacement_whose_intent_is_refused_says_what_holds_the_ledger(
         if rival == "began-replacing":
             return take_over(rt, "orders", first.ledger_id, "winner", replace=True)
         done = LedgerOffloader(rt).replace_ledger(
-            "orders", first.ledger_id, first.offload_uuid, "rival"
+            "orders", first.ledger_id, first.offload_attempt_id, "rival"
         )
         assert done.outcome is Outcome.REPLACED
         return done
 
     racing = dataclasses.replace(rt, hot=RivalBeforeIntent(rt.hot, other_worker))
     result = LedgerOffloader(racing).replace_ledger(
-        "orders", first.ledger_id, first.offload_uuid, "r"
+        "orders", first.ledger_id, first.offload_attempt_id, "r"
     )
     assert result == OffloadResult("orders", first.ledger_id, *expected)
     after = rt.metadata.get_ledger("orders", first.ledger_id)
-    recorded = {a.attempt_id for a in rt.metadata.list_attempts() if a.ledger_id == first.ledger_id}
-    assert recorded == {first.offload_uuid, after.attempt_id or after.offload_uuid}  # none ours
+    recorded = {a.attempt_id for a in list_attempts(rt.metadata) if a.ledger_id == first.ledger_id}
+    assert recorded == {
+        first.offload_attempt_id,
+        after.attempt_id or after.offload_attempt_id,
+    }  # none ours
 
 
 def test_a_replacement_whose_upload_fails_keeps_the_old_objects(runtime: Runtime) -> None:
@@ -175,13 +180,13 @@ def test_a_replacement_whose_upload_fails_keeps_the_old_objects(runtime: Runtime
     faulty = with_objects(rt, ServerErrors(rt.objects, ["put", "upload_part"]))
     with pytest.raises(ObjectStoreError, match="InternalError"):
         LedgerOffloader(faulty).replace_ledger(
-            "orders", first.ledger_id, first.offload_uuid or "", "r"
+            "orders", first.ledger_id, first.offload_attempt_id or "", "r"
         )
     after = rt.metadata.get_ledger("orders", first.ledger_id)
-    assert after.is_offloaded and after.offload_uuid == first.offload_uuid
+    assert after.is_offloaded and after.offload_attempt_id == first.offload_attempt_id
     assert (after.data_key, after.attempt_id) == (first.data_key, None)
-    (failed,) = rt.metadata.list_attempts("orders", AttemptState.FAILED)
-    assert {d.object_key for d in rt.metadata.pending_deletions()} == {
+    (failed,) = list_attempts(rt.metadata, "orders", AttemptState.FAILED)
+    assert {d.object_key for d in pending_deletions(rt.metadata)} == {
         failed.data_key,
         failed.index_key,
     }
@@ -205,16 +210,14 @@ def test_a_replacement_taken_over_before_its_commit_is_lost(runtime: Runtime) ->
 
     racing = with_objects(rt, OnPut(rt.objects, after=other_repair))
     result = LedgerOffloader(racing).replace_ledger(
-        "orders", first.ledger_id, first.offload_uuid or "", "r"
+        "orders", first.ledger_id, first.offload_attempt_id or "", "r"
     )
     assert result.outcome is Outcome.LOST
-    ours = rt.metadata.get_attempt(result.attempt_id or "")
+    ours = rt.metadata.attempts.get(result.attempt_id or "")
     assert ours.state is AttemptState.SUPERSEDED
     after = rt.metadata.get_ledger("orders", first.ledger_id)
-    assert after.offload_uuid == first.offload_uuid and after.attempt_id == "winner"
-    assert {ours.data_key, ours.index_key} <= {
-        d.object_key for d in rt.metadata.pending_deletions()
-    }
+    assert after.offload_attempt_id == first.offload_attempt_id and after.attempt_id == "winner"
+    assert {ours.data_key, ours.index_key} <= {d.object_key for d in pending_deletions(rt.metadata)}
 
 
 def test_a_scrub_whose_repair_is_taken_over_reports_it_in_progress(runtime: Runtime) -> None:
@@ -232,7 +235,10 @@ def test_a_scrub_whose_repair_is_taken_over_reports_it_in_progress(runtime: Runt
     (verdict,) = report.damaged
     assert verdict.action is Action.IN_PROGRESS and report.failed
     assert verdict.detail == "attempt winner is replacing it"
-    assert rt.metadata.get_ledger("orders", first.ledger_id).offload_uuid == first.offload_uuid
+    assert (
+        rt.metadata.get_ledger("orders", first.ledger_id).offload_attempt_id
+        == first.offload_attempt_id
+    )
 
 
 def test_the_replaced_objects_wait_out_the_grace(backend_settings: Settings) -> None:
@@ -242,11 +248,11 @@ def test_the_replaced_objects_wait_out_the_grace(backend_settings: Settings) -> 
     with Runtime.open(settings) as rt:
         old, _ = offloaded_topic(rt, shapes=SMALL)
         replaced = LedgerOffloader(rt).replace_ledger(
-            "orders", old.ledger_id, old.offload_uuid or "", "crc mismatch"
+            "orders", old.ledger_id, old.offload_attempt_id or "", "crc mismatch"
         )
         assert replaced.outcome is Outcome.REPLACED
         delays = {
-            d.object_key: d.next_try_ms - d.enqueued_ms for d in rt.metadata.pending_deletions()
+            d.object_key: d.next_try_ms - d.enqueued_ms for d in pending_deletions(rt.metadata)
         }
         assert delays == {old.data_key: 3_600_000, old.index_key: 3_600_000}
         gc = process_deletions(rt.metadata, rt.stores, rt.settings)
@@ -277,14 +283,18 @@ def test_a_hot_deletion_finishing_inside_a_replacements_commit_waits_for_it(
     # the swap is the UPDATE that sets offload_uuid (not the intent, not a lease renewal)
     with rival_inside_commit(rt, "ledgers", "offload_uuid", finish_hot_deletion, 1.0) as rival:
         result = LedgerOffloader(rt).replace_ledger(
-            "orders", first.ledger_id, first.offload_uuid, "crc mismatch", source=EntrySource.TIER
+            "orders",
+            first.ledger_id,
+            first.offload_attempt_id,
+            "crc mismatch",
+            source=EntrySource.TIER,
         )
     assert result.outcome is Outcome.REPLACED, result
     assert rival["waited"] is True  # held off by the commit's lock (a row's, or SQLite's)
     # then it either lost its CAS (PostgreSQL: it had read the row before the swap) or
     # read the swapped row (SQLite); either way a pass finishes the hot deletion
-    assert "error" in rival or rival["result"].offload_uuid == result.attempt_id  # type: ignore[attr-defined]
-    assert rt.metadata.get_attempt(result.attempt_id or "").state is AttemptState.COMMITTED
+    assert "error" in rival or rival["result"].offload_attempt_id == result.attempt_id  # type: ignore[attr-defined]
+    assert rt.metadata.attempts.get(result.attempt_id or "").state is AttemptState.COMMITTED
     delete_hot_copies(rt.metadata, rt.hot, "orders")
     swapped = rt.metadata.get_ledger("orders", first.ledger_id)
-    assert (swapped.offload_uuid, swapped.hot_state) == (result.attempt_id, HotState.DELETED)
+    assert (swapped.offload_attempt_id, swapped.hot_state) == (result.attempt_id, HotState.DELETED)

@@ -25,7 +25,7 @@ from offloader.exceptions import DamagedObjectError
 from offloader.format import encode_segment_index
 from offloader.objectstore import ObjectStore
 from offloader.objectstore.filesystem import FilesystemObjectStore
-from offloader.read.segmented import LedgerPiece, SegmentedLedgerReader
+from offloader.read.segmented import PieceSource, SegmentedLedgerReader
 from offloader.read.tiered import IndexCache, TieredLedgerReader
 
 KiB = 1024
@@ -62,7 +62,7 @@ class Layout:
     store: ObjectStore
     entries: dict[int, Entries]
     keys: dict[str, tuple[str, str]]
-    pieces: list[LedgerPiece]
+    pieces: list[PieceSource]
 
 
 def layout(store: ObjectStore) -> Layout:
@@ -78,7 +78,7 @@ def layout(store: ObjectStore) -> Layout:
     keys = {name: put_segment(store, s) for name, s in streams.items()}
     bounds = [(0, a - 1), (a, b - 1), (b, len(seven) - 1)]
     pieces = [
-        LedgerPiece(store, *keys[name], first, last)
+        PieceSource(store, *keys[name], first, last)
         for name, (first, last) in zip("ABC", bounds, strict=True)
     ]
     entries = {lid: [(e, p) for _, e, p in run] for lid, run in by_ledger.items()}
@@ -86,7 +86,7 @@ def layout(store: ObjectStore) -> Layout:
 
 
 def reader(
-    pieces: list[LedgerPiece], ledger_id: int = LEDGER, **kwargs: object
+    pieces: list[PieceSource], ledger_id: int = LEDGER, **kwargs: object
 ) -> SegmentedLedgerReader:
     kwargs.setdefault("index_cache", IndexCache())
     return SegmentedLedgerReader(pieces, ledger_id=ledger_id, topic=TOPIC, **kwargs)  # type: ignore[arg-type]
@@ -118,7 +118,7 @@ def test_a_segment_holding_three_ledgers_serves_each(object_store: ObjectStore) 
     cache = IndexCache()
     for ledger_id in (3, 5):
         entries = lay.entries[ledger_id]
-        piece = LedgerPiece(counting, data_key, index_key, 0, len(entries) - 1)
+        piece = PieceSource(counting, data_key, index_key, 0, len(entries) - 1)
         r = reader([piece], ledger_id, index_cache=cache)
         assert list(r.read()) == entries
         assert r.read_entry(len(entries) // 2) == entries[len(entries) // 2][1]
@@ -149,7 +149,7 @@ def test_a_piece_narrower_than_its_segment_serves_only_its_range(
     pieces = [
         lay.pieces[0],
         dataclasses.replace(lay.pieces[1], last_entry_id=399),
-        LedgerPiece(object_store, *d_keys, 400, len(entries) - 1),
+        PieceSource(object_store, *d_keys, 400, len(entries) - 1),
     ]
     counting = CountingStore(object_store)
     pieces = [dataclasses.replace(p, store=counting) for p in pieces]
@@ -213,7 +213,7 @@ def test_pieces_that_do_not_tile_the_ledger_are_refused(
 ) -> None:
     store = FilesystemObjectStore(tmp_path / "objects")
     pieces = [
-        LedgerPiece(store, f"d{i}", f"d{i}-index", first, last)
+        PieceSource(store, f"d{i}", f"d{i}-index", first, last)
         for i, (first, last) in enumerate(bounds)
     ]
     with pytest.raises(ValueError, match=message):
@@ -267,7 +267,7 @@ def test_a_block_of_another_ledger_is_damage(object_store: ObjectStore) -> None:
     blocks = [dataclasses.replace(b, ledger_id=8) for p in segment.parts for b in p.blocks]
     object_store.put("seg", segment.data)
     object_store.put("seg-index", encode_segment_index(blocks, topic=TOPIC))
-    piece = LedgerPiece(object_store, "seg", "seg-index", 0, 49)
+    piece = PieceSource(object_store, "seg", "seg-index", 0, 49)
     with pytest.raises(DamagedObjectError, match=r"block header ledger_id 7 .* index says 8") as e:
         reader([piece], 8).read_entry(0)
     assert (e.value.ledger_id, e.value.key, e.value.offset) == (8, "seg", 28)
@@ -322,7 +322,7 @@ def test_any_split_of_a_ledger_over_segments_reads_back_identical(
             other = ledger(1, before % 7, i)
             run = other + [(LEDGER, e, p) for e, p in entries[lo:hi]]
             keys = put_segment(store, run, block=4 * KiB, chunk=1 * KiB)
-            pieces.append(LedgerPiece(store, *keys, lo, hi - 1))
+            pieces.append(PieceSource(store, *keys, lo, hi - 1))
         r = reader(pieces, prefetch=1, sequential_range=3 * KiB)
         assert list(r.read()) == entries
         assert flattened(r.read_batches()) == entries
@@ -342,7 +342,7 @@ def test_a_piece_starting_inside_its_segment_and_the_readers_settings(
     entries = lay.entries[LEDGER]
     # segment E holds 350..899, but B serves up to 599: E's piece starts at 600
     e_keys = put_segment(object_store, [(LEDGER, e, p) for e, p in entries[350:]])
-    pieces = [*lay.pieces[:2], LedgerPiece(object_store, *e_keys, 600, len(entries) - 1)]
+    pieces = [*lay.pieces[:2], PieceSource(object_store, *e_keys, 600, len(entries) - 1)]
     cache = IndexCache()
     r = reader(pieces, index_cache=cache, sequential_range=1, prefetch=2)
     assert (r.ledger_id, r.topic) == (LEDGER, TOPIC)

@@ -73,7 +73,7 @@ def test_switching_modes_while_writing_loses_nothing(runtime: Runtime) -> None:
         set_policy(rt, streaming=False)
         produce_ledgers(rt, "orders", [(9, entry)], seed=20 + round_)
         offloader.run_pass("orders")  # completes the open segment, opens none
-        assert not [s for s in rt.metadata.segments.list("orders") if s.is_open]
+        assert not [s for s in rt.metadata.segments.of_topic("orders") if s.is_open]
         LedgerOffloader(rt).offload_topic("orders", up_to=10**6)
     hot = TopicReader(rt).checksum("orders", Source.HOT)
     ledgers = rt.metadata.list_ledgers("orders")
@@ -88,7 +88,7 @@ def test_switching_modes_while_writing_loses_nothing(runtime: Runtime) -> None:
         pieces = rt.metadata.segments.pieces("orders", ledger.ledger_id)
         covered = [e for p in pieces for e in range(p.first_entry_id, p.last_entry_id + 1)]
         assert covered == list(range(ledger.entry_count))
-    states = {s.state for s in rt.metadata.segments.list("orders")}
+    states = {s.state for s in rt.metadata.segments.of_topic("orders")}
     assert states <= {SegmentState.OFFLOADED, SegmentState.FAILED, SegmentState.REPLACED}
     process_deletions(rt.metadata, rt.stores, rt.settings)
     assert unaccounted_objects(rt) == set()
@@ -126,7 +126,7 @@ def test_pass_objects_read_with_an_independent_decoder(runtime: Runtime) -> None
     ledgers = produce_ledgers(rt, "orders", [(25, entry), (4, entry), (30, entry)], seed=6)
     StreamingOffloader(rt).run_pass("orders", close_now=True)
     decoded = []
-    for segment in rt.metadata.segments.list("orders"):
+    for segment in rt.metadata.segments.of_topic("orders"):
         assert segment.state is SegmentState.OFFLOADED
         store = rt.stores.get(segment.store_id, "test")
         decoded += pulsar_v2_read_segment(store.get(segment.data_key), store.get(segment.index_key))

@@ -350,7 +350,7 @@ def test_a_ledger_below_the_start_is_refused_before_the_trim_marks_it(runtime: R
     make_topic(runtime)
     ids = produce_ledgers(runtime, "orders", [(3, 10), (3, 10)])
     start = Position(ledger_id=ids[1], entry_id=0)
-    runtime.metadata.move_start(runtime.metadata.get_topic("orders"), start)
+    runtime.metadata.retention.move_start(runtime.metadata.get_topic("orders"), start)
     assert runtime.metadata.get_ledger("orders", ids[0]).is_live  # not marked yet
     text = f"ledger {ids[0]} of topic 'orders' is below the topic's start {start}: trimmed"
     with pytest.raises(TrimmedError, match=f"^{re.escape(text)}$"):

@@ -160,7 +160,7 @@ def test_rebuilt_rows_are_exact(populated: Runtime, fresh: Fresh) -> None:
             "offload_epoch": 1,
             "attempt_id": None,
             "attempt_lease_ms": None,
-            "offload_uuid": x.offload_uuid,
+            "offload_uuid": x.offload_attempt_id,
             "data_key": x.data_key,
             "index_key": x.index_key,
             "data_len": x.data_len,
@@ -172,8 +172,8 @@ def test_rebuilt_rows_are_exact(populated: Runtime, fresh: Fresh) -> None:
             "deleted_ms": None,
             "offload_mode": "ledger",
         }
-        assert attempts[x.offload_uuid] == {
-            "attempt_id": x.offload_uuid,
+        assert attempts[x.offload_attempt_id] == {
+            "attempt_id": x.offload_attempt_id,
             "topic": x.topic,
             "ledger_id": x.ledger_id,
             "epoch": 1,
@@ -233,11 +233,11 @@ def test_rebuild_keeps_the_newest_copy_and_the_first_listed_of_a_tie(
     )
     assert (result.ledgers, result.skipped) == (4, [])
     got = rebuilt.metadata.get_ledger("orders", 1)
-    assert (got.offload_uuid, got.offloaded_ms) == (
+    assert (got.offload_attempt_id, got.offloaded_ms) == (
         "00000000-0000-4000-8000-000000000001",
         base + 3000,
     )
-    assert got.index_key == ledger_object_keys(got.offload_uuid, 1)[1]
+    assert got.index_key == ledger_object_keys(got.offload_attempt_id, 1)[1]
 
 
 def test_rebuild_reports_each_index_it_cannot_trust(populated: Runtime, fresh: Fresh) -> None:
@@ -283,7 +283,7 @@ def test_rebuild_reports_each_index_it_cannot_trust(populated: Runtime, fresh: F
         f"{liar}: the index says orders/1, the key and user metadata say orders/1",
     ])  # fmt: skip
     assert result.ledgers == 4  # the unversioned copy is trusted: objects of before the field
-    assert rebuilt.metadata.get_ledger("orders", 1).offload_uuid in (
-        ledger.offload_uuid,
+    assert rebuilt.metadata.get_ledger("orders", 1).offload_attempt_id in (
+        ledger.offload_attempt_id,
         attempt["unversioned"],
     )

@@ -66,7 +66,7 @@ def _modes(rt: Runtime) -> dict[int, OffloadMode]:
 
 
 def _segment_ids(rt: Runtime) -> list[str]:
-    return [s.segment_id for s in rt.metadata.segments.list(TOPIC)]
+    return [s.segment_id for s in rt.metadata.segments.of_topic(TOPIC)]
 
 
 def _migrated_whole(rt: Runtime, ledgers: int) -> tuple[list[int], list[Segment], dict[int, str]]:
@@ -76,7 +76,7 @@ def _migrated_whole(rt: Runtime, ledgers: int) -> tuple[list[int], list[Segment]
     rt.settings = rt.settings.model_copy(update={"replaced_object_grace_seconds": 3600})
     ids = streamed_topic(rt, TOPIC, ledgers)
     delete_hot_copies(rt.metadata, rt.hot, TOPIC)
-    segments = rt.metadata.segments.list(TOPIC)
+    segments = rt.metadata.segments.of_topic(TOPIC)
     digests = _digests(rt)
     assert {r.outcome for r in migrate_to_v1(rt, [TOPIC])} == {ToV1Outcome.MIGRATED}
     return ids, segments, digests
@@ -107,9 +107,9 @@ def test_a_tie_between_own_objects_and_segments_goes_to_the_own_objects(
     assert _modes(rebuilt) == dict.fromkeys(ids, OffloadMode.LEDGER)
     for n, ledger in own.items():
         got = rebuilt.metadata.get_ledger(TOPIC, n)
-        assert (got.index_key, got.offload_uuid, got.offloaded_ms) == (
+        assert (got.index_key, got.offload_attempt_id, got.offloaded_ms) == (
             ledger.index_key,
-            ledger.offload_uuid,
+            ledger.offload_attempt_id,
             tie,
         )
     assert sorted(result.skipped) == sorted(
@@ -151,7 +151,7 @@ def test_older_own_objects_give_way_to_the_segments_naming_each(
     assert _modes(rebuilt) == dict.fromkeys(ids, OffloadMode.STREAM)
     for n in ids:
         got = rebuilt.metadata.get_ledger(TOPIC, n)
-        assert (got.data_key, got.offload_uuid, got.offloaded_ms) == (None, None, newer)
+        assert (got.data_key, got.offload_attempt_id, got.offloaded_ms) == (None, None, newer)
         assert got.hot_deleted_ms is not None and before <= got.hot_deleted_ms <= after
     assert _digests(rebuilt) == digests
 
@@ -168,14 +168,14 @@ def test_a_partly_held_ledger_with_own_objects_lets_the_later_ledgers_be_rebuilt
     ids = streamed_topic(rt, TOPIC, 6)
     delete_hot_copies(rt.metadata, rt.hot, TOPIC)
     held = ledgers_by_segment(rt, TOPIC)
-    first, second, *rest = rt.metadata.segments.list(TOPIC)
+    first, second, *rest = rt.metadata.segments.of_topic(TOPIC)
     (split,) = held[first.segment_id] & held[second.segment_id]
     later = [n for n in ids if n > split]
     assert later and all(n not in held[first.segment_id] for n in later)
     digests = _digests(rt)
     (done,) = migrate_to_v1(rt, [TOPIC], first_ledger=split, last_ledger=split)
     assert done.outcome is ToV1Outcome.MIGRATED
-    assert [s.segment_id for s in rt.metadata.segments.list(TOPIC)] == [
+    assert [s.segment_id for s in rt.metadata.segments.of_topic(TOPIC)] == [
         s.segment_id for s in (first, second, *rest)
     ]
     rt.objects.delete_many([first.index_key])
@@ -222,7 +222,7 @@ def test_a_ledger_held_only_in_part_keeps_every_segment_holding_it(
         f"ledger {big} of {TOPIC!r}: its segments hold entries {ranges}, not 0..N without a "
         "gap: not recorded as offloaded"
     ]
-    expected = [s.segment_id for s in rt.metadata.segments.list(TOPIC)][1:]
+    expected = [s.segment_id for s in rt.metadata.segments.of_topic(TOPIC)][1:]
     assert _segment_ids(rebuilt) == expected and set(alone) <= set(expected)
     assert _modes(rebuilt) == {small: OffloadMode.STREAM}
     again = rebuilt.metadata.segments.pieces(TOPIC, big)
@@ -243,7 +243,7 @@ def test_a_rebuilt_segment_is_the_committed_segment_as_its_objects_say(
     piece); its detail says where it came from."""
     rt = runtime
     streamed_topic(rt, TOPIC, 4)
-    originals = rt.metadata.segments.list(TOPIC)
+    originals = rt.metadata.segments.of_topic(TOPIC)
     assert len(originals) >= 2
     stamp = _whole_second_ms() - 60_000
     for n, segment in enumerate(originals):
@@ -270,7 +270,7 @@ def test_a_rebuilt_segment_is_the_committed_segment_as_its_objects_say(
         )
         for n, s in enumerate(originals)
     ]
-    assert rebuilt.metadata.segments.list(TOPIC) == expected
+    assert rebuilt.metadata.segments.of_topic(TOPIC) == expected
 
 
 @FS_ONLY
@@ -285,7 +285,7 @@ def test_a_rebuilt_streamed_ledger_is_the_sealed_ledger_its_segments_describe(
     streamed_topic(rt, TOPIC, 4)
     stamp = _whole_second_ms() - 60_000
     written = {}
-    for n, segment in enumerate(rt.metadata.segments.list(TOPIC)):
+    for n, segment in enumerate(rt.metadata.segments.of_topic(TOPIC)):
         _set_ms(rt, segment.index_key, stamp + n * 1000)
         written[segment.segment_id] = stamp + n * 1000
     held = ledgers_by_segment(rt, TOPIC)
@@ -334,7 +334,7 @@ def test_a_segment_index_whose_user_metadata_disagrees_is_not_trusted(
     its key and skipped, never recorded."""
     rt = runtime
     streamed_topic(rt, TOPIC, 4)
-    victim, following = rt.metadata.segments.list(TOPIC)[:2]
+    victim, following = rt.metadata.segments.of_topic(TOPIC)[:2]
     held = ledgers_by_segment(rt, TOPIC)
     shared = sorted(held[victim.segment_id] & held[following.segment_id])
     user = rt.objects.stat(victim.index_key).metadata
@@ -356,7 +356,7 @@ def test_a_segment_whose_data_object_has_another_length_than_its_index_is_not_tr
     skipped, never recorded."""
     rt = runtime
     streamed_topic(rt, TOPIC, 4)
-    victim, following = rt.metadata.segments.list(TOPIC)[:2]
+    victim, following = rt.metadata.segments.of_topic(TOPIC)[:2]
     held = ledgers_by_segment(rt, TOPIC)
     shared = sorted(held[victim.segment_id] & held[following.segment_id])
     data = rt.objects.get(victim.data_key)
@@ -383,7 +383,7 @@ def test_an_older_copy_is_skipped_for_the_newer_segment_after_it_among_the_kept(
     the copy; every later segment is kept after it."""
     rt = runtime
     streamed_topic(rt, TOPIC, 6)
-    originals = rt.metadata.segments.list(TOPIC)
+    originals = rt.metadata.segments.of_topic(TOPIC)
     assert len(originals) >= 3
     first, second, *rest = originals
     digests = _digests(rt)
@@ -417,7 +417,7 @@ def test_streamed_topics_with_the_same_ledger_ids_keep_every_segment_of_both(
     rt = runtime
     other = "orders"
     assert streamed_topic(rt, TOPIC, 4) == streamed_topic(rt, other, 4)
-    segments = {t: rt.metadata.segments.list(t) for t in (TOPIC, other)}
+    segments = {t: rt.metadata.segments.of_topic(t) for t in (TOPIC, other)}
     assert [(s.begin, s.end) for s in segments[TOPIC]] == [
         (s.begin, s.end) for s in segments[other]
     ]
@@ -428,7 +428,7 @@ def test_streamed_topics_with_the_same_ledger_ids_keep_every_segment_of_both(
     assert result.topics == [TOPIC, other]
     assert result.segments == sum(len(s) for s in segments.values())
     for topic, originals in segments.items():
-        again = rebuilt.metadata.segments.list(topic)
+        again = rebuilt.metadata.segments.of_topic(topic)
         assert [s.segment_id for s in again] == [s.segment_id for s in originals]
     assert tiered_digests(rebuilt) == digests
 
@@ -453,7 +453,7 @@ def test_a_ledger_streamed_only_while_open_is_created_and_sealed_when_offloaded(
             assert len(done.committed) == 1
     done = StreamingOffloader(rt).run_pass(TOPIC, close_now=True)
     assert (done.committed, done.settled_ledgers) == ([], [ledger_id])
-    segments = rt.metadata.segments.list(TOPIC)
+    segments = rt.metadata.segments.of_topic(TOPIC)
     assert ledgers_by_segment(rt, TOPIC) == {s.segment_id: {ledger_id} for s in segments}
     assert len(segments) == 2
     for segment in segments:

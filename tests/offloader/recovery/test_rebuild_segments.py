@@ -29,7 +29,7 @@ from offloader.stream.offloader import StreamingOffloader
 def test_rebuild_recovers_segments_and_streamed_ledgers(runtime: Runtime, fresh: Fresh) -> None:
     rt = runtime
     populate_streamed(rt)
-    segments = rt.metadata.segments.list(STREAMED)
+    segments = rt.metadata.segments.of_topic(STREAMED)
     assert len(segments) >= 3 and all(s.state is SegmentState.OFFLOADED for s in segments)
     ledgers = {x.ledger_id: x for x in rt.metadata.list_ledgers(STREAMED) if x.is_offloaded}
     assert {x.offload_mode for x in ledgers.values()} == {OffloadMode.STREAM}
@@ -47,7 +47,7 @@ def test_rebuild_recovers_segments_and_streamed_ledgers(runtime: Runtime, fresh:
     assert {t: ledger_digests(rebuilt, t) for t in digests} == digests
     assert TopicReader(rebuilt).checksum(STREAMED) == checksum
 
-    again = rebuilt.metadata.segments.list(STREAMED)
+    again = rebuilt.metadata.segments.of_topic(STREAMED)
     # begin: the segment's first entry (the pass may have begun it at the topic's start, 0:0)
     same = ("segment_id", "seq", "state", "end", "data_key", "index_key", "data_len")
     assert [[getattr(s, f) for f in same] for s in again] == [
@@ -58,7 +58,7 @@ def test_rebuild_recovers_segments_and_streamed_ledgers(runtime: Runtime, fresh:
         assert after.offload_mode is OffloadMode.STREAM and after.is_offloaded
         assert (after.entry_count, after.size_bytes) == (before.entry_count, before.size_bytes)
         assert (after.created_ms, after.sealed_ms) == (before.created_ms, before.sealed_ms)
-        assert (after.data_key, after.offload_uuid, after.store_id) == (None, None, None)
+        assert (after.data_key, after.offload_attempt_id, after.store_id) == (None, None, None)
         assert after.hot_state is HotState.DELETED
     assert all(s.begin >= o.begin for s, o in zip(again, segments, strict=True))
     for ledger_id in ledgers:
@@ -76,7 +76,7 @@ def test_rebuild_skips_damaged_overlapping_and_partial_segments(
 ) -> None:
     rt = runtime
     populate_streamed(rt)
-    first, second, *_ = rt.metadata.segments.list(STREAMED)
+    first, second, *_ = rt.metadata.segments.of_topic(STREAMED)
     # a ledger split between the first and second segments, and ledgers whole in the first
     (split,) = {p.ledger_id for p in _ranges(rt, first)} & {
         p.ledger_id for p in _ranges(rt, second)
@@ -106,7 +106,7 @@ def test_rebuild_skips_damaged_overlapping_and_partial_segments(
     assert "index" in junk
     assert f"overlaps newer segment {copy_data}" in overlap
     assert partial.startswith(f"ledger {split} of {STREAMED!r}") and "not 0..N" in partial
-    kept = {s.segment_id for s in rebuilt.metadata.segments.list(STREAMED)}
+    kept = {s.segment_id for s in rebuilt.metadata.segments.of_topic(STREAMED)}
     assert first.segment_id not in kept and len(kept) == result.segments
     assert copy_data in kept and second.segment_id not in kept
     recorded = {x.ledger_id for x in rebuilt.metadata.list_ledgers(STREAMED)}
@@ -116,7 +116,7 @@ def test_rebuild_skips_damaged_overlapping_and_partial_segments(
 
 
 def _ranges(rt: Runtime, segment: Segment) -> list[sa.Row]:
-    SL = schema.segment_ledgers
+    SL = schema.pieces
     query = sa.select(SL.c.ledger_id).where(SL.c.segment_id == segment.segment_id)
     with rt.metadata.engine.connect() as conn:
         return list(conn.execute(query))
@@ -139,12 +139,12 @@ def _rebuild(rt: Runtime, fresh: Fresh) -> tuple[Runtime, list[str]]:
     result = rebuild_from_objects(
         rebuilt.metadata.engine, rebuilt.objects, rebuilt.stores.default_location
     )
-    assert result.segments == len(rebuilt.metadata.segments.list(STREAMED))
+    assert result.segments == len(rebuilt.metadata.segments.of_topic(STREAMED))
     return rebuilt, result.skipped
 
 
 def _offloaded_segments(rt: Runtime) -> set[str]:
-    return {s.segment_id for s in rt.metadata.segments.list(STREAMED, [SegmentState.OFFLOADED])}
+    return {s.segment_id for s in rt.metadata.segments.of_topic(STREAMED, [SegmentState.OFFLOADED])}
 
 
 def _modes(rt: Runtime) -> dict[int, OffloadMode]:
@@ -171,7 +171,7 @@ def test_a_rebuild_during_the_grace_leaves_segments_released_by_a_migration_to_t
     done = migrate_to_v1(rt, [STREAMED], last_ledger=last)
     assert {r.outcome for r in done} == {ToV1Outcome.MIGRATED}
     released = {
-        s.segment_id: s for s in rt.metadata.segments.list(STREAMED, [SegmentState.DELETED])
+        s.segment_id: s for s in rt.metadata.segments.of_topic(STREAMED, [SegmentState.DELETED])
     }
     assert released and set(released) == {s for s, h in held.items() if max(h) <= last}
     released_keys = {k for s in released.values() for k in (s.data_key, s.index_key)}
@@ -215,7 +215,7 @@ def test_a_rebuild_keeps_a_segment_holding_a_migrated_and_a_streamed_ledger(
     assert shared.segment_id in _offloaded_segments(rt)
 
     # a segment holding the migrated ledger alone (if any) is released, the shared one not
-    released = rt.metadata.segments.list(STREAMED, [SegmentState.DELETED])
+    released = rt.metadata.segments.of_topic(STREAMED, [SegmentState.DELETED])
 
     rebuilt, skipped = _rebuild(rt, fresh)
     assert _offloaded_segments(rebuilt) == _offloaded_segments(rt)
@@ -240,13 +240,13 @@ def test_a_rebuild_after_a_whole_migration_records_no_segment_and_the_stream_goe
     start now that no segment is recorded) streams the new ledger alone."""
     rt = runtime
     ids, checksum = _streamed_for_migration(rt, 4)
-    segments = rt.metadata.segments.list(STREAMED)
+    segments = rt.metadata.segments.of_topic(STREAMED)
     digests = ledger_digests(rt, STREAMED)
     assert {r.outcome for r in migrate_to_v1(rt, [STREAMED])} == {ToV1Outcome.MIGRATED}
     assert _offloaded_segments(rt) == set()
 
     rebuilt, skipped = _rebuild(rt, fresh)
-    assert rebuilt.metadata.segments.list(STREAMED) == []
+    assert rebuilt.metadata.segments.of_topic(STREAMED) == []
     assert sorted(s.split(":")[0] for s in skipped) == sorted(s.index_key for s in segments)
     assert _modes(rebuilt) == dict.fromkeys(ids, OffloadMode.LEDGER)
     check_clean_store(rebuilt)

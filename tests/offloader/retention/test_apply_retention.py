@@ -9,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from fixtures.backends import make_topic, unaccounted_objects
+from fixtures.metadata import pending_deletions
 from fixtures.retention import assert_trimmed, digest, gc_leaves_only_the_kept
 from offloader.hottier.writer import ManagedLedgerWriter
 from offloader.metadata import StreamCut
@@ -159,8 +160,8 @@ def test_dry_run_and_no_policy_change_nothing(runtime: Runtime) -> None:
     ids, cuts = build(rt)
     ledgers = rt.metadata.list_ledgers(TOPIC)
     assert apply_retention(rt, TOPIC).chosen is None  # no retention set: keep forever
-    assert rt.metadata.list_cuts(TOPIC)[-1].cut_id > cuts[-1].cut_id  # it took its cut
-    cut_count = len(rt.metadata.list_cuts(TOPIC))
+    assert rt.metadata.retention.list_cuts(TOPIC)[-1].cut_id > cuts[-1].cut_id  # it took its cut
+    cut_count = len(rt.metadata.retention.list_cuts(TOPIC))
 
     policy = rt.metadata.get_topic(TOPIC).policy.updated({"retention_size_bytes": 0})
     rt.metadata.set_policy(rt.metadata.get_topic(TOPIC), policy)
@@ -169,10 +170,10 @@ def test_dry_run_and_no_policy_change_nothing(runtime: Runtime) -> None:
     assert dry.chosen is not None and dry.chosen.position == cuts[-1].position
     assert dry.trim is not None and dry.trim.ledgers_deleting == ids
     assert dry.retained_bytes == 0
-    assert len(rt.metadata.list_cuts(TOPIC)) == cut_count
+    assert len(rt.metadata.retention.list_cuts(TOPIC)) == cut_count
     assert rt.metadata.list_ledgers(TOPIC) == ledgers
     assert rt.metadata.get_topic(TOPIC).start.key() == (0, 0)
-    assert rt.metadata.pending_deletions() == []
+    assert pending_deletions(rt.metadata) == []
 
 
 def test_an_upload_in_flight_never_counts_toward_size(runtime: Runtime) -> None:
@@ -182,7 +183,7 @@ def test_an_upload_in_flight_never_counts_toward_size(runtime: Runtime) -> None:
     rt = runtime
     ids, cuts = build(rt)
     ledger = rt.metadata.get_ledger(TOPIC, ids[3])
-    _, attempt = rt.metadata.begin_attempt(
+    _, attempt = rt.metadata.attempts.begin(
         ledger,
         "in-flight",
         "orders/in-flight-d",
@@ -194,16 +195,16 @@ def test_an_upload_in_flight_never_counts_toward_size(runtime: Runtime) -> None:
     rt.objects.put(attempt.data_key, b"\0" * 5000)
     end = take_cut(rt, TOPIC)
     assert end.offset_bytes == cuts[-1].offset_bytes == sum(sizes(rt).values())
-    assert rt.metadata.end_cut(TOPIC).offset_bytes == end.offset_bytes
+    assert rt.metadata.retention.end_cut(TOPIC).offset_bytes == end.offset_bytes
 
     size = end.offset_bytes - cuts[4].offset_bytes  # keep ledgers 5 and 6
     policy = rt.metadata.get_topic(TOPIC).policy.updated({"retention_size_bytes": size})
     result = apply_retention(rt, TOPIC, end=end, policy=policy)
     assert result.chosen == cuts[4]
     # the trimmed ledger's attempt is superseded and its objects queued: nothing leaks
-    assert rt.metadata.get_attempt("in-flight").state.value == "superseded"
+    assert rt.metadata.attempts.get("in-flight").state.value == "superseded"
     assert {attempt.data_key, attempt.index_key} <= {
-        d.object_key for d in rt.metadata.pending_deletions()
+        d.object_key for d in pending_deletions(rt.metadata)
     }
     assert unaccounted_objects(rt) == set()
 
@@ -213,11 +214,11 @@ def test_sql_selection_matches_the_list_rules(runtime: Runtime) -> None:
     rt = runtime
     _, cuts = build(rt)
     end = cuts[-1]
-    listed = rt.metadata.list_cuts(TOPIC)
+    listed = rt.metadata.retention.list_cuts(TOPIC)
     policy = rt.metadata.get_topic(TOPIC).policy
 
     def from_sql(field: str, at_most: int) -> StreamCut | None:
-        return rt.metadata.newest_cut(TOPIC, field, at_most)
+        return rt.metadata.retention.newest_cut(TOPIC, field, at_most)
 
     ages = [0.0, *((end.created_ms - c.created_ms) / 1000 for c in cuts), 3600.0]
     kept = [0, *(end.offset_bytes - c.offset_bytes for c in cuts), end.offset_bytes + 1]
@@ -233,7 +234,7 @@ def test_sql_selection_matches_the_list_rules(runtime: Runtime) -> None:
                 )
                 assert choose_cut(bounds, from_sql) == choose_cut(bounds, in_list(listed))
     with pytest.raises(ValueError, match="created_ms or offset_bytes"):
-        rt.metadata.newest_cut(TOPIC, "ledger_id", 1)
+        rt.metadata.retention.newest_cut(TOPIC, "ledger_id", 1)
 
 
 def test_an_override_breaking_pip17_is_refused(runtime: Runtime) -> None:
@@ -256,7 +257,7 @@ def test_cut_offsets_are_exact_with_an_open_ledger_between_cuts(runtime: Runtime
             writer.append(b"b" * 50)
             writer.roll_over()
             seen.append(take_cut(rt, TOPIC))
-    for cut in [*seen, rt.metadata.end_cut(TOPIC)]:
+    for cut in [*seen, rt.metadata.retention.end_cut(TOPIC)]:
         below = [x for x in rt.metadata.list_ledgers(TOPIC) if x.ledger_id < cut.ledger_id]
         assert cut.entry_id == 0
         assert cut.offset_bytes == sum(x.size_bytes for x in below)

@@ -6,6 +6,7 @@ import pytest
 
 from fixtures.backends import make_topic
 from fixtures.cli import assert_one_line_error
+from fixtures.metadata import pending_deletions
 from fixtures.retention import cli, cli_json, mixed_topic
 from offloader.exceptions import NotFoundError
 from offloader.hottier.writer import ManagedLedgerWriter
@@ -43,11 +44,11 @@ def test_cuts_record_the_end_of_the_sealed_data_and_the_bytes_before_it(
     assert third.position == Position(ledger_id=open_id + 1, entry_id=0)
     assert third.offset_bytes == first.offset_bytes + 50
 
-    cuts = rt.metadata.list_cuts("orders")
+    cuts = rt.metadata.retention.list_cuts("orders")
     assert cuts == [first, second, third]  # oldest first
     assert first.created_ms <= second.created_ms <= third.created_ms
     assert abs(rt.metadata.db_now_ms() - third.created_ms) < 60_000  # the database's clock
-    assert rt.metadata.get_cut("orders", second.cut_id) == second
+    assert rt.metadata.retention.get_cut("orders", second.cut_id) == second
 
     # a cut partway: trimming keeps measuring from the first ever entry
     trim_topic(rt, "orders", Position(ledger_id=ids[2], entry_id=0))
@@ -66,14 +67,17 @@ def test_the_cli_lists_and_takes_cuts(runtime: Runtime) -> None:
         0,
         first.offset_bytes,
     )
-    assert [c.cut_id for c in rt.metadata.list_cuts("orders")] == [first.cut_id, made["cut_id"]]
+    assert [c.cut_id for c in rt.metadata.retention.list_cuts("orders")] == [
+        first.cut_id,
+        made["cut_id"],
+    ]
 
 
 def test_a_cut_on_an_empty_topic_is_at_its_first_ledger_with_no_bytes(runtime: Runtime) -> None:
     make_topic(runtime, "empty")
     cut = take_cut(runtime, "empty")
     assert (cut.ledger_id, cut.entry_id, cut.offset_bytes) == (1, 0, 0)
-    assert runtime.metadata.list_cuts("empty") == [cut]
+    assert runtime.metadata.retention.list_cuts("empty") == [cut]
     # trimming at it moves the start there and deletes nothing: nothing lies below
     result = trim_topic(runtime, "empty", cut.position)
     assert (result.start_after, result.ledgers_deleting, result.queued_keys) == (
@@ -81,27 +85,27 @@ def test_a_cut_on_an_empty_topic_is_at_its_first_ledger_with_no_bytes(runtime: R
         [],
         0,
     )
-    assert runtime.metadata.pending_deletions() == []
+    assert pending_deletions(runtime.metadata) == []
 
 
 def test_cuts_of_an_unknown_topic_or_an_unknown_cut_are_clear_errors(runtime: Runtime) -> None:
     make_topic(runtime)
     for call in (
         lambda: take_cut(runtime, "nope"),
-        lambda: runtime.metadata.list_cuts("nope"),
-        lambda: runtime.metadata.get_cut("nope", 1),
+        lambda: runtime.metadata.retention.list_cuts("nope"),
+        lambda: runtime.metadata.retention.get_cut("nope", 1),
     ):
         with pytest.raises(NotFoundError, match="topic 'nope' does not exist"):
             call()
     with pytest.raises(NotFoundError, match="cut 7 of topic 'orders' does not exist"):
-        runtime.metadata.get_cut("orders", 7)
+        runtime.metadata.retention.get_cut("orders", 7)
     with pytest.raises(NotFoundError, match="cut 3000000000 of topic 'orders' does not"):
-        runtime.metadata.get_cut("orders", 3_000_000_000)  # beyond the 32-bit column
+        runtime.metadata.retention.get_cut("orders", 3_000_000_000)  # beyond the 32-bit column
     other = take_cut(runtime, "orders")
     make_topic(runtime, "other")
     with pytest.raises(NotFoundError, match=f"cut {other.cut_id} of topic 'other'"):
-        runtime.metadata.get_cut("other", other.cut_id)  # a cut belongs to its topic
-    assert runtime.metadata.list_cuts("other") == []
+        runtime.metadata.retention.get_cut("other", other.cut_id)  # a cut belongs to its topic
+    assert runtime.metadata.retention.list_cuts("other") == []
 
 
 def test_the_cli_names_an_unknown_topic_of_a_cut(runtime: Runtime) -> None:

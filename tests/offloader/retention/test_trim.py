@@ -10,6 +10,7 @@ import uuid
 import pytest
 
 from fixtures.cli import assert_one_line_error
+from fixtures.metadata import list_attempts, pending_deletions
 from fixtures.retention import (
     all_entries,
     at_or_above,
@@ -39,7 +40,7 @@ def snapshot(rt: Runtime) -> tuple[object, ...]:
     return (
         rt.metadata.get_topic("orders"),
         rt.metadata.list_ledgers("orders"),
-        rt.metadata.pending_deletions(),
+        pending_deletions(rt.metadata),
         {lid: rt.hot.exists("orders", lid) for lid in range(1, 8)},
         stored_keys(rt),
     )
@@ -103,7 +104,7 @@ def test_trim_moves_the_start_hides_the_head_and_deletes_what_is_wholly_below(
     # intent recorded: deleting, hot copies gone (mark first), committed keys queued with
     # the store each offload recorded and the ledger they belong to
     queued = {
-        (d.object_key, d.store_id, d.topic, d.ledger_id) for d in rt.metadata.pending_deletions()
+        (d.object_key, d.store_id, d.topic, d.ledger_id) for d in pending_deletions(rt.metadata)
     }
     expected = set()
     for lid, ledger in doomed.items():
@@ -181,7 +182,7 @@ def test_a_trim_at_the_start_takes_it_as_it_is(runtime: Runtime) -> None:
     rt = runtime
     ids = mixed_topic(rt)
     start = Position(ledger_id=ids[1], entry_id=4)  # 4 entries: ids 0..3
-    rt.metadata.move_start(rt.metadata.get_topic("orders"), start)
+    rt.metadata.retention.move_start(rt.metadata.get_topic("orders"), start)
     result = trim_topic(rt, "orders", start)
     assert (result.start_before, result.start_after) == (start, start)
     assert result.ledgers_deleting == ids[:1]
@@ -301,11 +302,11 @@ def test_a_racing_trim_with_a_stale_version_loses_cleanly(runtime: Runtime) -> N
     rt = runtime
     ids = mixed_topic(rt)
     seen = rt.metadata.get_topic("orders")
-    first = rt.metadata.move_start(seen, Position(ledger_id=ids[1], entry_id=0))
+    first = rt.metadata.retention.move_start(seen, Position(ledger_id=ids[1], entry_id=0))
     with pytest.raises(CommitFailedError, match=r"topic 'orders' changed since version"):
-        rt.metadata.move_start(seen, Position(ledger_id=ids[3], entry_id=0))
+        rt.metadata.retention.move_start(seen, Position(ledger_id=ids[3], entry_id=0))
     assert rt.metadata.get_topic("orders").start == first.start
-    assert rt.metadata.ledgers_to_trim("orders", ids[-1] + 1) == ids  # nothing marked yet
+    assert rt.metadata.retention.ledgers_to_trim("orders", ids[-1] + 1) == ids  # nothing marked yet
     # trim_topic reads again and wins against a stale start
     result = trim_topic(rt, "orders", Position(ledger_id=ids[3], entry_id=0))
     assert result.start_before == first.start and result.ledgers_deleting == ids[:3]
@@ -325,7 +326,7 @@ def test_an_offload_in_flight_when_its_ledger_is_trimmed_cannot_commit_or_leak(
     attempts = []
     for lid in ids[:2]:
         attempt_id = str(uuid.uuid4())
-        ledger, attempt = rt.metadata.begin_attempt(
+        ledger, attempt = rt.metadata.attempts.begin(
             rt.metadata.get_ledger("orders", lid),
             attempt_id,
             *ledger_object_keys(attempt_id, lid),
@@ -341,7 +342,7 @@ def test_an_offload_in_flight_when_its_ledger_is_trimmed_cannot_commit_or_leak(
     for lid in ids[:2]:
         ledger = rt.metadata.get_ledger("orders", lid)
         assert (ledger.attempt_id, ledger.offload_state) == (None, OffloadState.NONE)
-    assert {a.state for a in rt.metadata.list_attempts("orders")} == {"superseded"}
+    assert {a.state for a in list_attempts(rt.metadata, "orders")} == {"superseded"}
     process_deletions(rt.metadata, rt.stores, rt.settings)
     # the zombie's PUTs land late (its hot copy is gone by now: it had read it earlier)
     zombie = attempts[1][1]
@@ -351,10 +352,10 @@ def test_an_offload_in_flight_when_its_ledger_is_trimmed_cannot_commit_or_leak(
     assert stored_keys(rt)  # the zombie's objects are there now
 
     with pytest.raises(CommitFailedError):
-        rt.metadata.commit_offload(attempts[0][1], first_len)
-    assert rt.metadata.commit_offloads([(attempts[1][1], second_len)]) == set()
-    rt.metadata.fail_attempt(attempts[0][1], "lost")  # what the offloader does on a loss
-    assert not rt.metadata.renew_lease(attempts[1][1], 60_000)
+        rt.metadata.attempts.commit(attempts[0][1], first_len)
+    assert rt.metadata.attempts.commit_batch([(attempts[1][1], second_len)]) == set()
+    rt.metadata.attempts.fail(attempts[0][1], "lost")  # what the offloader does on a loss
+    assert not rt.metadata.attempts.renew(attempts[1][1], 60_000)
     process_deletions(rt.metadata, rt.stores, rt.settings)
     assert finish_deleted_ledgers(rt) == 2
     assert stored_keys(rt) == set()
@@ -367,7 +368,7 @@ def test_a_trim_or_delete_that_keeps_losing_the_race_gives_up_and_changes_nothin
     rt = runtime
     ids = mixed_topic(rt)
     stale = rt.metadata.get_topic("orders")
-    rt.metadata.move_start(stale, Position(ledger_id=ids[0], entry_id=1))  # a writer won
+    rt.metadata.retention.move_start(stale, Position(ledger_id=ids[0], entry_id=1))  # a writer won
     state = snapshot(rt)
     reads: list[str] = []
 
@@ -408,13 +409,13 @@ def test_a_trim_works_in_batches_passing_each_crash_point_in_order(
     reached: list[str] = []
     monkeypatch.setattr(failpoints, "reach", reached.append)
     recorded: list[list[int]] = []
-    record_gone = rt.metadata.mark_hot_copies_deleted
+    record_gone = rt.metadata.retention.mark_hot_copies_deleted
 
     def mark_hot_copies_deleted(topic: str, ledger_ids: list[int]) -> None:
         recorded.append(list(ledger_ids))
         record_gone(topic, ledger_ids)
 
-    monkeypatch.setattr(rt.metadata, "mark_hot_copies_deleted", mark_hot_copies_deleted)
+    monkeypatch.setattr(rt.metadata.retention, "mark_hot_copies_deleted", mark_hot_copies_deleted)
     result = trim_topic(rt, "orders", Position(ledger_id=ids[5], entry_id=0))
     assert (result.ledgers_deleting, result.queued_keys) == (ids[:5], 6)
     assert result.hot_deleted == ids[2:5]  # 1 and 2 had no hot copy left
@@ -434,7 +435,7 @@ def test_a_trim_rerun_that_only_removes_hot_copies_reports_a_change(runtime: Run
     rt = runtime
     ids = mixed_topic(rt)
     start = Position(ledger_id=ids[3], entry_id=0)
-    topic = rt.metadata.move_start(rt.metadata.get_topic("orders"), start)
+    topic = rt.metadata.retention.move_start(rt.metadata.get_topic("orders"), start)
     assert mark_below_start(rt, topic).ledgers_deleting == ids[:3]
     assert rt.hot.exists("orders", ids[2])
     again = trim_topic(rt, "orders", start)
@@ -450,9 +451,9 @@ def test_the_gc_finishes_trims_cut_short_and_a_trim_finishes_only_its_topic(
     kept = mixed_topic(rt, "keep")
     # a trim of orders killed once the start moved: nothing below it marked yet
     start = Position(ledger_id=ids[3], entry_id=0)
-    rt.metadata.move_start(rt.metadata.get_topic("orders"), start)
+    rt.metadata.retention.move_start(rt.metadata.get_topic("orders"), start)
     # a trim of keep killed once its ledgers were marked: their hot copies still there
-    keep = rt.metadata.move_start(
+    keep = rt.metadata.retention.move_start(
         rt.metadata.get_topic("keep"), Position(ledger_id=kept[3], entry_id=0)
     )
     assert mark_below_start(rt, keep).ledgers_deleting == kept[:3]
@@ -467,7 +468,9 @@ def test_the_gc_finishes_trims_cut_short_and_a_trim_finishes_only_its_topic(
 
     # the GC's finishing step finishes every topic, then the drained ledgers are deleted
     orders = rt.metadata.get_topic("orders")
-    rt.metadata.move_start(orders, Position(ledger_id=ids[4], entry_id=0))  # cut short again
+    rt.metadata.retention.move_start(
+        orders, Position(ledger_id=ids[4], entry_id=0)
+    )  # cut short again
     assert finish_deleted_ledgers(rt) == 1  # ids[3] was hot only; the rest wait on keys
     assert not rt.hot.exists("keep", kept[2])
     assert rt.metadata.get_ledger("orders", ids[3]).deletion_state is DeletionState.DELETED

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from fixtures.backends import unaccounted_objects
+from fixtures.metadata import pending_deletions
 from fixtures.retention import (
     Entries,
     all_entries,
@@ -79,7 +80,7 @@ def assert_converged(rt: Runtime, ids: list[int], before: Entries, start: Positi
     gc_pass(rt)  # keys the first pass's finish queued
     assert [x[0] for x in ledger_states(rt, below)] == [DeletionState.DELETED] * len(below)
     assert stored_keys(rt) == live_object_keys(rt)
-    assert rt.metadata.pending_deletions() == []
+    assert pending_deletions(rt.metadata) == []
     assert all_entries(rt, "orders") == at_or_above(before, start)
 
 
@@ -103,7 +104,7 @@ def test_a_trim_killed_at_each_step_is_finished_by_the_next_run(
     marked_hot = (DeletionState.DELETING, HotState.DELETING)
     present = (DeletionState.NONE, HotState.PRESENT)
     states = ledger_states(rt, ids[:4])
-    queued = {(d.ledger_id, d.object_key) for d in rt.metadata.pending_deletions()}
+    queued = {(d.ledger_id, d.object_key) for d in pending_deletions(rt.metadata)}
     if point == "after-trim-start-moved":
         assert states == [live, live, present, present] and queued == set()
     elif point == "mid-trim-ledgers":  # one batch of one ledger marked
@@ -158,5 +159,5 @@ def test_a_topic_delete_killed_midway_is_finished_by_the_next_run(rt: Runtime, p
     gc_pass(rt)
     assert gc_pass(rt) == 0
     assert {x.deletion_state for x in rt.metadata.list_ledgers("orders")} == {DeletionState.DELETED}
-    assert stored_keys(rt) == set() and rt.metadata.pending_deletions() == []
+    assert stored_keys(rt) == set() and pending_deletions(rt.metadata) == []
     assert not any(rt.hot.exists("orders", i) for i in ids)

@@ -35,12 +35,12 @@ def test_segments_go_only_with_their_last_ledger(runtime: Runtime) -> None:
     trim_topic(rt, "orders", Position(ledger_id=cut, entry_id=0))
     gc(rt)
 
-    states = {s.segment_id: s.state for s in rt.metadata.segments.list("orders")}
+    states = {s.segment_id: s.state for s in rt.metadata.segments.of_topic("orders")}
     for segment_id, ids in held.items():
         wanted = SegmentState.DELETED if max(ids) < cut else SegmentState.OFFLOADED
         assert states[segment_id] is wanted, (segment_id, ids)
     present = {info.key for info in rt.objects.list()}
-    for segment in rt.metadata.segments.list("orders"):
+    for segment in rt.metadata.segments.of_topic("orders"):
         kept = segment.state is SegmentState.OFFLOADED
         assert (segment.data_key in present) is kept
         assert (segment.index_key in present) is kept

@@ -19,7 +19,7 @@ from fixtures.segments import Segment, SegmentEntries
 from fixtures.streams import block_entries
 from offloader.exceptions import DamagedObjectError, FormatError
 from offloader.format import decode_segment_index
-from offloader.metadata.segments import PieceRange
+from offloader.metadata.records import PieceRange
 from offloader.objectstore import ObjectStore
 from offloader.read.tiered import IndexCache, TieredLedgerReader
 from offloader.rewrite.merge import SegmentSource, load_source, merge_segments

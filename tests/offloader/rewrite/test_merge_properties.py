@@ -16,7 +16,7 @@ from fixtures.counting import CountingStore
 from fixtures.merges import files_store, read_back, run_merge, store_segments
 from fixtures.segments import SegmentEntries
 from offloader.format import ENTRY_FRAME, HEADER_LEN, decode_segment_index
-from offloader.metadata.segments import PieceRange
+from offloader.metadata.records import PieceRange
 
 KiB = 1024
 

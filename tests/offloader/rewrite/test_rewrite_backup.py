@@ -11,6 +11,7 @@ import uuid
 import pytest
 
 from fixtures.backends import Fresh
+from fixtures.metadata import list_attempts
 from fixtures.rewrites import (
     T,
     check_clean_store,
@@ -22,12 +23,12 @@ from fixtures.rewrites import (
     v1_topic,
 )
 from fixtures.streams import crash_at
+from offloader.gc.run import recover_stale_rewrites
 from offloader.keys import ledger_object_keys
 from offloader.metadata import OffloadMode, SegmentOrigin, SegmentState
 from offloader.metadata.snapshot import import_snapshot
 from offloader.recovery import rebuild_from_objects
 from offloader.rewrite.report import REWRITTEN
-from offloader.rewrite.run import recover_stale_rewrites
 from offloader.runtime import Runtime, export_metadata
 
 
@@ -46,7 +47,7 @@ def test_a_snapshot_carries_rewrite_segments_and_their_leases(
     assert [g.outcome for g in whole_group(rt, **first).groups] == [REWRITTEN]
     with crash_at(monkeypatch, "rewrite-after-first-part"):  # a rewrite left open
         whole_group(rt, first_ledger=ids[3], lease_seconds=2.0)
-    segments = {s.origin: s for s in rt.metadata.segments.list(T)}
+    segments = {s.origin: s for s in rt.metadata.segments.of_topic(T)}
     assert segments[SegmentOrigin.REWRITE].lease_until_ms is not None
     rows, before = table_rows(rt), checksum(rt)
     export_metadata(rt)
@@ -78,8 +79,8 @@ def test_a_rebuild_during_the_grace_keeps_the_newest_copy_of_each_ledger(
     time.sleep(1.1)  # S3 keeps LastModified to the second: the segment is the newer copy
     (group,) = whole_group(rt, last_ledger=ids[2]).groups
     assert group.outcome == REWRITTEN
-    (segment,) = rt.metadata.segments.list(T)
-    second = next(x for x in rt.metadata.list_attempts(T) if x.ledger_id == ids[1])
+    (segment,) = rt.metadata.segments.of_topic(T)
+    second = next(x for x in list_attempts(rt.metadata, T) if x.ledger_id == ids[1])
     time.sleep(1.1)
     newer_data, newer_index = ledger_object_keys(str(uuid.uuid4()), ids[1])
     for source, target in ((second.data_key, newer_data), (second.index_key, newer_index)):
@@ -90,7 +91,7 @@ def test_a_rebuild_during_the_grace_keeps_the_newest_copy_of_each_ledger(
         rebuilt.metadata.engine, rebuilt.objects, rebuilt.stores.default_location
     )
     superseded = sorted(s.split(":")[0] for s in result.skipped)
-    first_v1 = [x for x in rt.metadata.list_attempts(T) if x.ledger_id in (ids[0], ids[2])]
+    first_v1 = [x for x in list_attempts(rt.metadata, T) if x.ledger_id in (ids[0], ids[2])]
     # ledger 2's original v1 copy is simply older than its new one (not reported, as before)
     assert superseded == sorted(a.index_key for a in first_v1), result.skipped
     modes = {x.ledger_id: x.offload_mode for x in rebuilt.metadata.list_ledgers(T)}
@@ -101,7 +102,7 @@ def test_a_rebuild_during_the_grace_keeps_the_newest_copy_of_each_ledger(
         ids[3]: OffloadMode.LEDGER,
     }
     assert rebuilt.metadata.get_ledger(T, ids[1]).data_key == newer_data
-    (again,) = rebuilt.metadata.segments.list(T)
+    (again,) = rebuilt.metadata.segments.of_topic(T)
     assert (again.segment_id, again.state) == (segment.segment_id, SegmentState.OFFLOADED)
     assert entry_digests(rebuilt) == digests
     # what the rebuilt metadata does not take is swept; everything still reads back

@@ -21,6 +21,7 @@ import pytest
 
 from fixtures.backends import BACKENDS, crash_cases, run_cli, wait_stopped
 from fixtures.cli import run_cli as run_cli_done
+from fixtures.metadata import pending_deletions
 from fixtures.rewrites import (
     T,
     check_clean_store,
@@ -64,7 +65,7 @@ def kill_at(rt: Runtime, point: str) -> None:
 def check_killed_state(rt: Runtime, point: str, sources: list[Ledger], before: set[str]) -> None:
     """What the dead run left: one rewrite segment, as far as it got."""
     stage = REWRITE_POINTS.index(point)
-    (segment,) = rt.metadata.segments.list(T)
+    (segment,) = rt.metadata.segments.of_topic(T)
     assert segment.origin is SegmentOrigin.REWRITE
     assert segment.state is (
         SegmentState.OFFLOADED if stage == COMMITTED else SegmentState.ASSIGNED
@@ -92,18 +93,18 @@ def check_killed_state(rt: Runtime, point: str, sources: list[Ledger], before: s
     now = [rt.metadata.get_ledger(T, x.ledger_id) for x in sources]
     if stage < COMMITTED:
         assert now == sources
-        assert rt.metadata.pending_deletions() == []
+        assert pending_deletions(rt.metadata) == []
         assert before <= present
     else:
         assert all(x.offload_mode is OffloadMode.STREAM and x.data_key is None for x in now)
-        queued = {d.object_key for d in rt.metadata.pending_deletions()}
+        queued = {d.object_key for d in pending_deletions(rt.metadata)}
         assert queued == {k for x in sources for k in (x.data_key, x.index_key)}
         assert segment.data_len == rt.objects.stat(segment.data_key).size
     check_one_copy(rt)
 
 
 def wait_for_lease_end(rt: Runtime) -> None:
-    (segment,) = rt.metadata.segments.list(T)
+    (segment,) = rt.metadata.segments.of_topic(T)
     deadline = time.monotonic() + 30
     while rt.metadata.db_now_ms() <= (segment.lease_until_ms or 0):
         assert time.monotonic() < deadline
@@ -123,7 +124,7 @@ def test_sigkill_at_each_point_then_gc_alone_cleans_and_a_rerun_converges(
     check_killed_state(rt, point, sources, present)
     assert checksum(rt) == before and entry_digests(rt) == digests
 
-    (crashed,) = rt.metadata.segments.list(T)
+    (crashed,) = rt.metadata.segments.of_topic(T)
     stage = REWRITE_POINTS.index(point)
     if stage < COMMITTED:
         wait_for_lease_end(rt)
@@ -145,7 +146,7 @@ def test_sigkill_at_each_point_then_gc_alone_cleans_and_a_rerun_converges(
 
     report = rewrite(rt, target_bytes=10 * shape(rt).target, small_bytes=shape(rt).target)
     assert [g.outcome for g in report.groups] == ([] if stage == COMMITTED else [REWRITTEN])
-    assert len(rt.metadata.segments.list(T, [SegmentState.OFFLOADED])) == 1
+    assert len(rt.metadata.segments.of_topic(T, [SegmentState.OFFLOADED])) == 1
     gc(rt)
     check_one_copy(rt)
     check_clean_store(rt)
@@ -163,7 +164,7 @@ def test_a_zombie_woken_after_another_run_rewrote_its_group_commits_nothing(
     zombie = run_cli(rt, *args(rt), "--json", failpoints="rewrite-after-first-part:stop")
     try:
         wait_stopped(zombie)
-        (frozen,) = rt.metadata.segments.list(T)
+        (frozen,) = rt.metadata.segments.of_topic(T)
         assert frozen.state is SegmentState.ASSIGNED and frozen.upload_id is not None
         wait_for_lease_end(rt)
 
@@ -190,7 +191,7 @@ def test_a_zombie_woken_after_another_run_rewrote_its_group_commits_nothing(
     after = table_rows(rt)
     for table in ("segments", "segment_ledgers", "ledgers", "offload_attempts"):
         assert after[table] == rows[table], table
-    late = [d for d in rt.metadata.pending_deletions() if d.object_key not in present]
+    late = [d for d in pending_deletions(rt.metadata) if d.object_key not in present]
     assert {d.object_key for d in late} <= {frozen.data_key, frozen.index_key}
     gc(rt)
     assert objects(rt) == present

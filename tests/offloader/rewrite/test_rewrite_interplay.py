@@ -28,6 +28,7 @@ from fixtures.rewrites import (
 )
 from fixtures.streams import converge, crash_at, produce, run_pass, set_policy, stream_topic
 from offloader.bulk.params import ExportParams
+from offloader.gc.run import recover_stale_rewrites
 from offloader.gc.sweep import sweep
 from offloader.metadata import OffloadMode, Position, SegmentOrigin, SegmentState
 from offloader.offload.hot_deletion import delete_hot_copies
@@ -36,7 +37,6 @@ from offloader.read.topic_reader import Source, TopicReader
 from offloader.retention.deletion import finish_deleted_ledgers
 from offloader.retention.trim import trim_topic
 from offloader.rewrite.report import REWRITTEN
-from offloader.rewrite.run import recover_stale_rewrites
 from offloader.runtime import Runtime
 from offloader.scrub import run_scrub
 
@@ -102,8 +102,8 @@ def test_a_topic_streams_is_compacted_and_streams_on_without_a_gap_or_a_repeat(
     ledgers = rt.metadata.list_ledgers(T)
     assert all(x.is_offloaded and x.offload_mode is OffloadMode.STREAM for x in ledgers)
     by_origin: dict[SegmentOrigin, set[int]] = {}
-    pieces = rt.metadata.rewrites.offloaded_pieces(T)
-    for segment in rt.metadata.segments.list(T, [SegmentState.OFFLOADED]):
+    pieces = rt.metadata.segments.offloaded_pieces(T)
+    for segment in rt.metadata.segments.of_topic(T, [SegmentState.OFFLOADED]):
         held = {p.ledger_id for p in pieces[segment.segment_id]}
         by_origin.setdefault(segment.origin, set()).update(held)
     assert by_origin[SegmentOrigin.REWRITE] == {*compacted, *dying}
@@ -120,7 +120,7 @@ def test_a_trim_deletes_the_rewrite_segment_only_with_its_last_ledger(runtime: R
     rt = runtime
     ids = v1_topic(rt, 5)
     assert [g.outcome for g in whole_group(rt).groups] == [REWRITTEN]
-    (segment,) = rt.metadata.segments.list(T)
+    (segment,) = rt.metadata.segments.of_topic(T)
     gc(rt)
     expected = {k: v for k, v in entry_digests(rt).items() if k[0] >= ids[2]}
 
@@ -191,7 +191,7 @@ def test_scrub_reads_rewrite_segments_and_finds_their_damage(runtime: Runtime) -
     gc(rt)
     clean = run_scrub(rt, [T], repair=False)
     assert not clean.failed and clean.counts.objects == 2
-    (segment,) = rt.metadata.segments.list(T)
+    (segment,) = rt.metadata.segments.of_topic(T)
     overwrite_object(rt.objects, segment.data_key, flip(200))
     damaged = run_scrub(rt, [T], repair=False)
     assert damaged.failed

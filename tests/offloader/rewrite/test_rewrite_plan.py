@@ -32,7 +32,7 @@ def v1(store: MetadataStore, size: int, topic: str = T) -> Ledger:
     """A sealed ledger of 10 entries offloaded as v1 objects of ``size`` bytes."""
     ledger = sealed_ledger(store, topic)
     _, attempt = begin(store, ledger, f"a{topic}{ledger.ledger_id}")
-    return store.commit_offload(attempt, size)
+    return store.attempts.commit(attempt, size)
 
 
 def hot(store: MetadataStore) -> Ledger:
@@ -71,8 +71,8 @@ def test_a_ledger_range_attempts_in_flight_and_trims_break_runs(store: MetadataS
     begin(store, ledgers[3], "repair", replace=True)  # scrub repairs ledger 4
     assert plan(store, target_bytes=1000) == [[1, 2, 3], [5, 6, 7, 8]]
     # a trim inside ledger 2: ledger 1 is deleting (never a source), 2 is copied whole
-    store.move_start(store.get_topic(T), Position(ledger_id=2, entry_id=5))
-    store.mark_ledgers_deleting(T, 2, 100)
+    store.retention.move_start(store.get_topic(T), Position(ledger_id=2, entry_id=5))
+    store.retention.mark_ledgers_deleting(T, 2, 100)
     assert plan(store, target_bytes=1000) == [[2, 3], [5, 6, 7, 8]]
 
 
@@ -110,8 +110,8 @@ def test_segments_are_sources_of_their_own_kind_only_when_whole_and_live(
     # migration to v2 leaves segments alone: they break the v1 runs
     assert plan(store, mode="to-v2", target_bytes=1000) == [[1, 2], [8]]
     # a segment holding a trimmed ledger is never a source
-    store.move_start(store.get_topic(T), Position(ledger_id=4, entry_id=0))
-    store.mark_ledgers_deleting(T, 4, 100)
+    store.retention.move_start(store.get_topic(T), Position(ledger_id=4, entry_id=0))
+    store.retention.mark_ledgers_deleting(T, 4, 100)
     assert plan(store, target_bytes=100, small_bytes=50) == [[4, 5]]
 
 
@@ -137,7 +137,7 @@ def test_a_v1_ledger_with_entries_in_a_segment_too_is_not_a_source(
     partial = hot(store)
     stream_segment(store, T, "part", partial.ledger_id, 4, size=500)
     _, attempt = begin(store, store.get_ledger(T, partial.ledger_id), "v1-of-2")
-    store.commit_offload(attempt, 10)
+    store.attempts.commit(attempt, 10)
     v1(store, 10)  # 3
     assert plan(store, mode="to-v2", target_bytes=1000) == [[1], [3]]
     assert plan(store, target_bytes=1000, small_bytes=100) == []
@@ -152,7 +152,7 @@ def test_topics_unknown_deleted_and_all(store: MetadataStore) -> None:
     ] == ["u"]
     with pytest.raises(NotFoundError, match="'nope'"):
         plan(store, topics=["nope"])
-    store.delete_topic(store.get_topic("u"))
+    store.retention.delete_topic(store.get_topic("u"))
     with pytest.raises(TopicDeletedError, match="'u' was deleted"):
         plan(store, topics=["u"])
     assert [g.topic for g in plan_rewrite(store, RewriteParams(target_bytes=100))] == [T]
@@ -212,6 +212,6 @@ def test_a_segment_a_ledger_left_for_objects_of_its_own_is_not_a_source(
     stream_segment(store, T, "s3", 3, three.entry_count - 1, first=5)
     assert plan(store, target_bytes=100, small_bytes=50) == [[1, 2, 3]]
     _, attempt = begin(store, store.get_ledger(T, 2), "own", replace=True)
-    store.commit_replacement(attempt, 10, "test")
+    store.attempts.commit_replacement(attempt, 10, "test")
     assert store.segments.get("s23").state is SegmentState.OFFLOADED  # 3 still needs it
     assert plan(store, target_bytes=100, small_bytes=50) == []

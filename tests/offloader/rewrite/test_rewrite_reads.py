@@ -112,14 +112,14 @@ def test_a_reader_whose_objects_vanish_looks_the_ledger_up_again(
     old = rt.metadata.get_ledger(T, ledger_id)
     first, entries = _started(rt, ledger_id)
     assert [g.outcome for g in rewrite(rt, mode="to-v2").groups] == [REWRITTEN]
-    (segment,) = rt.metadata.segments.list(T)  # several parts of the topic's part size
+    (segment,) = rt.metadata.segments.of_topic(T)  # several parts of the topic's part size
     index = decode_segment_index(rt.objects.get(segment.index_key))
     assert len({b.part_id for x in index.ledgers for b in x.blocks}) >= 2
     gc(rt)  # no grace: the old objects are gone
     assert not {old.data_key, old.index_key} & objects(rt)
     assert _digest([first, *entries]) == digest
     # and once only: a ledger whose objects are gone for good is an error, not a loop
-    (segment,) = rt.metadata.segments.list(T)
+    (segment,) = rt.metadata.segments.of_topic(T)
     rt.objects.delete_many([segment.data_key])
     with pytest.raises(ObjectNotFoundError):
         list(TopicReader(rt).read(T, ledger_id))

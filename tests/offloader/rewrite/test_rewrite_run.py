@@ -12,6 +12,7 @@ import pytest
 
 from fixtures.backends import run_in_threads
 from fixtures.metadata import begin as begin_attempt
+from fixtures.metadata import pending_deletions
 from fixtures.rewrites import (
     T,
     check_clean_store,
@@ -28,12 +29,13 @@ from fixtures.rewrites import (
 from fixtures.streams import converge, crash_at, produce, run_pass, stream_topic
 from offloader import failpoints
 from offloader.format import decode_segment_index
+from offloader.gc.run import recover_stale_rewrites
 from offloader.metadata import OffloadMode, Position, SegmentOrigin, SegmentState
 from offloader.read.topic_reader import Source, TopicReader
 from offloader.rewrite.params import RewriteParams
 from offloader.rewrite.plan import plan_rewrite
 from offloader.rewrite.report import CHANGED, PLANNED, REWRITTEN
-from offloader.rewrite.run import Rewriter, recover_stale_rewrites
+from offloader.rewrite.run import Rewriter
 from offloader.runtime import Runtime
 
 
@@ -62,15 +64,15 @@ def test_compaction_of_small_v1_ledgers_keeps_every_entry_in_fewer_objects(
         2 * len(report.groups),
     )
     assert totals["bytes_after"] == sum(
-        rt.objects.stat(s.data_key).size for s in rt.metadata.segments.list(T)
+        rt.objects.stat(s.data_key).size for s in rt.metadata.segments.of_topic(T)
     )
     for ledger in rt.metadata.list_ledgers(T):
         mode = OffloadMode.STREAM if ledger.ledger_id in grouped else OffloadMode.LEDGER
         assert ledger.offload_mode is mode
-    assert {s.origin for s in rt.metadata.segments.list(T)} == {SegmentOrigin.REWRITE}
+    assert {s.origin for s in rt.metadata.segments.of_topic(T)} == {SegmentOrigin.REWRITE}
     counts = rt.metadata.counts()
     assert counts["segments_by_origin"] == {"rewrite/offloaded": len(report.groups)}
-    for segment in rt.metadata.segments.list(T):  # parts of whole blocks, none but the last
+    for segment in rt.metadata.segments.of_topic(T):  # parts of whole blocks, none but the last
         index = decode_segment_index(rt.objects.get(segment.index_key))  # under min_part_bytes
         part_bytes: dict[int, int] = {}
         for block in (b for x in index.ledgers for b in x.blocks):
@@ -155,7 +157,7 @@ def test_a_source_that_moved_after_the_plan_is_changed_and_queues_nothing_of_it(
     assert result.outcome == CHANGED and f"{T}/{ids[1]} has offload attempt repair" in (
         result.detail or ""
     )
-    assert rt.metadata.segments.list(T) == []  # refused at the intent: nothing written
+    assert rt.metadata.segments.of_topic(T) == []  # refused at the intent: nothing written
     assert checksum(rt) == before
 
 
@@ -174,15 +176,15 @@ def test_a_trim_between_the_upload_and_the_swap_fails_the_rewrite_and_queues_its
         real(point)
         if point == "rewrite-after-index":
             topic = rt.metadata.get_topic(T)
-            rt.metadata.move_start(topic, Position(ledger_id=ids[1], entry_id=0))
-            rt.metadata.mark_ledgers_deleting(T, ids[1], 100)
+            rt.metadata.retention.move_start(topic, Position(ledger_id=ids[1], entry_id=0))
+            rt.metadata.retention.mark_ledgers_deleting(T, ids[1], 100)
 
     monkeypatch.setattr(failpoints, "reach", trim_at_index)
     result = Rewriter(rt, owner="test", lease_seconds=30).rewrite(group)
     assert result.outcome == CHANGED and "was trimmed" in (result.detail or "")
-    (failed,) = rt.metadata.segments.list(T)
+    (failed,) = rt.metadata.segments.of_topic(T)
     assert failed.state is SegmentState.FAILED
-    queued = {d.object_key for d in rt.metadata.pending_deletions()}
+    queued = {d.object_key for d in pending_deletions(rt.metadata)}
     assert {failed.data_key, failed.index_key} <= queued
     assert all(rt.metadata.get_ledger(T, i).offload_mode is OffloadMode.LEDGER for i in ids)
     gc(rt)
@@ -215,11 +217,11 @@ def test_two_runs_of_the_same_sources_leave_exactly_one_winner(
     )
     assert errors == []
     assert sorted(r.outcome for r in outcomes) == [CHANGED, REWRITTEN]
-    states = sorted(s.state for s in rt.metadata.segments.list(T))
+    states = sorted(s.state for s in rt.metadata.segments.of_topic(T))
     assert states == sorted([SegmentState.FAILED, SegmentState.OFFLOADED])
-    (loser,) = rt.metadata.segments.list(T, [SegmentState.FAILED])
+    (loser,) = rt.metadata.segments.of_topic(T, [SegmentState.FAILED])
     assert {loser.data_key, loser.index_key} <= {
-        d.object_key for d in rt.metadata.pending_deletions()
+        d.object_key for d in pending_deletions(rt.metadata)
     }
     check_one_copy(rt)
     assert checksum(rt) == before
@@ -298,7 +300,7 @@ def small_segments(rt: Runtime, topic: str = "s", count: int = 3) -> int:
     for seed in range(count):
         produce(rt, topic, 1, seed=seed)
         run_pass(rt, topic, close_now=True)
-    assert len(rt.metadata.segments.list(topic, [SegmentState.OFFLOADED])) == count
+    assert len(rt.metadata.segments.of_topic(topic, [SegmentState.OFFLOADED])) == count
     return p.segment_max
 
 
@@ -308,7 +310,7 @@ def test_compaction_merges_small_stream_segments_and_the_stream_goes_on(
     rt = runtime
     size = small_segments(rt)
     before = checksum(rt, "s")
-    small = rt.metadata.segments.list("s", [SegmentState.OFFLOADED])
+    small = rt.metadata.segments.of_topic("s", [SegmentState.OFFLOADED])
     report = rewrite(rt, topics=["s"], target_bytes=100 * size, small_bytes=size)
     (group,) = report.groups
     assert (group.kind, group.sources, group.outcome) == ("segment", 3, REWRITTEN)
@@ -320,7 +322,7 @@ def test_compaction_merges_small_stream_segments_and_the_stream_goes_on(
             SegmentState.DELETED,
             f"rewritten into segment {merged.segment_id}",
         )
-    assert {d.object_key for d in rt.metadata.pending_deletions()} == {
+    assert {d.object_key for d in pending_deletions(rt.metadata)} == {
         k for x in small for k in (x.data_key, x.index_key)
     }
     check_one_copy(rt, "s")
@@ -340,13 +342,13 @@ def test_a_segment_merge_that_dies_leaves_the_segments_and_is_cleaned(
 ) -> None:
     rt = runtime
     size = small_segments(rt)
-    small = rt.metadata.segments.list("s", [SegmentState.OFFLOADED])
+    small = rt.metadata.segments.of_topic("s", [SegmentState.OFFLOADED])
     before = checksum(rt, "s", "tiered")
     values = {"topics": ["s"], "target_bytes": 100 * size, "small_bytes": size}
     with crash_at(monkeypatch, point):
         rewrite(rt, lease_seconds=2.0, **values)
     (dead,) = rt.metadata.rewrites.open_rewrites("s")
-    assert rt.metadata.segments.list("s", [SegmentState.OFFLOADED]) == small
+    assert rt.metadata.segments.of_topic("s", [SegmentState.OFFLOADED]) == small
     assert checksum(rt, "s", "tiered") == before
     _wait(rt, dead.lease_until_ms or 0)
     assert [s.segment_id for s in recover_stale_rewrites(rt)] == [dead.segment_id]
@@ -368,7 +370,7 @@ def test_migration_back_to_v1_after_a_compaction_releases_the_rewrite_segment(
     assert [g.outcome for g in rewrite(rt, target_bytes=target, small_bytes=target).groups] == [
         REWRITTEN
     ]
-    (segment,) = rt.metadata.segments.list(T)
+    (segment,) = rt.metadata.segments.of_topic(T)
     dry = rewrite(rt, mode="to-v1", dry_run=True)
     assert [(g.ledgers, g.outcome) for g in dry.groups] == [([i], PLANNED) for i in ids]
     report = rewrite(rt, mode="to-v1", max_groups=2)

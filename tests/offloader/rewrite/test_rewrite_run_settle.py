@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
+from fixtures.metadata import pending_deletions
 from fixtures.rewrites import T, shape, uploads, v1_topic
 from offloader.metadata import Position, Segment, SegmentState
 from offloader.objectstore import MultipartUpload
@@ -44,14 +45,14 @@ def written(rt: Runtime, orders: list[WorkOrder]) -> list[WorkResult]:
 def settle(rt: Runtime, group: RewriteGroup, spread: Spread) -> tuple[GroupResult, Segment]:
     """``group`` through the spread path; its result and its (only) rewrite segment."""
     (result,) = Rewriter(rt, owner="test", lease_seconds=30).rewrite_spread([group], spread)
-    (segment,) = rt.metadata.segments.list(T)
+    (segment,) = rt.metadata.segments.of_topic(T)
     return result, segment
 
 
 def given_up(rt: Runtime, segment: Segment, detail: str) -> None:
     """The rewrite segment failed with ``detail``, its keys queued, its upload aborted."""
     assert (segment.state, segment.detail) == (SegmentState.FAILED, detail)
-    queued = {d.object_key for d in rt.metadata.pending_deletions()}
+    queued = {d.object_key for d in pending_deletions(rt.metadata)}
     assert {segment.data_key, segment.index_key} <= queued
     assert uploads(rt) == set()
 
@@ -122,8 +123,10 @@ def test_a_source_trimmed_before_the_swap_is_changed_and_the_rewrite_given_up(
 
     def trimmed_meanwhile(orders: list[WorkOrder]) -> list[WorkResult]:
         results = written(rt, orders)
-        rt.metadata.move_start(rt.metadata.get_topic(T), Position(ledger_id=ids[1], entry_id=0))
-        rt.metadata.mark_ledgers_deleting(T, ids[1], 100)
+        rt.metadata.retention.move_start(
+            rt.metadata.get_topic(T), Position(ledger_id=ids[1], entry_id=0)
+        )
+        rt.metadata.retention.mark_ledgers_deleting(T, ids[1], 100)
         return results
 
     caplog.set_level(logging.WARNING, LOGGER)

@@ -112,7 +112,7 @@ def test_a_run_migrates_only_the_selected_ledgers_and_the_data_reads_back(
             "rewritten",
             objects_after=2,
             bytes_after=x.data_len,
-            detail=f"replaced: {x.offload_uuid}",
+            detail=f"replaced: {x.offload_attempt_id}",
         )
         for x in migrated
     ]
@@ -150,7 +150,7 @@ def test_a_ledger_migrated_between_plan_and_run_is_no_longer_streamed(
             "rewritten",
             objects_after=2,
             bytes_after=second.data_len,
-            detail=f"replaced: {second.offload_uuid}",
+            detail=f"replaced: {second.offload_attempt_id}",
         ),
     ]
     assert report["totals"]["groups"] == 1

@@ -71,7 +71,7 @@ def test_spread_compaction_and_migration_equal_the_source_and_leave_no_orphan(
 
     assert checksum(rt) == before and entry_digests(rt) == digests
     check_one_copy(rt)
-    live = rt.metadata.segments.list(T, [SegmentState.OFFLOADED])
+    live = rt.metadata.segments.of_topic(T, [SegmentState.OFFLOADED])
     assert {s.origin for s in live} == {SegmentOrigin.REWRITE}
     gc(rt)
     check_clean_store(rt)
@@ -97,7 +97,7 @@ def test_a_group_failed_where_it_was_sent_is_given_up_and_the_others_swap(
     outcomes = [g.outcome for g in report.groups]
     assert outcomes[0] == FAILED and set(outcomes[1:]) == {REWRITTEN} and len(outcomes) >= 2
     assert "executor disk full" in (report.groups[0].detail or "")
-    failed = rt.metadata.segments.list(T, [SegmentState.FAILED])
+    failed = rt.metadata.segments.of_topic(T, [SegmentState.FAILED])
     assert [s.segment_id for s in failed] == [report.groups[0].segment_id]
     assert checksum(rt) == before
     check_one_copy(rt)
@@ -123,7 +123,7 @@ def test_a_wave_whose_writing_fails_swaps_nothing_and_leaves_nothing(
     (lost_job,) = [r for r in caplog.records if "parts" in r.getMessage()]
     assert lost_job.getMessage() == "the rewrite's parts could not be written"
     assert lost_job.exc_info is not None and lost_job.exc_info[0] is RuntimeError
-    assert rt.metadata.segments.list(T, [SegmentState.OFFLOADED]) == []
+    assert rt.metadata.segments.of_topic(T, [SegmentState.OFFLOADED]) == []
     assert checksum(rt) == before
     sweep_now(rt)
     assert objects(rt) == stored and list(rt.objects.list_multipart_uploads()) == []
@@ -151,8 +151,8 @@ def test_a_rewrite_recovered_before_its_upload_was_recorded_is_changed(
     upload aborted, nothing swapped (the freeze is the one thing a test has to stage)."""
     import time
 
+    from offloader.gc.run import recover_stale_rewrites
     from offloader.rewrite.report import CHANGED
-    from offloader.rewrite.run import recover_stale_rewrites
 
     rt = runtime
     v1_topic(rt, 3)
@@ -169,7 +169,7 @@ def test_a_rewrite_recovered_before_its_upload_was_recorded_is_changed(
     params = RewriteParams(mode=TO_V2, target_bytes=shape(rt).target, max_groups=1)
     report = run_rewrite(rt, params, owner="driver", lease_seconds=1, spread=elsewhere(rt))
     assert [g.outcome for g in report.groups] == [CHANGED]
-    assert rt.metadata.segments.list(T, [SegmentState.OFFLOADED]) == []
+    assert rt.metadata.segments.of_topic(T, [SegmentState.OFFLOADED]) == []
     assert list(rt.objects.list_multipart_uploads()) == []
     assert checksum(rt) == before
     check_clean_store(rt)

@@ -59,7 +59,7 @@ def test_a_group_whose_start_fails_is_reported_and_the_others_swap(
         f"{first.ledgers[0]}..{first.ledgers[-1]} ({first.bytes_before} bytes)",
     )
     assert warning.exc_info is not None and warning.exc_info[0] is OSError
-    (failed,) = rt.metadata.segments.list(T, [SegmentState.FAILED])
+    (failed,) = rt.metadata.segments.of_topic(T, [SegmentState.FAILED])
     assert failed.data_key == refused[0]  # its intent was recorded, then failed
     assert checksum(rt) == before
     check_one_copy(rt)

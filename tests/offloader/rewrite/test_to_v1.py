@@ -11,6 +11,7 @@ import logging
 import pytest
 
 from fixtures.backends import make_topic, produce_ledgers, unaccounted_objects
+from fixtures.metadata import list_attempts, pending_deletions
 from fixtures.rewrites import change_after_to_v1_plan
 from fixtures.streamed import SWAP_POINTS, ledgers_by_segment, metadata_rows, streamed_topic
 from offloader import failpoints
@@ -46,7 +47,7 @@ def outcomes(results: list[ToV1Result]) -> list[tuple[int, ToV1Outcome]]:
 
 
 def segment_states(rt: Runtime, topic: str = T) -> dict[str, SegmentState]:
-    return {s.segment_id: s.state for s in rt.metadata.segments.list(topic)}
+    return {s.segment_id: s.state for s in rt.metadata.segments.of_topic(topic)}
 
 
 def check_v1(rt: Runtime, results: list[ToV1Result]) -> None:
@@ -56,7 +57,7 @@ def check_v1(rt: Runtime, results: list[ToV1Result]) -> None:
         assert r.outcome is ToV1Outcome.MIGRATED, r
         ledger = rt.metadata.get_ledger(r.topic, r.ledger_id)
         assert ledger.is_offloaded and ledger.offload_mode is OffloadMode.LEDGER
-        assert ledger.offload_uuid == r.attempt_id and ledger.data_len == r.bytes > 0
+        assert ledger.offload_attempt_id == r.attempt_id and ledger.data_len == r.bytes > 0
         assert ledger.index_key is not None and ledger.data_key is not None
         index = decode_index(rt.objects.get(ledger.index_key))
         assert index.metadata is not None
@@ -67,7 +68,7 @@ def check_v1(rt: Runtime, results: list[ToV1Result]) -> None:
         assert rt.objects.stat(ledger.data_key).size == ledger.data_len
         committed = [
             a.attempt_id
-            for a in rt.metadata.list_attempts(r.topic, AttemptState.COMMITTED)
+            for a in list_attempts(rt.metadata, r.topic, AttemptState.COMMITTED)
             if a.ledger_id == r.ledger_id
         ]
         assert committed == [r.attempt_id]
@@ -116,11 +117,11 @@ def test_a_streamed_topic_migrates_to_v1_from_the_tier(runtime: Runtime) -> None
         assert states[segment_id] is (SegmentState.DELETED if gone else SegmentState.OFFLOADED)
     released = {
         k
-        for s in rt.metadata.segments.list(T, [SegmentState.DELETED])
+        for s in rt.metadata.segments.of_topic(T, [SegmentState.DELETED])
         for k in (s.data_key, s.index_key)
     }
     assert released and {
-        d.object_key: d.reason for d in rt.metadata.pending_deletions()
+        d.object_key: d.reason for d in pending_deletions(rt.metadata)
     } == dict.fromkeys(released, RELEASED)
     assert TopicReader(rt).checksum(T, Source.TIERED) == hot  # half v1, half segments
 
@@ -291,7 +292,7 @@ def test_the_released_segments_wait_out_the_grace(backend_settings: Settings) ->
         assert gc.deleted == 0 and gc.remaining == 2 * len(segment_states(rt))
         assert list(early.read()) == list(rt.hot.read(T, ids[0]))
         now = rt.metadata.db_now_ms()
-        assert all(d.next_try_ms >= now + 3_500_000 for d in rt.metadata.pending_deletions())
+        assert all(d.next_try_ms >= now + 3_500_000 for d in pending_deletions(rt.metadata))
 
 
 def test_retention_releases_a_segment_left_for_v1_after_the_settings_grace(
@@ -305,12 +306,12 @@ def test_retention_releases_a_segment_left_for_v1_after_the_settings_grace(
     ids = streamed_topic(runtime, T, 6)
     trim_topic(runtime, T, Position(ledger_id=ids[2], entry_id=5))
     migrate_to_v1(runtime, [T])
-    before = {d.id for d in runtime.metadata.pending_deletions()}
+    before = {d.id for d in pending_deletions(runtime.metadata)}
     settings = runtime.settings.model_copy(update={"replaced_object_grace_seconds": 7.0})
     rt = dataclasses.replace(runtime, settings=settings)
     finish_deleted_ledgers(rt)
     released = [
-        d.next_try_ms - d.enqueued_ms for d in rt.metadata.pending_deletions() if d.id not in before
+        d.next_try_ms - d.enqueued_ms for d in pending_deletions(rt.metadata) if d.id not in before
     ]
     assert 7_000 in released and set(released) <= {0, 7_000}
 
@@ -351,8 +352,8 @@ def test_a_tier_that_disagrees_with_the_metadata_fails_the_ledger_and_changes_no
     assert results[0].bytes > 0
     ledger = rt.metadata.get_ledger(T, ids[1])
     assert ledger.offload_mode is OffloadMode.STREAM and ledger.attempt_id is None
-    (failed,) = rt.metadata.list_attempts(T, AttemptState.FAILED)
-    queued = {d.object_key for d in rt.metadata.pending_deletions()}
+    (failed,) = list_attempts(rt.metadata, T, AttemptState.FAILED)
+    queued = {d.object_key for d in pending_deletions(rt.metadata)}
     assert {failed.data_key, failed.index_key} <= queued
     assert not rt.objects.exists(failed.index_key)
     assert rt.metadata.segments.pieces(T, ids[1])  # still read from its segments
@@ -398,7 +399,7 @@ def test_a_ledger_trimmed_or_migrated_since_the_plan_names_no_attempt_of_its_own
     change_after_to_v1_plan(monkeypatch, to_v1, trim_one_and_move_the_next)
     results = migrate_to_v1(rt, [T])
 
-    moved_as = rt.metadata.get_ledger(T, ids[1]).offload_uuid
+    moved_as = rt.metadata.get_ledger(T, ids[1]).offload_attempt_id
     assert moved_as is not None
     assert results[:2] == [
         ToV1Result(T, ids[0], ToV1Outcome.CHANGED, detail="trimmed"),

@@ -17,6 +17,7 @@ import time
 import pytest
 
 from fixtures.backends import crash_cases, settings_env, unaccounted_objects
+from fixtures.metadata import list_attempts, pending_deletions
 from fixtures.streamed import SWAP_POINTS, ledgers_by_segment, streamed_topic
 from offloader.gc.deletion_queue import process_deletions
 from offloader.metadata import AttemptState, OffloadMode, SegmentState
@@ -52,19 +53,19 @@ def test_sigkill_during_a_migration_leaves_a_state_the_next_run_converges(
     migrate_in_a_child(rt, point)
 
     first = rt.metadata.get_ledger(T, ids[0])
-    (dead,) = rt.metadata.list_attempts(T)
+    (dead,) = list_attempts(rt.metadata, T)
     assert dead.ledger_id == ids[0]
-    queued = {d.object_key for d in rt.metadata.pending_deletions()}
-    states = {s.segment_id: s.state for s in rt.metadata.segments.list(T)}
+    queued = {d.object_key for d in pending_deletions(rt.metadata)}
+    states = {s.segment_id: s.state for s in rt.metadata.segments.of_topic(T)}
     if point == "after-commit":  # swapped, with what only it needed released
         assert first.offload_mode is OffloadMode.LEDGER and first.attempt_id is None
-        assert (first.offload_uuid, first.data_key) == (dead.attempt_id, dead.data_key)
+        assert (first.offload_attempt_id, first.data_key) == (dead.attempt_id, dead.data_key)
         assert dead.state is AttemptState.COMMITTED
         gone = {s for s, ledger_ids in held.items() if ledger_ids == {ids[0]}}
         assert {s for s, state in states.items() if state is SegmentState.DELETED} == gone
         assert queued == {
             k
-            for s in rt.metadata.segments.list(T)
+            for s in rt.metadata.segments.of_topic(T)
             if s.segment_id in gone
             for k in (s.data_key, s.index_key)
         }
@@ -83,17 +84,17 @@ def test_sigkill_during_a_migration_leaves_a_state_the_next_run_converges(
     rest = ids[1:] if point == "after-commit" else ids
     assert [(r.ledger_id, r.outcome) for r in results] == [(n, ToV1Outcome.MIGRATED) for n in rest]
     if point != "after-commit":
-        assert rt.metadata.get_attempt(dead.attempt_id).state is AttemptState.SUPERSEDED
+        assert rt.metadata.attempts.get(dead.attempt_id).state is AttemptState.SUPERSEDED
     for n in ids:
         ledger = rt.metadata.get_ledger(T, n)
         assert ledger.offload_mode is OffloadMode.LEDGER
         committed = [
             a.attempt_id
-            for a in rt.metadata.list_attempts(T, AttemptState.COMMITTED)
+            for a in list_attempts(rt.metadata, T, AttemptState.COMMITTED)
             if a.ledger_id == n
         ]
-        assert committed == [ledger.offload_uuid]  # exactly one
-    assert {s.state for s in rt.metadata.segments.list(T)} == {SegmentState.DELETED}
+        assert committed == [ledger.offload_attempt_id]  # exactly one
+    assert {s.state for s in rt.metadata.segments.of_topic(T)} == {SegmentState.DELETED}
     assert TopicReader(rt).checksum(T, Source.TIERED) == digest
     assert unaccounted_objects(rt) == set()
     assert migrate_to_v1(rt, [T]) == []

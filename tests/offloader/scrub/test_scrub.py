@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.damage import overwrite_object
+from fixtures.metadata import list_attempts, pending_deletions
 from fixtures.pulsar_v1 import pulsar_write_blocks, pulsar_write_index
 from fixtures.scrub import DAMAGES, expected_counts, index_of, offloaded_topic, store_as_pulsar
 from offloader.exceptions import NotFoundError, ScrubFailedError
@@ -30,7 +31,7 @@ def state(rt: Runtime) -> tuple[object, ...]:
     """Everything a scrub without repair must leave as it was."""
     ledgers = [rt.metadata.list_ledgers(t.name) for t in rt.metadata.list_topics()]
     objects = {info.key: rt.objects.get(info.key) for info in rt.objects.list()}
-    return ledgers, rt.metadata.list_attempts(), rt.metadata.pending_deletions(), objects
+    return ledgers, list_attempts(rt.metadata), pending_deletions(rt.metadata), objects
 
 
 def test_a_clean_store_reports_nothing_with_exact_counts(runtime: Runtime, tmp_path: Path) -> None:
@@ -68,7 +69,7 @@ def test_planted_damage_is_reported_and_nothing_changes(runtime: Runtime, kind: 
     assert state(runtime) == before  # no repair: nothing changed
     (verdict,) = report.damaged
     assert (verdict.topic, verdict.ledger_id) == ("orders", victim.ledger_id)
-    assert verdict.offload_uuid == victim.offload_uuid
+    assert verdict.offload_uuid == victim.offload_attempt_id
     assert verdict.action is Action.NOT_REPAIRED and report.failed
     first = verdict.findings[0]
     assert (first.topic, first.ledger_id, first.key, first.offset, first.kind) == (

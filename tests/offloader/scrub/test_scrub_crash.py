@@ -20,6 +20,7 @@ from fixtures.backends import (
     unaccounted_objects,
     uploads_not_of_dead_attempts,
 )
+from fixtures.metadata import list_attempts, pending_deletions
 from fixtures.scrub import DAMAGES, offloaded_topic
 from offloader.gc.deletion_queue import process_deletions
 from offloader.metadata import Attempt, AttemptState, Ledger
@@ -50,7 +51,7 @@ def digest(rt: Runtime, ledger: Ledger, source: Source) -> str:
 def attempts_of(rt: Runtime, ledger: Ledger) -> dict[str, Attempt]:
     return {
         a.attempt_id: a
-        for a in rt.metadata.list_attempts("orders")
+        for a in list_attempts(rt.metadata, "orders")
         if a.ledger_id == ledger.ledger_id
     }
 
@@ -65,21 +66,21 @@ def scrub_json(rt: Runtime) -> dict[str, object]:
 def check_killed(rt: Runtime, victim: Ledger, point: str) -> Attempt:
     """The state the kill left: the replacement recorded; committed or not, never half."""
     attempts = attempts_of(rt, victim)
-    assert victim.offload_uuid is not None
-    (replacement,) = [a for a in attempts.values() if a.attempt_id != victim.offload_uuid]
+    assert victim.offload_attempt_id is not None
+    (replacement,) = [a for a in attempts.values() if a.attempt_id != victim.offload_attempt_id]
     ledger = rt.metadata.get_ledger("orders", victim.ledger_id)
-    queued = {d.object_key for d in rt.metadata.pending_deletions()}
+    queued = {d.object_key for d in pending_deletions(rt.metadata)}
     if point == "after-commit":
-        assert ledger.offload_uuid == replacement.attempt_id and ledger.attempt_id is None
+        assert ledger.offload_attempt_id == replacement.attempt_id and ledger.attempt_id is None
         assert replacement.state is AttemptState.COMMITTED
-        assert attempts[victim.offload_uuid].state is AttemptState.SUPERSEDED
+        assert attempts[victim.offload_attempt_id].state is AttemptState.SUPERSEDED
         assert queued == {victim.data_key, victim.index_key}
     else:  # the damaged objects are still the ledger's; the replacement is in flight
-        assert ledger.is_offloaded and ledger.offload_uuid == victim.offload_uuid
+        assert ledger.is_offloaded and ledger.offload_attempt_id == victim.offload_attempt_id
         assert (ledger.data_key, ledger.index_key) == (victim.data_key, victim.index_key)
         assert ledger.attempt_id == replacement.attempt_id
         assert replacement.state is AttemptState.STARTED
-        assert attempts[victim.offload_uuid].state is AttemptState.COMMITTED
+        assert attempts[victim.offload_attempt_id].state is AttemptState.COMMITTED
         assert queued == set()
         index_written = point in ("after-index-upload", "mid-replacement-commit")
         assert rt.objects.exists(replacement.index_key) is index_written
@@ -107,14 +108,14 @@ def test_sigkill_during_a_repair_leaves_a_state_the_next_scrub_resolves(
     ledger = rt.metadata.get_ledger("orders", victim.ledger_id)
     if point == "after-commit":
         assert report["damaged_ledgers"] == []
-        assert ledger.offload_uuid == replacement.attempt_id
+        assert ledger.offload_attempt_id == replacement.attempt_id
     else:
         (repaired,) = report["damaged_ledgers"]  # type: ignore[misc]
         assert repaired["action"] == "repaired" and repaired["ledger_id"] == victim.ledger_id
-        assert ledger.offload_uuid == repaired["replaced_by"] != replacement.attempt_id
-        assert rt.metadata.get_attempt(replacement.attempt_id).state is AttemptState.SUPERSEDED
+        assert ledger.offload_attempt_id == repaired["replaced_by"] != replacement.attempt_id
+        assert rt.metadata.attempts.get(replacement.attempt_id).state is AttemptState.SUPERSEDED
     committed = [a for a in attempts_of(rt, victim).values() if a.state is AttemptState.COMMITTED]
-    assert [a.attempt_id for a in committed] == [ledger.offload_uuid]  # exactly one
+    assert [a.attempt_id for a in committed] == [ledger.offload_attempt_id]  # exactly one
     assert digest(rt, victim, Source.TIERED) == hot
     assert unaccounted_objects(rt) == set()
     assert scrub_json(rt)["damaged_ledgers"] == []

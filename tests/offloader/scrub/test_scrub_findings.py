@@ -333,7 +333,7 @@ def one_segment(rt: Runtime) -> tuple[Segment, ScrubTarget, list[int]]:
     make_topic(rt, T, streaming=True, min_part_bytes=64 * 1024, segment_max_bytes=1 << 24)
     ids = produce_ledgers(rt, T, [(8, SIZE)] * 2, fixed=True)
     StreamingOffloader(rt).run_pass(T, close_now=True)
-    (segment,) = rt.metadata.segments.list(T)
+    (segment,) = rt.metadata.segments.of_topic(T)
     (target,) = plan_scrub(rt.metadata, [T])
     assert target.segment_id == segment.segment_id
     assert target.pieces == ((ids[0], 0, 7), (ids[1], 0, 7))
@@ -496,7 +496,7 @@ def test_a_segment_whose_recorded_ranges_are_short_holds_more_entries(runtime: R
     """The metadata store recorded ledger 1 from entry 1: the index disagrees, and the clean
     blocks hold one entry more than the recorded ranges."""
     segment, _, ids = one_segment(runtime)
-    SL = schema.segment_ledgers
+    SL = schema.pieces
     with runtime.metadata.engine.begin() as conn:
         conn.execute(
             SL.update()

@@ -38,7 +38,7 @@ def test_a_segment_range_mismatch_lists_both_sides(runtime: Runtime) -> None:
         for n, x in zip(index.ledger_ids, index.ledgers, strict=True)
     ]
     assert len(held) > 1
-    SL = schema.segment_ledgers
+    SL = schema.pieces
     (first, start, _), *_ = held
     this = SL.c.segment_id == victim.segment_id
 
@@ -77,7 +77,7 @@ def test_a_segment_whose_ranges_are_gone_fails_the_scrub_and_changes_nothing(
     rt = runtime
     streamed_topic(rt, T, 3)
     victim = shared_segment(rt, T)
-    SL = schema.segment_ledgers
+    SL = schema.pieces
     with rt.metadata.engine.begin() as conn:
         conn.execute(SL.delete().where(SL.c.segment_id == victim.segment_id))
     before = rt.metadata.list_ledgers(T)

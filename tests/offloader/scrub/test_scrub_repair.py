@@ -10,6 +10,7 @@ import hashlib
 import pytest
 
 from fixtures.backends import unaccounted_objects
+from fixtures.metadata import list_attempts, pending_deletions
 from fixtures.scrub import DAMAGES, offloaded_topic
 from offloader.exceptions import ScrubFailedError
 from offloader.gc.deletion_queue import process_deletions
@@ -30,7 +31,7 @@ def digest(entries: object) -> str:
 def committed(rt: Runtime, ledger: Ledger) -> list[str]:
     return [
         a.attempt_id
-        for a in rt.metadata.list_attempts(ledger.topic, AttemptState.COMMITTED)
+        for a in list_attempts(rt.metadata, ledger.topic, AttemptState.COMMITTED)
         if a.ledger_id == ledger.ledger_id
     ]
 
@@ -49,12 +50,14 @@ def test_a_damaged_ledger_with_a_hot_copy_is_offloaded_again(runtime: Runtime, k
     assert verdict.action is Action.REPAIRED and not report.failed, verdict.detail
     report.raise_for_failure()
     after = rt.metadata.get_ledger("orders", victim.ledger_id)
-    assert after.is_offloaded and after.offload_uuid == verdict.replaced_by
-    assert after.offload_uuid != victim.offload_uuid and after.data_key != victim.data_key
-    assert committed(rt, victim) == [after.offload_uuid]  # exactly one
-    old = rt.metadata.get_attempt(victim.offload_uuid or "")
+    assert after.is_offloaded and after.offload_attempt_id == verdict.replaced_by
+    assert (
+        after.offload_attempt_id != victim.offload_attempt_id and after.data_key != victim.data_key
+    )
+    assert committed(rt, victim) == [after.offload_attempt_id]  # exactly one
+    old = rt.metadata.attempts.get(victim.offload_attempt_id or "")
     assert old.state is AttemptState.SUPERSEDED and "replaced by" in (old.detail or "")
-    queued = {d.object_key: d for d in rt.metadata.pending_deletions()}
+    queued = {d.object_key: d for d in pending_deletions(rt.metadata)}
     assert set(queued) == {victim.data_key, victim.index_key}
     assert all(d.reason.startswith("replaced: scrub: ") for d in queued.values())
     tiered = TopicReader(rt).read("orders", victim.ledger_id, source=Source.TIERED)
@@ -86,7 +89,7 @@ def test_a_damaged_ledger_without_a_hot_copy_fails_the_run_and_changes_nothing(
     assert not victim.has_hot_copy
     DAMAGES["flipped-payload-byte"](rt, victim)
     ledgers_before = rt.metadata.list_ledgers("orders")
-    attempts_before = rt.metadata.list_attempts()
+    attempts_before = list_attempts(rt.metadata)
     objects_before = {i.key: rt.objects.get(i.key) for i in rt.objects.list()}
     report = run_scrub(rt)
     (verdict,) = report.damaged
@@ -98,8 +101,8 @@ def test_a_damaged_ledger_without_a_hot_copy_fails_the_run_and_changes_nothing(
         report.raise_for_failure()
     assert raised.value.report is report
     assert rt.metadata.list_ledgers("orders") == ledgers_before
-    assert rt.metadata.list_attempts() == attempts_before
-    assert rt.metadata.pending_deletions() == []
+    assert list_attempts(rt.metadata) == attempts_before
+    assert pending_deletions(rt.metadata) == []
     assert {i.key: rt.objects.get(i.key) for i in rt.objects.list()} == objects_before
 
 

@@ -90,7 +90,9 @@ def _indexes_damaged_once_written(rt: Runtime) -> Runtime:
 def _offloaded_again(rt: Runtime, topic: str, ledger_id: int) -> Ledger:
     """The ledger as the repair left it: on v1 objects of its own."""
     ledger = rt.metadata.get_ledger(topic, ledger_id)
-    assert ledger.offload_mode is OffloadMode.LEDGER and ledger.offload_uuid and ledger.data_key
+    assert (
+        ledger.offload_mode is OffloadMode.LEDGER and ledger.offload_attempt_id and ledger.data_key
+    )
     return ledger
 
 
@@ -98,20 +100,24 @@ def _repaired(rt: Runtime, topic: str, ledger_id: int, damaged: str) -> LedgerRe
     new = _offloaded_again(rt, topic, ledger_id)
     size = rt.objects.stat(new.data_key or "").size
     detail = (
-        f"offloaded again from the hot copy as attempt {new.offload_uuid} ({size} bytes); "
+        f"offloaded again from the hot copy as attempt {new.offload_attempt_id} ({size} bytes); "
         "the damaged objects are queued for deletion"
     )
-    return LedgerRepair(ledger_id, Action.REPAIRED, detail, new.offload_uuid)
+    return LedgerRepair(ledger_id, Action.REPAIRED, detail, new.offload_attempt_id)
 
 
 def _damaged_too(rt: Runtime, topic: str, ledger_id: int, damaged: str) -> LedgerRepair:
     """The new objects' findings are what a scrub of them finds now."""
     new = _offloaded_again(rt, topic, ledger_id)
-    (target,) = [t for t in plan_scrub(rt.metadata, [topic]) if t.offload_uuid == new.offload_uuid]
+    (target,) = [
+        t for t in plan_scrub(rt.metadata, [topic]) if t.offload_uuid == new.offload_attempt_id
+    ]
     (result,) = scrub_targets(rt.stores, [target])
     assert [f.kind for f in result.findings] == [FindingKind.DAMAGED_INDEX]
-    detail = f"offloaded again as {new.offload_uuid}, but the new objects are damaged too"
-    return LedgerRepair(ledger_id, Action.REPAIR_FAILED, detail, new.offload_uuid, result.findings)
+    detail = f"offloaded again as {new.offload_attempt_id}, but the new objects are damaged too"
+    return LedgerRepair(
+        ledger_id, Action.REPAIR_FAILED, detail, new.offload_attempt_id, result.findings
+    )
 
 
 def _upload_failed(rt: Runtime, topic: str, ledger_id: int, damaged: str) -> LedgerRepair:
@@ -177,7 +183,7 @@ def test_a_damaged_ledgers_repair_is_reported_word_for_word(runtime: Runtime, fa
         LedgerVerdict(
             "orders",
             victim.ledger_id,
-            victim.offload_uuid or "",
+            victim.offload_attempt_id or "",
             repair.action,
             repair.detail,
             (found, *repair.findings),
@@ -234,7 +240,7 @@ def test_a_segment_ledger_already_on_objects_of_its_own_is_not_repaired_again(
     changed = LedgerRepair(
         moved,
         Action.CHANGED,
-        f"the ledger names other objects now (attempt {own.offload_uuid}); these are no "
+        f"the ledger names other objects now (attempt {own.offload_attempt_id}); these are no "
         "longer read",
     )
     assert verdict.ledgers == (changed, *(_repaired(rt, T, n, "") for n in rest))
@@ -249,7 +255,7 @@ def test_a_ledger_still_being_streamed_is_told_to_wait_for_its_offload(runtime: 
     streamed_topic(rt, T, 2)
     with streamed_open_ledger(rt, T) as open_id:
         held = ledgers_by_segment(rt, T)
-        (victim,) = [s for s in rt.metadata.segments.list(T) if held[s.segment_id] == {open_id}]
+        (victim,) = [s for s in rt.metadata.segments.of_topic(T) if held[s.segment_id] == {open_id}]
         flip_a_payload_byte(rt, victim)
 
         report = run_scrub(rt, [T])
@@ -304,7 +310,7 @@ def test_a_ledger_row_naming_no_store_is_unreadable_and_the_report_says_how_to_f
             {
                 "topic": "orders",
                 "ledger_id": victim.ledger_id,
-                "offload_uuid": victim.offload_uuid,
+                "offload_uuid": victim.offload_attempt_id,
                 "action": "unreadable",
                 "failed": True,
                 "detail": "the store could not be read; nothing was changed",

@@ -41,7 +41,7 @@ def _held_by_another_attempt(offloader: LedgerOffloader, ledger_id: int) -> str 
     ledger = rt.metadata.get_ledger(T, ledger_id)
     attempt_id = str(uuid.uuid4())
     data_key, index_key = ledger_object_keys(attempt_id, ledger_id)
-    rt.metadata.begin_attempt(
+    rt.metadata.attempts.begin(
         ledger,
         attempt_id,
         data_key,
@@ -57,7 +57,9 @@ def _held_by_another_attempt(offloader: LedgerOffloader, ledger_id: int) -> str 
 def _start_moved_past(offloader: LedgerOffloader, ledger_id: int) -> str | None:
     """Retention moved the topic's start past the ledger and has not marked it yet."""
     metadata = offloader.runtime.metadata
-    metadata.move_start(metadata.get_topic(T), Position(ledger_id=ledger_id + 1, entry_id=0))
+    metadata.retention.move_start(
+        metadata.get_topic(T), Position(ledger_id=ledger_id + 1, entry_id=0)
+    )
     return None
 
 

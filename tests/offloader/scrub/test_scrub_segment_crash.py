@@ -15,6 +15,7 @@ import time
 import pytest
 
 from fixtures.backends import crash_cases, run_cli, tiered_digests, unaccounted_objects
+from fixtures.metadata import list_attempts, pending_deletions
 from fixtures.streamed import (
     flip_a_payload_byte,
     ledgers_by_segment,
@@ -50,14 +51,16 @@ def test_sigkill_during_a_segment_repair_leaves_a_state_the_next_scrub_resolves(
     code, out = scrub(rt, point)
     assert code == -signal.SIGKILL and out == b"", f"{point} was never reached"
     first = rt.metadata.get_ledger(T, ids[0])
-    (dead,) = rt.metadata.list_attempts(T)
+    (dead,) = list_attempts(rt.metadata, T)
     assert dead.ledger_id == ids[0]
     if point == "after-commit":
-        assert first.offload_mode is OffloadMode.LEDGER and first.offload_uuid == dead.attempt_id
+        assert (
+            first.offload_mode is OffloadMode.LEDGER and first.offload_attempt_id == dead.attempt_id
+        )
         assert dead.state is AttemptState.COMMITTED
     else:
         assert first.offload_mode is OffloadMode.STREAM and first.attempt_id == dead.attempt_id
-        assert dead.state is AttemptState.STARTED and rt.metadata.pending_deletions() == []
+        assert dead.state is AttemptState.STARTED and pending_deletions(rt.metadata) == []
     assert rt.metadata.segments.get(victim.segment_id).state is SegmentState.OFFLOADED
     assert all(rt.metadata.get_ledger(T, n).offload_mode is OffloadMode.STREAM for n in ids[1:])
     assert unaccounted_objects(rt) == set()
@@ -73,16 +76,18 @@ def test_sigkill_during_a_segment_repair_leaves_a_state_the_next_scrub_resolves(
         *((n, "repaired") for n in ids[1:]),
     ]
     if point != "after-commit":
-        assert rt.metadata.get_attempt(dead.attempt_id).state is AttemptState.SUPERSEDED
+        assert rt.metadata.attempts.get(dead.attempt_id).state is AttemptState.SUPERSEDED
     assert rt.metadata.segments.get(victim.segment_id).state is SegmentState.DELETED
     for n in ids:
         ledger = rt.metadata.get_ledger(T, n)
         committed = [
             a.attempt_id
-            for a in rt.metadata.list_attempts(T, AttemptState.COMMITTED)
+            for a in list_attempts(rt.metadata, T, AttemptState.COMMITTED)
             if a.ledger_id == n
         ]
-        assert ledger.offload_mode is OffloadMode.LEDGER and committed == [ledger.offload_uuid]
+        assert ledger.offload_mode is OffloadMode.LEDGER and committed == [
+            ledger.offload_attempt_id
+        ]
     assert tiered_digests(rt) == hot
     assert unaccounted_objects(rt) == set()
     code, out = scrub(rt)

@@ -12,6 +12,7 @@ import re
 import pytest
 
 from fixtures.backends import make_topic, produce_ledgers, tiered_digests, unaccounted_objects
+from fixtures.metadata import list_attempts, pending_deletions
 from fixtures.streamed import (
     flip_a_payload_byte,
     ledgers_by_segment,
@@ -67,18 +68,18 @@ def test_a_damaged_segment_with_hot_copies_is_repaired_and_released(runtime: Run
     for repair in verdict.ledgers:
         ledger = rt.metadata.get_ledger(T, repair.ledger_id)
         assert ledger.offload_mode is OffloadMode.LEDGER
-        assert ledger.offload_uuid == repair.replaced_by is not None
+        assert ledger.offload_attempt_id == repair.replaced_by is not None
         committed = [
             a.attempt_id
-            for a in rt.metadata.list_attempts(T, AttemptState.COMMITTED)
+            for a in list_attempts(rt.metadata, T, AttemptState.COMMITTED)
             if a.ledger_id == repair.ledger_id
         ]
         assert committed == [repair.replaced_by]
-    segments = rt.metadata.segments.list(T)
+    segments = rt.metadata.segments.of_topic(T)
     for segment in segments:  # the others still hold stream-mode ledgers
         gone = segment.segment_id in released
         assert segment.state is (SegmentState.DELETED if gone else SegmentState.OFFLOADED)
-    queued = {d.object_key: d.reason for d in rt.metadata.pending_deletions()}
+    queued = {d.object_key: d.reason for d in pending_deletions(rt.metadata)}
     keys = {k for s in segments if s.segment_id in released for k in (s.data_key, s.index_key)}
     assert set(queued) == keys
     assert all(r.startswith("segment released: scrub: ") for r in queued.values())
@@ -165,7 +166,7 @@ def test_a_ledger_still_being_streamed_fails_the_run_and_keeps_the_segment(
     sealed = produce_ledgers(rt, T, [(12, part // 8)])
     with streamed_open_ledger(rt, T) as open_id:
         held = ledgers_by_segment(rt, T)
-        (victim,) = [s for s in rt.metadata.segments.list(T) if open_id in held[s.segment_id]]
+        (victim,) = [s for s in rt.metadata.segments.of_topic(T) if open_id in held[s.segment_id]]
         assert set(sealed) & held[victim.segment_id]
         flip_a_payload_byte(rt, victim)
 

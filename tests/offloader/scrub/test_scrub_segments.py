@@ -11,6 +11,7 @@ import sqlalchemy as sa
 import fixtures.streamed
 from fixtures.backends import make_topic, produce_ledgers
 from fixtures.damage import flip, overwrite_object
+from fixtures.metadata import pending_deletions
 from offloader.exceptions import ScrubFailedError
 from offloader.format import decode_segment_index
 from offloader.metadata import schema
@@ -35,16 +36,16 @@ def streamed_topic(rt: Runtime) -> list[Segment]:
     make_topic(rt, "orders")
     produce_ledgers(rt, "orders", [(40, 2000), (10, 100)])
     LedgerOffloader(rt).offload_topic("orders", up_to=2)
-    segments = rt.metadata.segments.list(STREAMED)
+    segments = rt.metadata.segments.of_topic(STREAMED)
     assert len(segments) >= 2 and all(s.state is SegmentState.OFFLOADED for s in segments)
     return segments
 
 
 def state(rt: Runtime) -> tuple[object, ...]:
     ledgers = [rt.metadata.list_ledgers(t.name) for t in rt.metadata.list_topics()]
-    segments = [rt.metadata.segments.list(t.name) for t in rt.metadata.list_topics()]
+    segments = [rt.metadata.segments.of_topic(t.name) for t in rt.metadata.list_topics()]
     objects = {info.key: rt.objects.get(info.key) for info in rt.objects.list()}
-    return ledgers, segments, rt.metadata.pending_deletions(), objects
+    return ledgers, segments, pending_deletions(rt.metadata), objects
 
 
 def test_segments_are_planned_and_scrubbed_clean(runtime: Runtime) -> None:
@@ -129,7 +130,7 @@ def test_index_and_metadata_damage(runtime: Runtime, damage: str) -> None:
         overwrite_object(rt.objects, victim.data_key, lambda data: data[:-100])
         kind, key, words = FindingKind.TRUNCATED, victim.data_key, "truncated"
     else:  # the metadata store's ranges disagree with the index
-        SL = schema.segment_ledgers
+        SL = schema.pieces
         with rt.metadata.engine.begin() as conn:
             conn.execute(
                 SL.update()

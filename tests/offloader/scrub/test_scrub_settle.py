@@ -101,7 +101,7 @@ def test_the_driver_settles_each_ledger_result_with_its_exact_verdict(
     DAMAGES["missing-data-object"](rt, lost)
     started = rt.metadata.db_now_ms()
     targets = [
-        replace(t, location=None) if t.offload_uuid == unread.offload_uuid else t
+        replace(t, location=None) if t.offload_uuid == unread.offload_attempt_id else t
         for t in plan_scrub(rt.metadata)
     ]
     results = scrub_partition(targets, rt.settings.for_object_stores())
@@ -112,12 +112,12 @@ def test_the_driver_settles_each_ledger_result_with_its_exact_verdict(
         )
 
     _check_run_fields(rt, report, started, repair=True, topics=["orders", "audit"])
-    assert unread.offload_uuid and damaged.offload_uuid and lost.offload_uuid
-    unread_findings = _findings_of(results, unread.offload_uuid)
+    assert unread.offload_attempt_id and damaged.offload_attempt_id and lost.offload_attempt_id
+    unread_findings = _findings_of(results, unread.offload_attempt_id)
     assert [f.kind for f in unread_findings] == [FindingKind.UNREADABLE]
     repaired = rt.metadata.get_ledger("orders", damaged.ledger_id)
-    assert repaired.offload_uuid != damaged.offload_uuid
-    lost_findings = _findings_of(results, lost.offload_uuid)
+    assert repaired.offload_attempt_id != damaged.offload_attempt_id
+    lost_findings = _findings_of(results, lost.offload_attempt_id)
     assert [f.kind for f in lost_findings] == [FindingKind.MISSING_DATA]
     by_ledger = {(v.topic, v.ledger_id): v for v in report.damaged}
     assert len(report.damaged) == 3 and report.failed
@@ -125,7 +125,7 @@ def test_the_driver_settles_each_ledger_result_with_its_exact_verdict(
         ("orders", unread.ledger_id): LedgerVerdict(
             "orders",
             unread.ledger_id,
-            unread.offload_uuid,
+            unread.offload_attempt_id,
             Action.UNREADABLE,
             UNREADABLE,
             unread_findings,
@@ -133,17 +133,17 @@ def test_the_driver_settles_each_ledger_result_with_its_exact_verdict(
         ("orders", damaged.ledger_id): LedgerVerdict(
             "orders",
             damaged.ledger_id,
-            damaged.offload_uuid,
+            damaged.offload_attempt_id,
             Action.REPAIRED,
-            f"offloaded again from the hot copy as attempt {repaired.offload_uuid} "
+            f"offloaded again from the hot copy as attempt {repaired.offload_attempt_id} "
             f"({repaired.data_len} bytes); the damaged objects are queued for deletion",
-            _findings_of(results, damaged.offload_uuid),
-            repaired.offload_uuid,
+            _findings_of(results, damaged.offload_attempt_id),
+            repaired.offload_attempt_id,
         ),
         ("audit", lost.ledger_id): LedgerVerdict(
             "audit",
             lost.ledger_id,
-            lost.offload_uuid,
+            lost.offload_attempt_id,
             Action.NO_HOT_COPY,
             "hot copy deleted: the damaged objects are the only copy",
             lost_findings,
@@ -173,7 +173,7 @@ def test_results_gone_stale_before_the_driver_settles_them_are_changed_even_with
     first = min(ledgers_by_segment(rt, T)[victim.segment_id])
     flip_a_payload_byte(rt, victim)
     replaced, kept = offloaded_topic(rt, "orders", [(20, 500), (30, 800)])
-    assert replaced.offload_uuid and kept.offload_uuid
+    assert replaced.offload_attempt_id and kept.offload_attempt_id
     DAMAGES["missing-data-object"](rt, replaced)
     DAMAGES["missing-data-object"](rt, kept)
     started = rt.metadata.db_now_ms()
@@ -182,7 +182,7 @@ def test_results_gone_stale_before_the_driver_settles_them_are_changed_even_with
     assert not run_scrub(rt, [T]).failed
     assert rt.metadata.segments.get(victim.segment_id).state is SegmentState.DELETED
     again = LedgerOffloader(rt).replace_ledger(
-        "orders", replaced.ledger_id, replaced.offload_uuid, "scrub: another run"
+        "orders", replaced.ledger_id, replaced.offload_attempt_id, "scrub: another run"
     )
     assert again.attempt_id is not None
 
@@ -202,22 +202,22 @@ def test_results_gone_stale_before_the_driver_settles_them_are_changed_even_with
             "objects of their own meanwhile); nothing to do",
             _findings_of(results, victim.segment_id),
         ),
-        replaced.offload_uuid: LedgerVerdict(
+        replaced.offload_attempt_id: LedgerVerdict(
             "orders",
             replaced.ledger_id,
-            replaced.offload_uuid,
+            replaced.offload_attempt_id,
             Action.CHANGED,
             f"the ledger names other objects now (attempt {again.attempt_id}); these are no "
             "longer read",
-            _findings_of(results, replaced.offload_uuid),
+            _findings_of(results, replaced.offload_attempt_id),
         ),
-        kept.offload_uuid: LedgerVerdict(
+        kept.offload_attempt_id: LedgerVerdict(
             "orders",
             kept.ledger_id,
-            kept.offload_uuid,
+            kept.offload_attempt_id,
             Action.NOT_REPAIRED,
             "repair not requested; nothing was changed",
-            _findings_of(results, kept.offload_uuid),
+            _findings_of(results, kept.offload_attempt_id),
         ),
     }
     assert late.failed
@@ -238,7 +238,7 @@ def test_an_unreadable_segment_and_a_damaged_one_without_repair_change_nothing(
     streamed_topic(rt, T, 6)
     victim = shared_segment(rt, T)
     flip_a_payload_byte(rt, victim)
-    other, *_ = rt.metadata.segments.list(T)
+    other, *_ = rt.metadata.segments.of_topic(T)
     assert other.segment_id != victim.segment_id
     held = ledgers_by_segment(rt, T)
     started = rt.metadata.db_now_ms()

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 from fixtures.backends import Fresh, produce_ledgers
 from fixtures.clock import database_time_ms
+from fixtures.metadata import pending_deletions
 from fixtures.segment_rows import add_part, assign, offloaded, pos
 from offloader.exceptions import (
     CommitFailedError,
@@ -31,7 +32,9 @@ from offloader.metadata import (
     StreamClaim,
     schema,
 )
-from offloader.metadata.segments import PieceRange, SegmentStore, covers
+from offloader.metadata.pieces import covers, release_deleted
+from offloader.metadata.records import PieceRange
+from offloader.metadata.segments import SegmentStore
 from offloader.metadata.snapshot import import_snapshot
 from offloader.policy import OffloadPolicy
 from offloader.runtime import Runtime, export_metadata
@@ -62,7 +65,7 @@ def snapshot(rt: Runtime) -> dict[str, list[Any]]:
         schema.streams,
         schema.segments,
         schema.segment_parts,
-        schema.segment_ledgers,
+        schema.pieces,
         schema.deletion_queue,
         schema.ledgers,
     )
@@ -205,7 +208,7 @@ def test_assign_records_the_keys_and_refuses_while_a_segment_is_open(
         assign(rt, claim, "b", pos(ids[2], 0))
     with pytest.raises(ValueError, match="before the segment's begin"):
         assign(rt, claim, "c", pos(ids[2], 5), planned_end=pos(ids[2], 4))
-    assert [s.segment_id for s in store.list(T)] == ["a"]
+    assert [s.segment_id for s in store.of_topic(T)] == ["a"]
 
 
 def test_each_step_moves_only_its_segment_one_version_on(rt: Runtime, store: SegmentStore) -> None:
@@ -249,8 +252,8 @@ def test_an_open_rewrite_segment_is_not_the_stream_s(rt: Runtime, store: Segment
     assert rewrite.is_open and rewrite.seq > committed.seq
     assert store.current(T) is None
     assert assign(rt, claim, "b", pos(ids[1], 0)).state is SegmentState.ASSIGNED
-    assert [x.segment_id for x in store.list(T)] == ["a", "r", "b"]
-    assert [x.segment_id for x in store.list(T, [SegmentState.OFFLOADED])] == ["a"]
+    assert [x.segment_id for x in store.of_topic(T)] == ["a", "r", "b"]
+    assert [x.segment_id for x in store.of_topic(T, [SegmentState.OFFLOADED])] == ["a"]
 
 
 def test_assign_refuses_a_begin_at_or_below_the_committed_end(
@@ -315,13 +318,13 @@ def test_a_failed_segment_queues_its_keys_and_is_replaced(rt: Runtime, store: Se
     failed = store.fail(claim, segment, detail)
     assert failed.state is SegmentState.FAILED and failed.detail == detail[:2000]
     assert failed.finished_ms is not None
-    queued = {(d.object_key, d.store_id, d.reason) for d in rt.metadata.pending_deletions()}
+    queued = {(d.object_key, d.store_id, d.reason) for d in pending_deletions(rt.metadata)}
     home = rt.stores.default_id()
     assert queued == {("a-d", home, "failed segment"), ("a-i", home, "failed segment")}
     assert store.current(T) == failed  # waiting to be replaced
     with pytest.raises(CommitFailedError, match="changed since"):
         store.fail(claim, segment, "again")  # an old version: no second queueing
-    assert len(rt.metadata.pending_deletions()) == 2
+    assert len(pending_deletions(rt.metadata)) == 2
 
     replacement = assign(rt, claim, "b", failed.begin)
     assert replacement.replaces == "a" and replacement.seq == 2
@@ -352,7 +355,7 @@ def test_commit_records_the_pieces_and_settles_exactly_the_covered_sealed_ledger
     for lid in ids[:2]:
         assert ledgers[lid].offload_state is OffloadState.OFFLOADED
         assert ledgers[lid].offload_mode is OffloadMode.STREAM
-        assert ledgers[lid].offload_uuid is None and ledgers[lid].data_key is None
+        assert ledgers[lid].offload_attempt_id is None and ledgers[lid].data_key is None
     assert ledgers[ids[2]].offload_state is OffloadState.NONE
     (piece,) = store.pieces(T, ids[2])
     assert (piece.segment.segment_id, piece.first_entry_id, piece.last_entry_id) == ("a", 0, 4)
@@ -542,12 +545,12 @@ def test_a_ledger_sealed_longer_than_its_streamed_entries_is_not_settled(
 def delete_ledgers_below(rt: Runtime, below: int) -> list[int]:
     """Retention's steps for the ledgers below ``below``: mark deleting, the hot copies
     gone, then deleted (finish_deleted_ledgers releases segments on the way)."""
-    marked, queued = rt.metadata.mark_ledgers_deleting(T, below, 100)
+    marked, queued = rt.metadata.retention.mark_ledgers_deleting(T, below, 100)
     assert queued == 0  # streamed ledgers own no objects
     for ledger_id in marked:
         rt.hot.delete(T, ledger_id)
-    rt.metadata.mark_hot_copies_deleted(T, marked)
-    assert rt.metadata.finish_deleted_ledgers() == len(marked)
+    rt.metadata.retention.mark_hot_copies_deleted(T, marked)
+    assert rt.metadata.retention.finish_deleted_ledgers() == len(marked)
     return marked
 
 
@@ -560,10 +563,10 @@ def test_a_segment_is_released_once_every_ledger_it_holds_is_deleted(
     b = offloaded(rt, claim, "b", [(ids[1], 5, 9), (ids[2], 0, 9)])
 
     # deleting is not enough: the segment goes once its ledgers are deleted
-    rt.metadata.mark_ledgers_deleting(T, ids[2], 100)
+    rt.metadata.retention.mark_ledgers_deleting(T, ids[2], 100)
     assert store.get("a").state is SegmentState.OFFLOADED
-    assert rt.metadata.pending_deletions() == []
-    rt.metadata.mark_hot_copies_deleted(T, ids[:2])
+    assert pending_deletions(rt.metadata) == []
+    rt.metadata.retention.mark_hot_copies_deleted(T, ids[:2])
     for ledger_id in ids[:2]:
         rt.hot.delete(T, ledger_id)
 
@@ -574,14 +577,14 @@ def test_a_segment_is_released_once_every_ledger_it_holds_is_deleted(
             .where(schema.ledgers.c.topic == T, schema.ledgers.c.ledger_id == ids[0])
             .values(deletion_state=DeletionState.DELETED)
         )
-        assert store.release_deleted(conn, [T]) == 0
+        assert release_deleted(conn, [T]) == 0
     assert store.get("a").state is SegmentState.OFFLOADED
 
-    assert rt.metadata.finish_deleted_ledgers() == 1  # ids[1]
+    assert rt.metadata.retention.finish_deleted_ledgers() == 1  # ids[1]
     released = store.get("a")
     assert released.state is SegmentState.DELETED and released.version == a.version + 1
     assert store.get("b").state is SegmentState.OFFLOADED
-    deletions = rt.metadata.pending_deletions()
+    deletions = pending_deletions(rt.metadata)
     assert {(d.object_key, d.store_id) for d in deletions} == {
         ("a-d", a.store_id),
         ("a-i", a.store_id),
@@ -592,6 +595,6 @@ def test_a_segment_is_released_once_every_ledger_it_holds_is_deleted(
     assert delete_ledgers_below(rt, ids[2] + 1) == [ids[2]]
     assert store.get("b").state is SegmentState.DELETED
     assert all(x.deletion_state is DeletionState.DELETED for x in rt.metadata.list_ledgers(T))
-    assert {d.object_key for d in rt.metadata.pending_deletions()} == {"a-d", "a-i", "b-d", "b-i"}
+    assert {d.object_key for d in pending_deletions(rt.metadata)} == {"a-d", "a-i", "b-d", "b-i"}
     with rt.metadata.transaction() as conn:
-        assert store.release_deleted(conn, [T]) == 0  # once only
+        assert release_deleted(conn, [T]) == 0  # once only

@@ -24,6 +24,7 @@ import pytest
 import sqlalchemy as sa
 
 from fixtures.backends import BACKENDS, crash_cases, run_cli, settings_env
+from fixtures.metadata import pending_deletions
 from fixtures.streams import (
     check_sealed_ledgers_streamed,
     converge,
@@ -78,7 +79,7 @@ def kill_at(rt: Runtime, point: str) -> None:
 
 def check_killed_state(rt: Runtime, point: str) -> None:
     """What the dead pass left: one segment, as far as it got."""
-    (segment,) = rt.metadata.segments.list(T)
+    (segment,) = rt.metadata.segments.of_topic(T)
     parts = rt.metadata.segments.parts(segment)
     stage = STREAM_POINTS.index(point)
     assert segment.planned_end is not None  # history: a planned segment
@@ -124,7 +125,7 @@ def check_killed_state(rt: Runtime, point: str) -> None:
             if x.offload_state is OffloadState.OFFLOADED and x.offload_mode is OffloadMode.STREAM
         ]
         assert settled and all(x.ledger_id < segment.end.ledger_id for x in settled)  # type: ignore[union-attr]
-    assert rt.metadata.pending_deletions() == []
+    assert pending_deletions(rt.metadata) == []
 
 
 def check_clean_store(rt: Runtime) -> None:
@@ -150,7 +151,7 @@ def test_sigkill_at_each_point_then_passes_converge(runtime: Runtime, point: str
     setup_topic(rt)
     kill_at(rt, point)
     check_killed_state(rt, point)
-    (crashed,) = rt.metadata.segments.list(T)
+    (crashed,) = rt.metadata.segments.of_topic(T)
     # the dead pass's lease holds the stream until it runs out
     assert stream_lease_until(rt) > rt.metadata.db_now_ms()  # type: ignore[operator]
     with pytest.raises(StreamBusyError):
@@ -163,7 +164,7 @@ def test_sigkill_at_each_point_then_passes_converge(runtime: Runtime, point: str
     finished = rt.metadata.segments.get(crashed.segment_id)
     assert finished.state is SegmentState.OFFLOADED
     assert finished.end == crashed.planned_end
-    assert all(s.state is SegmentState.OFFLOADED for s in rt.metadata.segments.list(T)), (
+    assert all(s.state is SegmentState.OFFLOADED for s in rt.metadata.segments.of_topic(T)), (
         "a segment failed on the way"
     )
     check_sealed_ledgers_streamed(rt)
@@ -189,13 +190,13 @@ def _is_stopped(pid: int) -> bool:
 
 
 def snapshot(rt: Runtime) -> dict[str, Any]:
-    tables = (schema.streams, schema.segments, schema.segment_parts, schema.segment_ledgers)
+    tables = (schema.streams, schema.segments, schema.segment_parts, schema.pieces)
     with rt.metadata.engine.connect() as conn:
         rows = {
             t.name: sorted(map(tuple, conn.execute(sa.select(t)).all()), key=repr) for t in tables
         }
     rows["ledgers"] = rt.metadata.list_ledgers(T)
-    rows["deletions"] = rt.metadata.pending_deletions()
+    rows["deletions"] = pending_deletions(rt.metadata)
     return rows
 
 
@@ -217,7 +218,7 @@ def test_a_zombie_woken_after_takeover_is_fenced_and_changes_nothing(runtime: Ru
             assert zombie.poll() is None, zombie.communicate()[1].decode()
             assert time.monotonic() < deadline, "the zombie never reached its stop point"
             time.sleep(0.02)
-        (segment,) = rt.metadata.segments.list(T)
+        (segment,) = rt.metadata.segments.of_topic(T)
         assert segment.state is SegmentState.ASSIGNED and segment.upload_id is not None
         assert rt.metadata.segments.parts(segment) == []  # uploaded, not recorded
 

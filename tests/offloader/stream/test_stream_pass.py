@@ -15,6 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from fixtures.backends import produce_ledgers
+from fixtures.metadata import pending_deletions
 from fixtures.streams import (
     check_sealed_ledgers_streamed,
     check_segments,
@@ -74,7 +75,7 @@ def expected_history_ends(rt: Runtime, begin: Position, max_bytes: int) -> list[
 def part_sizes_ok(rt: Runtime) -> None:
     """Every offloaded segment's parts but the last are at least min_part_bytes (S3's rule)."""
     min_part = rt.metadata.get_topic(T).policy.min_part_bytes
-    for segment in rt.metadata.segments.list(T, [SegmentState.OFFLOADED]):
+    for segment in rt.metadata.segments.of_topic(T, [SegmentState.OFFLOADED]):
         parts = rt.metadata.segments.parts(segment)
         assert all(p.length >= min_part for p in parts[:-1]), segment.segment_id
         assert sum(p.length for p in parts) == segment.data_len
@@ -89,7 +90,7 @@ def test_sealed_history_is_split_at_planned_ends_and_round_trips(runtime: Runtim
     assert len(planned) == 2
 
     first = run_pass(rt)
-    segments = rt.metadata.segments.list(T)
+    segments = rt.metadata.segments.of_topic(T)
     assert first.committed == [s.segment_id for s in segments[:2]]
     assert [s.end for s in segments[:2]] == planned
     assert [s.planned_end for s in segments[:2]] == planned
@@ -127,7 +128,7 @@ def test_history_boundaries_follow_plan_segment_end_when_streaming_is_turned_on(
     produce(rt, T, ledgers_for(rt, 3.2), seed=11)
     set_policy(rt, T, streaming=True)
     run_pass(rt)
-    done = rt.metadata.segments.list(T, [SegmentState.OFFLOADED])
+    done = rt.metadata.segments.of_topic(T, [SegmentState.OFFLOADED])
     assert len(done) == 3
 
     def sizes(ledger_id: int, first: int) -> list[int]:
@@ -165,7 +166,7 @@ def test_the_open_ledgers_confirmed_entries_are_streamed(runtime: Runtime) -> No
         assert rt.hot.info(T, open_id).entry_count == 8
 
         result = run_pass(rt, close_now=True)
-        (segment,) = rt.metadata.segments.list(T)
+        (segment,) = rt.metadata.segments.of_topic(T)
         assert result.committed == [segment.segment_id]
         assert segment.end == Position(ledger_id=open_id, entry_id=7)
         entries = segment_entries(rt, segment)
@@ -203,7 +204,7 @@ def test_an_index_written_before_the_open_ledger_sealed_is_accepted(
         with crash_at(monkeypatch, "stream-after-index"):
             run_pass(rt, close_now=True)
     assert rt.metadata.get_ledger(T, open_id).state is LedgerState.SEALED
-    (segment,) = rt.metadata.segments.list(T)
+    (segment,) = rt.metadata.segments.of_topic(T)
     assert segment.state is SegmentState.CLOSING
     assert rt.objects.exists(segment.index_key)
     result = run_pass(rt)
@@ -219,7 +220,7 @@ def test_a_tail_smaller_than_a_part_waits_until_it_grows_or_ages(runtime: Runtim
     small = max(1, p.min_part // (p.entry_max // 2) // 3)  # entries of about a third part
     produce_ledgers(rt, T, [(small, p.entry_max)])
     first = run_pass(rt)
-    (segment,) = rt.metadata.segments.list(T)
+    (segment,) = rt.metadata.segments.of_topic(T)
     assert (first.parts_uploaded, first.committed) == (0, [])
     assert first.waiting_bytes > 0 and segment.state is SegmentState.ASSIGNED
     assert segment.data_len == 0 and segment.end is None
@@ -288,11 +289,11 @@ def test_segments_roll_over_at_about_the_maximum_size(runtime: Runtime) -> None:
     p = stream_topic(rt)
     produce_ledgers(rt, T, [(3, p.entry_max)])
     run_pass(rt)  # the segment is assigned while history is small: no planned end
-    (segment,) = rt.metadata.segments.list(T)
+    (segment,) = rt.metadata.segments.of_topic(T)
     assert segment.planned_end is None
     produce(rt, T, ledgers_for(rt, 3.5), seed=5)
     result = run_pass(rt)
-    done = rt.metadata.segments.list(T, [SegmentState.OFFLOADED])
+    done = rt.metadata.segments.of_topic(T, [SegmentState.OFFLOADED])
     assert result.committed == [s.segment_id for s in done]
     assert len(done) >= 3
     slack = 2 * (p.entry_max + ENTRY_FRAME + HEADER_LEN)  # one entry past, a block padded
@@ -309,7 +310,7 @@ def test_close_now_completes_the_current_segment(runtime: Runtime) -> None:
     stream_topic(rt)
     produce(rt, T, 2)
     run_pass(rt)
-    (segment,) = rt.metadata.segments.list(T)
+    (segment,) = rt.metadata.segments.of_topic(T)
     assert segment.state is SegmentState.ASSIGNED
     result = run_pass(rt, close_now=True)
     assert result.committed == [segment.segment_id]
@@ -329,14 +330,14 @@ def test_a_short_last_part_closes_its_segment_even_when_the_pass_died_before(
     produce_ledgers(rt, T, [(3, p.entry_max)])
     with crash_at(monkeypatch, "stream-after-part-record"):
         run_pass(rt, close_now=True)
-    (segment,) = rt.metadata.segments.list(T)
+    (segment,) = rt.metadata.segments.of_topic(T)
     (part,) = rt.metadata.segments.parts(segment)
     assert part.length < p.min_part and segment.state is SegmentState.ASSIGNED
     produce(rt, T, ledgers_for(rt, 0.8), seed=9)
     run_pass(rt)
     assert rt.metadata.segments.get(segment.segment_id).state is SegmentState.OFFLOADED
     converge(rt)
-    assert not rt.metadata.segments.list(T, [SegmentState.FAILED, SegmentState.REPLACED])
+    assert not rt.metadata.segments.of_topic(T, [SegmentState.FAILED, SegmentState.REPLACED])
     part_sizes_ok(rt)
     check_sealed_ledgers_streamed(rt)
 
@@ -372,7 +373,7 @@ def test_streaming_off_leaves_the_rest_to_ledger_offload_and_on_resumes_without_
     set_policy(rt, T, streaming=True)
     later = produce(rt, T, 2, seed=33)
     run_pass(rt, close_now=True)
-    segments = rt.metadata.segments.list(T, [SegmentState.OFFLOADED])
+    segments = rt.metadata.segments.of_topic(T, [SegmentState.OFFLOADED])
     resumed = [s for s in segments if s.begin > streamed_end]
     assert resumed and resumed[0].begin == Position(
         ledger_id=streamed_end.ledger_id, entry_id=streamed_end.entry_id + 1
@@ -442,7 +443,7 @@ def test_entries_written_between_and_during_passes_appear_once_in_order(
     streamed = check_segments(rt)
     assert [streamed[k] for k in sorted(streamed)] == written
     ledgers = rt.metadata.list_ledgers(T, live=True)
-    segments = rt.metadata.segments.list(T, [SegmentState.OFFLOADED])
+    segments = rt.metadata.segments.of_topic(T, [SegmentState.OFFLOADED])
     assert len(ledgers) > len(segments) > 3  # rolled over many times, both of them
     assert any(len(rt.metadata.segments.pieces(T, x.ledger_id)) > 1 for x in ledgers)
     reader = TopicReader(rt)
@@ -462,17 +463,17 @@ def test_a_pass_with_nothing_new_uploads_nothing(runtime: Runtime) -> None:
     stream_topic(rt)
     empty = run_pass(rt)
     assert (empty.parts_uploaded, empty.committed, empty.open_segment) == (0, [], None)
-    assert rt.metadata.segments.list(T) == []
+    assert rt.metadata.segments.of_topic(T) == []
     produce(rt, T, 2)
     converge(rt)
     keys = {o.key for o in rt.objects.list()}
     uploads = list(rt.objects.list_multipart_uploads())
-    segments = rt.metadata.segments.list(T)
+    segments = rt.metadata.segments.of_topic(T)
     for close_now in (False, True):
         result = run_pass(rt, close_now=close_now)
         assert (result.parts_uploaded, result.bytes_uploaded, result.committed) == (0, 0, [])
         assert result.failed == [] and result.open_segment is None
-    assert rt.metadata.segments.list(T) == segments
+    assert rt.metadata.segments.of_topic(T) == segments
     assert {o.key for o in rt.objects.list()} == keys
     assert list(rt.objects.list_multipart_uploads()) == uploads
 
@@ -512,7 +513,7 @@ def test_a_segment_whose_upload_vanished_is_failed_and_replaced(
     p = stream_topic(rt, segment_max_bytes=profile(rt).segment_max * 4)
     produce(rt, T, ledgers_for(rt, 0.8))
     run_pass(rt)
-    (segment,) = rt.metadata.segments.list(T)
+    (segment,) = rt.metadata.segments.of_topic(T)
     assert rt.metadata.segments.parts(segment), "a part was recorded"
     assert segment.upload_id is not None
     rt.objects.abort_multipart(MultipartUpload(key=segment.data_key, upload_id=segment.upload_id))
@@ -529,9 +530,9 @@ def test_a_segment_whose_upload_vanished_is_failed_and_replaced(
     assert warning.getMessage().startswith(
         f"segment {segment.segment_id} failed, to be replaced: {why}"
     )
-    (replacement,) = rt.metadata.segments.list(T, [SegmentState.OFFLOADED])
+    (replacement,) = rt.metadata.segments.of_topic(T, [SegmentState.OFFLOADED])
     assert replacement.replaces == segment.segment_id and replacement.begin == segment.begin
-    assert {d.object_key for d in rt.metadata.pending_deletions()} == {
+    assert {d.object_key for d in pending_deletions(rt.metadata)} == {
         segment.data_key,
         segment.index_key,
     }

@@ -39,7 +39,7 @@ def test_a_closing_run_reports_the_pass_and_the_hot_copies_it_deleted(runtime: R
     ids = produce(rt, "a", 2)
     [result] = run_streaming(rt, StreamRunParams(close_now=True), owner="test")
     assert set(result) == PASS_KEYS | {"status", "detail", "hot_deleted"}
-    [segment] = rt.metadata.segments.list("a")
+    [segment] = rt.metadata.segments.of_topic("a")
     assert segment.state is SegmentState.OFFLOADED
     assert {k: result[k] for k in ("topic", "status", "detail", "epoch", "failed")} == {
         "topic": "a",
@@ -66,7 +66,7 @@ def test_an_open_segment_is_reported_and_hot_copies_within_their_lag_stay(
     stream_topic(rt, "a")  # a 4 h deletion lag
     produce(rt, "a", 1)
     [result] = run_streaming(rt, StreamRunParams(), owner="test")
-    [segment] = rt.metadata.segments.list("a")
+    [segment] = rt.metadata.segments.of_topic("a")
     assert segment.state is SegmentState.ASSIGNED
     assert result["status"] == "done" and result["committed"] == []
     assert result["open_segment"] == segment.segment_id
@@ -84,7 +84,7 @@ def test_a_topic_another_pass_holds_is_busy_and_its_hot_copies_are_still_looked_
     assert set(result) == {"topic", "status", "detail", "hot_deleted"}
     assert result["topic"] == "a" and result["status"] == "busy"
     assert "other" in result["detail"] and result["hot_deleted"] == []
-    assert rt.metadata.segments.list("a") == []
+    assert rt.metadata.segments.of_topic("a") == []
 
 
 def test_one_topic_failing_holds_no_other_back(
@@ -123,7 +123,7 @@ def test_one_topic_failing_holds_no_other_back(
         "hot_deleted": [],
     }
     assert owners == ["run-7", "run-7"]
-    assert [s.state for s in rt.metadata.segments.list("b")] == [SegmentState.OFFLOADED]
+    assert [s.state for s in rt.metadata.segments.of_topic("b")] == [SegmentState.OFFLOADED]
     assert results[1]["hot_deleted"] == [x.ledger_id for x in rt.metadata.list_ledgers("b")]
 
 
@@ -147,7 +147,7 @@ def test_the_topics_that_stream(runtime: Runtime) -> None:
     run_streaming(rt, StreamRunParams(topic="turned-off"), owner="test")  # leaves it open
     topic = rt.metadata.get_topic("turned-off")
     rt.metadata.set_policy(topic, topic.policy.updated({"streaming": False}))
-    rt.metadata.delete_topic(rt.metadata.get_topic("gone"))
+    rt.metadata.retention.delete_topic(rt.metadata.get_topic("gone"))
     assert streaming_topics(rt.metadata) == ["on", "turned-off"]
     assert streaming_topics(rt.metadata, "plain") == ["plain"]
     with pytest.raises(TopicDeletedError, match=r"^topic 'gone' was deleted: nothing to stream$"):

@@ -1,4 +1,5 @@
-"""The object_stores table: one row per store location that offloads went to.
+"""Recorded store locations (the object_stores table): one row per store location that
+offloads went to; ledgers, attempts, segments and queued deletions name it by ``store_id``.
 
 Rows are only ever inserted, so an id, once handed out, names the same location forever.
 """
@@ -26,7 +27,7 @@ def _where(location: StoreLocation) -> sa.ColumnElement[bool]:
     )
 
 
-def record_store(conn: Connection, location: StoreLocation) -> int:
+def record_location(conn: Connection, location: StoreLocation) -> int:
     """The id of ``location``, inserting it if new; racing recorders agree on one row."""
     found = conn.execute(sa.select(S.c.id).where(_where(location))).scalar()
     if found is not None:
@@ -46,14 +47,14 @@ def record_store(conn: Connection, location: StoreLocation) -> int:
     return int(conn.execute(sa.select(S.c.id).where(_where(location))).scalar_one())
 
 
-def load_store(conn: Connection, store_id: int) -> StoreLocation:
+def load_location(conn: Connection, store_id: int) -> StoreLocation:
     row = conn.execute(sa.select(S).where(S.c.id == store_id)).mappings().first()
     if row is None:
         raise NotFoundError(f"object store {store_id} is not recorded in the metadata")
     return StoreLocation(row["kind"], row["location"], row["prefix"], row["endpoint"])
 
 
-def list_stores(conn: Connection) -> list[tuple[int, StoreLocation]]:
+def list_locations(conn: Connection) -> list[tuple[int, StoreLocation]]:
     """Every recorded store, by id: what the orphan sweep walks."""
     rows = conn.execute(sa.select(S).order_by(S.c.id)).mappings()
     return [

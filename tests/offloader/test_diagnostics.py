@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 from pydantic import ValidationError
 
-from offloader.errors import describe_error
+from offloader.diagnostics import describe_error
 from offloader.exceptions import NotFoundError, OffloaderError
 from offloader.settings import Settings
 
