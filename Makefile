@@ -36,9 +36,11 @@ test: install lint browser
 test-long:
 	$(MAKE) test TEST_SELECT="long or not long"
 
+# mypy checks the files pyproject.toml's [tool.mypy] names (include/, plugins/), not strict.
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check include tests benchmarks plugins dags scripts
+	$(BIN)/mypy
 
 # The main job on the embedded default: Airflow on SQLite, local files, the demo checks.
 demo: install
@@ -101,7 +103,7 @@ constraints:
 	mv constraints.txt.new constraints.txt
 
 clean:
-	rm -rf $(VENV) var .pytest_cache .ruff_cache
+	rm -rf $(VENV) var .pytest_cache .ruff_cache .mypy_cache
 
 # Local stack without Docker (same components as docker-compose.yaml, on 127.0.0.1, state
 # under var/stack): see docs/DEPLOYMENT.md.

@@ -51,6 +51,8 @@ from offloader.stream.offloader import StreamingOffloader
 from offloader.stream.runs import stream_topic
 
 Handler = Callable[[argparse.Namespace, Runtime], tuple[Any, str]]
+# `offloader db` runs without a runtime (the schema may be behind): it gets the settings
+SettingsHandler = Callable[[argparse.Namespace, Settings], tuple[Any, str]]
 
 # produce generates test data in memory: one payload at a time, at most this many entries.
 PRODUCE_MAX_COUNT = 10_000_000
@@ -205,7 +207,7 @@ def cmd_plan(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
 
 
 def cmd_read(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
-    entries = []
+    entries: list[dict[str, Any]] = []
     for entry_id, payload in TopicReader(rt).read(
         args.topic, args.ledger, args.first, args.last, Source(args.source)
     ):
@@ -447,7 +449,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
     def command(
-        name: str, handler: Handler, help_: str, parent: Any = sub
+        name: str, handler: Handler | SettingsHandler, help_: str, parent: Any = sub
     ) -> argparse.ArgumentParser:
         p = parent.add_parser(name, help=help_)
         p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -555,7 +557,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("upgrade", cmd_db_upgrade, "migrate the metadata database to this release's schema"),
         ("check", cmd_db_check, "exit 0 at the head revision, 2 otherwise"),
     ):
-        command(name, handler, help_, db_sub).set_defaults(without_runtime=True)  # type: ignore[arg-type]
+        command(name, handler, help_, db_sub).set_defaults(without_runtime=True)
 
     scrub_help = (
         "read every offloaded object and check it; offload damaged ledgers again from their "

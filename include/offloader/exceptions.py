@@ -4,6 +4,13 @@ Bad arguments raise ValueError/TypeError (or a subclass below); the classes here
 conditions a caller may want to handle.
 """
 
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+_E = TypeVar("_E", bound=Exception)
+# __reduce__ of an error whose __init__ takes keyword-only arguments: (_rebuild, its arguments)
+_Reduced = tuple[Callable[..., Exception], tuple[type[Exception], tuple[Any, ...], dict[str, Any]]]
+
 
 class OffloaderError(Exception):
     """Base of the library's own errors."""
@@ -79,11 +86,11 @@ class FormatError(OffloaderError, ValueError):
         super().__init__(message)
         self.offset = offset
 
-    def __reduce__(self):  # type: ignore[no-untyped-def]
+    def __reduce__(self) -> _Reduced:
         return _rebuild, (type(self), self.args, self.__dict__)
 
 
-def _rebuild(cls: type, args: tuple, state: dict):  # type: ignore[no-untyped-def, type-arg]
+def _rebuild(cls: type[_E], args: tuple[Any, ...], state: dict[str, Any]) -> _E:
     """Unpickle an error whose __init__ takes keyword-only arguments."""
     error = Exception.__new__(cls)
     error.args = args
@@ -149,7 +156,7 @@ class ScrubFailedError(OffloaderError):
         super().__init__(message)
         self.report = report
 
-    def __reduce__(self):  # type: ignore[no-untyped-def]
+    def __reduce__(self) -> _Reduced:
         return _rebuild, (type(self), self.args, self.__dict__)
 
 
@@ -162,5 +169,5 @@ class RewriteFailedError(OffloaderError):
         super().__init__(message)
         self.report = report
 
-    def __reduce__(self):  # type: ignore[no-untyped-def]
+    def __reduce__(self) -> _Reduced:
         return _rebuild, (type(self), self.args, self.__dict__)

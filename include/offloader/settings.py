@@ -111,7 +111,7 @@ class Settings(BaseSettings):
     def for_object_stores(self) -> Settings:
         """Only what opening an object store needs (endpoint, region, keys, tuning): what a
         Spark executor gets in its task closure. No metadata URL, no local paths."""
-        return Settings.from_values(**self.model_dump(include=OBJECT_STORE_FIELDS))
+        return Settings.from_values(**self.model_dump(include=set(OBJECT_STORE_FIELDS)))
 
     @field_validator("data_dir", "ledger_dir")
     @classmethod

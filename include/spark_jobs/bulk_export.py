@@ -27,9 +27,10 @@ log = logging.getLogger("bulk_export")
 
 def export(args: AppArgs, settings: Settings) -> int:
     params = ExportParams.model_validate_json(args.params_json)
-    if params.export_id is None:
+    export_id = params.export_id
+    if export_id is None:
         raise ValueError("the params name no export_id")
-    params = params.with_defaults(params.export_id, settings.resolved_object_store_url)
+    params = params.with_defaults(export_id, settings.resolved_object_store_url)
     with Runtime.open(settings) as runtime:
         plan = plan_export(runtime.metadata, params)
     log.info("export %s to %s: %s", params.export_id, params.output, json.dumps(plan.summary()))
@@ -37,7 +38,7 @@ def export(args: AppArgs, settings: Settings) -> int:
         log.info("dry run: nothing written")
         return 0
     assert params.output is not None
-    target = ExportTarget.new_attempt(params.output, params.export_id)
+    target = ExportTarget.new_attempt(params.output, export_id)
     closure = settings.for_object_stores()  # what executors need, and nothing more
     with spark_context(f"bulk_export {params.export_id}", args.library_zip) as sc:
         files = spread(sc, plan.slices, lambda parts: export_slices(parts, target, closure))

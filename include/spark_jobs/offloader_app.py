@@ -86,7 +86,7 @@ def spark_context(app_name: str, library_zip: str | None) -> Iterator[SparkConte
 
 
 def spread(
-    sc: SparkContext, items: Sequence[Any], work: Callable[[Iterator[Any]], Iterable[Any]]
+    sc: SparkContext, items: Sequence[Any], work: Callable[[Iterable[Any]], Iterable[Any]]
 ) -> list[Any]:
     """``work`` over ``items``, one item a Spark task (partitions spread over executors);
     everything ``work`` returned, in the items' order."""

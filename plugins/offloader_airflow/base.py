@@ -27,6 +27,10 @@ class OffloaderBaseOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = offloader_template_fields()
+    # An operator taking a ``dry_run`` argument keeps it under that name (a template field,
+    # named as the run's Param), which hides BaseOperator.dry_run(), a method nothing in
+    # Airflow 3 calls; declared here so the subclasses' attribute has one type.
+    dry_run: bool  # type: ignore[assignment]
 
     def __init__(
         self,

@@ -87,18 +87,23 @@ class _ExtraBase(BaseModel):
 def _tuning_field(name: str) -> tuple[Any, Any]:
     """Settings' field ``name``, optional, with Settings' bounds (one rule, two models)."""
     source = Settings.model_fields[name]
+    assert source.annotation is not None  # every Settings field is annotated
     bounds = ("ge", "gt", "le", "lt")
     rules = {b: getattr(m, b) for m in source.metadata for b in bounds if hasattr(m, b)}
     described = f"see `OFFLOADER_{name.upper()}` (default {source.default})"
     return source.annotation | None, Field(None, description=described, **rules)
 
 
+# create_model's field definitions, (annotation, FieldInfo) by name; Any, as `**` spreads
+# them over create_model's own keywords (__config__, ...) too
+_tuning_fields: dict[str, Any] = {name: _tuning_field(name) for name in TUNING_KEYS}
+
 #: The offloader connection's extra: one model for the hook, the docs table and its test.
 OffloaderConnectionExtra: type[_ExtraBase] = create_model(
     "OffloaderConnectionExtra",
     __base__=_ExtraBase,
     __doc__="The offloader connection's extra; unknown keys are refused.",
-    **{name: _tuning_field(name) for name in TUNING_KEYS},
+    **_tuning_fields,
 )
 
 

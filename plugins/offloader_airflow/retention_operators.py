@@ -26,7 +26,8 @@ _DEFAULTS = RetentionParams()
 
 def _jsonable(value: Any) -> Any:
     """A result as XCom holds it: plain JSON (positions as 'L:E')."""
-    return json.loads(json.dumps(asdict(value) if is_dataclass(value) else value, default=str))
+    plain = asdict(value) if is_dataclass(value) and not isinstance(value, type) else value
+    return json.loads(json.dumps(plain, default=str))
 
 
 class PlanRetentionOperator(OffloaderBaseOperator):

@@ -189,7 +189,8 @@ class BulkExportOperator(OffloaderSparkOperator):
         super().__init__(application=application, **kwargs)
         self.export_params = export_params
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    # the result is the task's XCom; the provider's SparkSubmitOperator.execute says -> None
+    def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]
         from offloader.bulk.export import published_manifest  # pyarrow: not at parse time
 
         params = ExportParams.parse(self.export_params or {})
@@ -231,7 +232,8 @@ class ScrubOperator(OffloaderSparkOperator):
         super().__init__(application=application, **kwargs)
         self.scrub_params = scrub_params
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    # the result is the task's XCom; the provider's SparkSubmitOperator.execute says -> None
+    def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]
         from offloader.scrub.output import read_report_at
 
         params = ScrubParams.parse(self.scrub_params or {})
@@ -283,7 +285,8 @@ class BulkRewriteOperator(OffloaderSparkOperator):
         super().__init__(application=application, **kwargs)
         self.rewrite_params = rewrite_params
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    # the result is the task's XCom; the provider's SparkSubmitOperator.execute says -> None
+    def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]
         params = RewriteParams.parse(self.rewrite_params or {})
         settings = self.portable_settings()
         with self.offloader_hook.get_runtime() as runtime:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import AssetAlias, Context
+from pydantic import JsonValue
 
 from offloader.stream.params import StreamRunParams
 from offloader.stream.runs import FAILED, run_streaming, streaming_topics
@@ -114,7 +115,7 @@ def _describe(r: dict[str, Any]) -> str:
 def _record_outlets(context: Context, results: list[dict[str, Any]]) -> None:
     # a committed segment settles the ledgers it completes in its own commit, so those are
     # not all in settled_ledgers: a commit counts as new offloaded data too
-    offloaded = {
+    offloaded: dict[str, JsonValue] = {
         r["topic"]: {"committed": r["committed"], "settled_ledgers": r["settled_ledgers"]}
         for r in results
         if r.get("committed") or r.get("settled_ledgers")

@@ -3,6 +3,7 @@ in one atomic step; a reader reads it first and then only the files it lists."""
 
 from __future__ import annotations
 
+import builtins
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -47,11 +48,11 @@ class ExportManifest(BaseModel):
         """Every file relative to the manifest's folder: what a reader opens."""
         return [self.root + f.path for f in self.files]
 
-    def to_bytes(self) -> bytes:
+    def to_bytes(self) -> builtins.bytes:
         return self.model_dump_json(indent=1).encode()
 
     @classmethod
-    def from_bytes(cls, data: bytes, where: str) -> ExportManifest:
+    def from_bytes(cls, data: builtins.bytes, where: str) -> ExportManifest:
         """ValueError naming ``where`` if ``data`` is not an export manifest."""
         try:
             return cls.model_validate_json(data)

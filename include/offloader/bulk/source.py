@@ -22,10 +22,7 @@ def read_slice(store: ObjectStore, part: ExportSlice, prefetch: int) -> Iterator
         ledger_id=part.ledger_id,
         last_entry_id=part.ledger_last_entry_id,
         prefetch=prefetch,
-        **(
-            {"segment": True, "first_entry_id": part.piece_first_entry_id}
-            if part.in_segment
-            else {}
-        ),
+        segment=part.in_segment,
+        first_entry_id=part.piece_first_entry_id,
     )
     return reader.read_batches(part.first_entry_id, part.last_entry_id)

@@ -21,6 +21,7 @@ from offloader.format.layout import (
     ChunkRef,
     EncodedBlock,
     LedgerMetadata,
+    Payload,
     _crc,
 )
 
@@ -51,7 +52,7 @@ class _BlockBuilder:
         self.chunk_start = 0
         self.chunk_first = first_id
 
-    def fill(self, entries: Iterator[tuple[int, bytes]]) -> tuple[int, bytes] | None:
+    def fill(self, entries: Iterator[tuple[int, Payload]]) -> tuple[int, Payload] | None:
         """Append entries until one does not fit; return that one, or None when exhausted.
 
         One tight loop with locals: per-entry Python overhead is what limits small entries.
@@ -109,7 +110,7 @@ class _BlockBuilder:
         return ChunkRef(first, self.offset + start, end - start, count, crc, start == 0)
 
 
-def _payload_bytes(payload: bytes | bytearray | memoryview) -> bytes | bytearray | memoryview:
+def _payload_bytes(payload: Payload) -> Payload:
     if isinstance(payload, bytes | bytearray):
         return payload
     return memoryview(payload).cast("B")
@@ -160,7 +161,7 @@ def _encode_blocks(
     if first is None:
         raise EmptyLedgerError("a ledger with no entries cannot be encoded: nothing to index")
     part_id, offset = 1, 0
-    pending: tuple[int, bytes] | None = first
+    pending: tuple[int, Payload] | None = first
     while pending is not None:
         builder = _BlockBuilder(max_block_size, chunk_target, part_id, offset, pending[0])
         pending = builder.fill(itertools.chain((pending,), entries))

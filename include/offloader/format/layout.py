@@ -28,6 +28,9 @@ DEFAULT_CHUNK_TARGET = 1 << 20
 MIN_BLOCK_SIZE = HEADER_LEN + ENTRY_FRAME + 1
 FORMAT_VERSION = 1
 
+# An entry's payload as encoders take it: any bytes-like object, copied into the block.
+Payload = bytes | bytearray | memoryview
+
 # Magics are packed unsigned: the bytes are the same as Java's signed int32.
 _BLOCK_HEADER = struct.Struct(">Iqqq100x")  # magic, header_len, block_len, first_entry_id
 _FRAME = struct.Struct(">iq")  # entry_len, entry_id

@@ -169,9 +169,12 @@ def entries_at(
     """(entry id, payload copy) for payloads at ``starts``/``lengths`` in ``data``, ids
     running from ``first_id``: the per-entry view of what the offset parsers found."""
     ends = map(operator.add, starts, lengths)
-    payloads: Iterator[bytes] = map(data.__getitem__, map(slice, starts, ends))
-    if not isinstance(data, bytes):  # slicing bytes already copies; a view must be copied
-        payloads = map(bytes, payloads)
+    slices = map(slice, starts, ends)
+    payloads: Iterator[bytes]
+    if isinstance(data, bytes):  # slicing bytes already copies; a view must be copied
+        payloads = map(data.__getitem__, slices)
+    else:
+        payloads = map(bytes, map(data.__getitem__, slices))
     return zip(range(first_id, first_id + len(starts)), payloads, strict=False)
 
 

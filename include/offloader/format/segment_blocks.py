@@ -13,6 +13,7 @@ from offloader.format.layout import (
     DEFAULT_CHUNK_TARGET,
     ENTRY_FRAME,
     HEADER_LEN,
+    Payload,
 )
 from offloader.format.segment_layout import (
     _INT64_MAX,
@@ -22,7 +23,6 @@ from offloader.format.segment_layout import (
     SegmentBlockRef,
 )
 
-Payload = bytes | bytearray | memoryview
 Run = tuple[int, list[tuple[int, Payload]]]  # one ledger's consecutive entries of a batch
 
 

@@ -95,7 +95,8 @@ def encode_segment_index(
 
 def _check_segment_blocks(blocks: Sequence[SegmentBlockRef]) -> None:
     """Ledger ids rise (each ledger's blocks together), part ids run 1, 2, ... with no gap."""
-    prev_ledger, parts = 0, (1,)
+    prev_ledger = 0
+    parts: tuple[int, ...] = (1,)  # the part ids the next block may have
     for b in blocks:
         where = f"block at offset {b.ref.offset}"
         if b.ledger_id < prev_ledger:
@@ -169,7 +170,8 @@ def decode_segment_index(data: bytes) -> SegmentIndex:
 
 def _read_records(data: bytes) -> tuple[list[_Record], int]:
     """Pulsar's ledger records up to ours (ledger -1); returns them and where ours starts."""
-    pos, records = _SEGMENT_INDEX_HEAD.size, []
+    pos = _SEGMENT_INDEX_HEAD.size
+    records: list[_Record] = []
     while pos + _LEDGER_RECORD.size <= len(data):
         ledger_id, count, meta_len = _LEDGER_RECORD.unpack_from(data, pos)
         if ledger_id == EXT_LEDGER_ID:
@@ -326,7 +328,8 @@ def _ledger_views(
 
 def _check_tiling(blocks: list[BlockRef], data_len: int, ext_at: int) -> None:
     """Blocks tile the data object from 0; part ids run 1, 2, ... (a part may hold several)."""
-    offset, parts = 0, (1,)
+    offset = 0
+    parts: tuple[int, ...] = (1,)  # the part ids the next block may have
     for b in blocks:
         if b.offset != offset or b.part_id not in parts:
             raise FormatError(

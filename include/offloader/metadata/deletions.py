@@ -148,7 +148,7 @@ def queue_rows(conn: Connection, rows: Sequence[Mapping[str, object]], delay_ms:
         conn.execute(D.insert().values(enqueued_ms=now, next_try_ms=now + delay_ms), rows)
 
 
-def queue_selected(conn: Connection, rows: sa.Select) -> int:  # type: ignore[type-arg]
+def queue_selected(conn: Connection, rows: sa.Select) -> int:
     """Queue the keys a SELECT yields as (key, reason, attempt id, store, topic, ledger)."""
     columns = ["object_key", "reason", "attempt_id", "store_id", "topic", "ledger_id"]
     source = rows.add_columns(sa.literal("pending"), sa.literal(0), db_now(), db_now())

@@ -8,6 +8,7 @@ concurrent writers queue instead of failing; PostgreSQL needs nothing special.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,7 +29,7 @@ def create_metadata_engine(url: str) -> Engine:
         engine = sa.create_engine(url, connect_args={"timeout": 60})
 
         @event.listens_for(engine, "connect")
-        def _sqlite_connect(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+        def _sqlite_connect(dbapi_conn: sqlite3.Connection, _record: object) -> None:
             dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")
@@ -37,7 +38,7 @@ def create_metadata_engine(url: str) -> Engine:
             cur.close()
 
         @event.listens_for(engine, "begin")
-        def _sqlite_begin(conn) -> None:  # type: ignore[no-untyped-def]
+        def _sqlite_begin(conn: Connection) -> None:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
         return engine

@@ -40,7 +40,7 @@ from offloader.keys import MANIFEST_KEY, snapshot_key
 from offloader.metadata import schema
 from offloader.metadata.clock import db_now_ms
 from offloader.metadata.migrate import head_revision
-from offloader.objectstore import ObjectStore
+from offloader.objectstore import ObjectStore, PartInfo
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +186,7 @@ def _upload(store: ObjectStore, key: str, path: Path, metadata: dict[str, str]) 
         return
     upload = store.create_multipart(key, metadata=metadata)
     try:
-        parts = []
+        parts: list[PartInfo] = []
         with path.open("rb") as handle:
             while chunk := handle.read(PART_SIZE):
                 parts.append(store.upload_part(upload, len(parts) + 1, chunk))

@@ -80,7 +80,7 @@ class ObjectStore(abc.ABC):
     def put(
         self,
         key: str,
-        data: bytes,
+        data: bytes | bytearray,
         *,
         metadata: Mapping[str, str] | None = None,
         if_none_match: bool = False,
@@ -93,7 +93,9 @@ class ObjectStore(abc.ABC):
     ) -> MultipartUpload: ...
 
     @abc.abstractmethod
-    def upload_part(self, upload: MultipartUpload, part_number: int, data: bytes) -> PartInfo:
+    def upload_part(
+        self, upload: MultipartUpload, part_number: int, data: bytes | bytearray
+    ) -> PartInfo:
         """Part numbers start at 1. Safe to call from several threads at once."""
 
     @abc.abstractmethod

@@ -25,6 +25,7 @@ write fails with ObjectStoreError.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import hashlib
 import json
@@ -216,7 +217,7 @@ class FilesystemObjectStore(ObjectStore):
     def put(
         self,
         key: str,
-        data: bytes,
+        data: bytes | bytearray,
         *,
         metadata: Mapping[str, str] | None = None,
         if_none_match: bool = False,
@@ -336,18 +337,21 @@ class FilesystemObjectStore(ObjectStore):
         self, key: str, *, metadata: Mapping[str, str] | None = None
     ) -> MultipartUpload:
         validate_key(key)
-        upload = MultipartUpload(key=key, upload_id=uuid.uuid4().hex, initiated=_now())
+        initiated = _now()
+        upload = MultipartUpload(key=key, upload_id=uuid.uuid4().hex, initiated=initiated)
         manifest = {
             "key": key,
             "metadata": normalise_metadata(metadata),
-            "initiated": upload.initiated.isoformat(),
+            "initiated": initiated.isoformat(),
         }
         directory = self._upload_dir(upload)
         directory.mkdir()
         _atomic_write(directory / _MANIFEST, [json.dumps(manifest).encode()])
         return upload
 
-    def upload_part(self, upload: MultipartUpload, part_number: int, data: bytes) -> PartInfo:
+    def upload_part(
+        self, upload: MultipartUpload, part_number: int, data: bytes | bytearray
+    ) -> PartInfo:
         if not 1 <= part_number <= self.capabilities.max_parts:
             raise ValueError(f"part number {part_number}: must be 1..{self.capabilities.max_parts}")
         directory = self._existing_upload_dir(upload)
@@ -395,7 +399,7 @@ class FilesystemObjectStore(ObjectStore):
         shutil.rmtree(directory, ignore_errors=True)
 
     def _check_part_sizes(
-        self, directory: Path, upload: MultipartUpload, ordered: list[PartInfo]
+        self, directory: Path, upload: MultipartUpload, ordered: builtins.list[PartInfo]
     ) -> None:
         """S3's rule (EntityTooSmall): every part but the last holds ``min_part_size``."""
         for part in ordered[:-1]:

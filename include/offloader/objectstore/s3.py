@@ -29,6 +29,7 @@ NoSuchUpload; wrong credentials give 403 (HEAD) or SignatureDoesNotMatch.
 
 from __future__ import annotations
 
+import builtins
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
@@ -254,7 +255,7 @@ class S3ObjectStore(ObjectStore):
     def put(
         self,
         key: str,
-        data: bytes,
+        data: bytes | bytearray,
         *,
         metadata: Mapping[str, str] | None = None,
         if_none_match: bool = False,
@@ -323,7 +324,9 @@ class S3ObjectStore(ObjectStore):
             self._fail(err, "CreateMultipartUpload", key)
         return MultipartUpload(key=key, upload_id=response["UploadId"], initiated=_now())
 
-    def upload_part(self, upload: MultipartUpload, part_number: int, data: bytes) -> PartInfo:
+    def upload_part(
+        self, upload: MultipartUpload, part_number: int, data: bytes | bytearray
+    ) -> PartInfo:
         if not 1 <= part_number <= self.capabilities.max_parts:
             raise ValueError(f"part number {part_number}: must be 1..{self.capabilities.max_parts}")
         data = bytes(data)
@@ -444,7 +447,7 @@ class S3ObjectStore(ObjectStore):
             failed.update(self._delete_batch(full_keys[start : start + _DELETE_BATCH]))
         return DeleteResult(deleted=[k for k in keys if k not in failed], failed=failed)
 
-    def _delete_batch(self, full_keys: list[str]) -> dict[str, str]:
+    def _delete_batch(self, full_keys: builtins.list[str]) -> dict[str, str]:
         request = {"Objects": [{"Key": key} for key in full_keys], "Quiet": True}
         try:
             response = self._client.delete_objects(Bucket=self.bucket, Delete=request)

@@ -101,11 +101,11 @@ class BatchOffloader:
         results: dict[int, OffloadResult] = {}
         free = []
         for ledger in ledgers:
-            outcome = self._settled(ledger, start_ledger_id)
-            if outcome is None:
+            settled = self._settled(ledger, start_ledger_id)
+            if settled is None:
                 free.append(ledger)
             else:
-                results[ledger.ledger_id] = outcome
+                results[ledger.ledger_id] = settled
         intents = [_intent(ledger) for ledger in free]
         lease_ms = int(self.settings.attempt_lease_seconds * 1000)
         attempts = (

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from enum import StrEnum
 
 from offloader import failpoints
@@ -199,8 +199,12 @@ class LedgerOffloader:
         outcome = Outcome.OFFLOADED if replacing is None else Outcome.REPLACED
         return OffloadResult(ledger.topic, ledger.ledger_id, outcome, attempt_id, length, seconds)
 
-    def _upload(  # type: ignore[no-untyped-def]
-        self, ledger: Ledger, attempt: Attempt, check, source: EntrySource = EntrySource.HOT
+    def _upload(
+        self,
+        ledger: Ledger,
+        attempt: Attempt,
+        check: Callable[[], None],
+        source: EntrySource = EntrySource.HOT,
     ) -> int:
         policy = self.policy(ledger.topic)
         entries = self._entries(ledger, source)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from offloader import failpoints
 from offloader.format import BlockRef, ChunkRef, EncodedBlock
-from offloader.objectstore import ObjectStore, PartInfo
+from offloader.objectstore import MultipartUpload, ObjectStore, PartInfo
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,14 @@ def _chain(
     yield from rest
 
 
-def _upload_parts(store, upload, blocks, concurrency, check, max_parts):  # type: ignore[no-untyped-def]
+def _upload_parts(
+    store: ObjectStore,
+    upload: MultipartUpload,
+    blocks: Iterator[EncodedBlock],
+    concurrency: int,
+    check: Callable[[], None],
+    max_parts: int,
+) -> tuple[list[BlockRef], list[ChunkRef], list[PartInfo]]:
     refs: list[BlockRef] = []
     chunks: list[ChunkRef] = []
     parts: list[PartInfo] = []

@@ -5,7 +5,7 @@ values against the form's JSON schema first, then the rules between fields)."""
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import ClassVar, Final, Literal
 
 from pydantic import Field, model_validator
 
@@ -13,7 +13,9 @@ from offloader.params import LedgerSelection, RunParams, topics_field
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
-COMPACT, TO_V2, TO_V1 = "compact", "to-v2", "to-v1"
+COMPACT: Final = "compact"
+TO_V2: Final = "to-v2"
+TO_V1: Final = "to-v1"
 Mode = Literal["compact", "to-v2", "to-v1"]
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 
 from offloader.metadata import Ledger, MetadataStore, Segment
 from offloader.metadata.records import PieceRange
@@ -103,13 +104,18 @@ def order_for(
             locations[store_id] = StoreRef(store_id, metadata.get_location(store_id))
         return locations[store_id]
 
-    common = {"segment_id": segment.segment_id, "topic": group.topic, "upload": upload}
+    order = partial(
+        WorkOrder,
+        segment_id=segment.segment_id,
+        topic=group.topic,
+        upload=upload,
+        target=target,
+        layout=layout,
+    )
     if group.kind != SEGMENT:
         ledgers = tuple(group.ledgers)
         stores = tuple(ref(x.store_id, f"ledger {x.topic}/{x.ledger_id}") for x in ledgers)
-        return WorkOrder(
-            **common, target=target, layout=layout, ledgers=ledgers, ledger_stores=stores
-        )
+        return order(ledgers=ledgers, ledger_stores=stores)
     recorded = metadata.segments.offloaded_pieces(group.topic)
     sources = tuple(
         SegmentInput(
@@ -126,7 +132,7 @@ def order_for(
         for x in metadata.get_ledgers(group.topic, group.ledger_ids).values()
         if x.sealed_ms is not None
     }
-    return WorkOrder(**common, target=target, layout=layout, segments=sources, ledger_times=times)
+    return order(segments=sources, ledger_times=times)
 
 
 def write_order(

@@ -23,11 +23,13 @@ block's (else the segment's first).
 
 from __future__ import annotations
 
+import abc
+import builtins
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import partial
-from typing import Any
+from typing import Generic, TypeVar
 
 from offloader.exceptions import FormatError, ObjectNotFoundError, ObjectStoreError
 from offloader.format import (
@@ -110,12 +112,18 @@ def scrub_ledger(store: ObjectStore, target: ScrubTarget) -> LedgerScrubResult:
     )
 
 
+# the index a kind of object decodes: a ledger's (v1) or a segment's (v2)
+_Index = TypeVar("_Index", LedgerIndex, SegmentIndex)
+
 # (the ledger a segment's block holds, or None; the block; its checker, returning entries)
 _BlockCheck = tuple[int | None, BlockRef, Callable[[bytes], int]]
 
 
 @dataclass
-class _LedgerScrub:
+class _ObjectScrub(abc.ABC, Generic[_Index]):
+    """The reads and counts a ledger's objects (v1) and a segment's (v2) share; each kind
+    decodes its index, compares it with the metadata store and checks its blocks."""
+
     store: ObjectStore
     target: ScrubTarget
     objects: int = 0
@@ -164,10 +172,11 @@ class _LedgerScrub:
             )
         self._check_blocks(index, size)
 
-    def _decode(self, raw: bytes) -> Any:
-        return decode_index(raw)
+    @abc.abstractmethod
+    def _decode(self, raw: builtins.bytes) -> _Index:
+        """The index object's bytes decoded; FormatError if they are damaged."""
 
-    def _get_index(self) -> bytes | None:
+    def _get_index(self) -> builtins.bytes | None:
         key = self.target.index_key
         try:
             raw = self.store.get(key)
@@ -194,40 +203,13 @@ class _LedgerScrub:
         self.objects += 1
         return size
 
-    def _compare_index(self, index: LedgerIndex) -> None:
-        """The index against the metadata store's record of the ledger."""
-        t = self.target
-        disagree: list[str] = []
-        meta = index.metadata
-        if meta is not None:
-            if (meta.topic, meta.ledger_id) != (t.topic, t.ledger_id):
-                disagree.append(f"index is of ledger {meta.topic}/{meta.ledger_id}")
-            if (meta.entry_count, meta.last_entry_id) != (t.entry_count, t.entry_count - 1):
-                disagree.append(
-                    f"index says {meta.entry_count} entries ending at {meta.last_entry_id}, "
-                    f"the metadata store {t.entry_count} ending at {t.entry_count - 1}"
-                )
-            if meta.length != t.size_bytes:
-                disagree.append(
-                    f"index says {meta.length} payload bytes, the metadata store {t.size_bytes}"
-                )
-        if index.first_entry_id != 0:
-            disagree.append(f"index starts at entry {index.first_entry_id}, not 0")
-        if t.data_len is not None and index.data_object_len != t.data_len:
-            disagree.append(
-                f"index says the data object is {index.data_object_len} bytes, the metadata "
-                f"store recorded {t.data_len}"
-            )
-        for what in disagree:
-            self.find(t.index_key, 0, FindingKind.METADATA_MISMATCH, what)
+    @abc.abstractmethod
+    def _compare_index(self, index: _Index) -> None:
+        """The index against the metadata store's record of the target."""
 
-    def _check_blocks(self, index: LedgerIndex, size: int) -> None:
-        """Every block the object holds whole, one GET (and one block in memory) each."""
-        checks = (
-            (None, block, partial(_check_block, index, i, block))
-            for i, block in enumerate(index.blocks)
-        )
-        self._read_blocks(checks, size, index.data_object_len, "the metadata store says")
+    @abc.abstractmethod
+    def _check_blocks(self, index: _Index, size: int) -> None:
+        """Every block the object holds whole, checked (through :meth:`_read_blocks`)."""
 
     def _read_blocks(
         self, checks: Iterable[_BlockCheck], size: int, data_object_len: int, recorded: str
@@ -273,7 +255,50 @@ class _LedgerScrub:
 
 
 @dataclass
-class _SegmentScrub(_LedgerScrub):
+class _LedgerScrub(_ObjectScrub[LedgerIndex]):
+    """A ledger's own objects (v1)."""
+
+    def _decode(self, raw: builtins.bytes) -> LedgerIndex:
+        return decode_index(raw)
+
+    def _compare_index(self, index: LedgerIndex) -> None:
+        """The index against the metadata store's record of the ledger."""
+        t = self.target
+        disagree: list[str] = []
+        meta = index.metadata
+        if meta is not None:
+            if (meta.topic, meta.ledger_id) != (t.topic, t.ledger_id):
+                disagree.append(f"index is of ledger {meta.topic}/{meta.ledger_id}")
+            if (meta.entry_count, meta.last_entry_id) != (t.entry_count, t.entry_count - 1):
+                disagree.append(
+                    f"index says {meta.entry_count} entries ending at {meta.last_entry_id}, "
+                    f"the metadata store {t.entry_count} ending at {t.entry_count - 1}"
+                )
+            if meta.length != t.size_bytes:
+                disagree.append(
+                    f"index says {meta.length} payload bytes, the metadata store {t.size_bytes}"
+                )
+        if index.first_entry_id != 0:
+            disagree.append(f"index starts at entry {index.first_entry_id}, not 0")
+        if t.data_len is not None and index.data_object_len != t.data_len:
+            disagree.append(
+                f"index says the data object is {index.data_object_len} bytes, the metadata "
+                f"store recorded {t.data_len}"
+            )
+        for what in disagree:
+            self.find(t.index_key, 0, FindingKind.METADATA_MISMATCH, what)
+
+    def _check_blocks(self, index: LedgerIndex, size: int) -> None:
+        """Every block the object holds whole, one GET (and one block in memory) each."""
+        checks = (
+            (None, block, partial(_check_block, index, i, block))
+            for i, block in enumerate(index.blocks)
+        )
+        self._read_blocks(checks, size, index.data_object_len, "the metadata store says")
+
+
+@dataclass
+class _SegmentScrub(_ObjectScrub[SegmentIndex]):
     """The same reads and counts for a streaming segment's objects (v2)."""
 
     def find(
@@ -290,7 +315,7 @@ class _SegmentScrub(_LedgerScrub):
     def _decode(self, raw: bytes) -> SegmentIndex:
         return decode_segment_index(raw)
 
-    def _compare_index(self, index: SegmentIndex) -> None:  # type: ignore[override]
+    def _compare_index(self, index: SegmentIndex) -> None:
         t = self.target
         disagree: list[str] = []
         if index.topic != t.topic:
@@ -311,7 +336,7 @@ class _SegmentScrub(_LedgerScrub):
         for what in disagree:
             self.find(t.index_key, 0, FindingKind.METADATA_MISMATCH, what)
 
-    def _check_blocks(self, index: SegmentIndex, size: int) -> None:  # type: ignore[override]
+    def _check_blocks(self, index: SegmentIndex, size: int) -> None:
         checks = (
             (ledger_id, block, partial(_check_segment_block, ledger_id, ledger, i, block))
             for ledger_id, ledger in zip(index.ledger_ids, index.ledgers, strict=True)
@@ -320,7 +345,7 @@ class _SegmentScrub(_LedgerScrub):
         self._read_blocks(checks, size, index.data_object_len, "the metadata store's ranges")
 
 
-def _ranges(ranges: tuple[tuple[int, int, int], ...]) -> str:
+def _ranges(ranges: tuple[tuple[int, int, int | None], ...]) -> str:
     if not ranges:
         return "no entries"
     return ", ".join(f"{ledger}:{first}..{ledger}:{last}" for ledger, first, last in ranges)
