@@ -3,8 +3,11 @@ keeps the ledger offloaded on its objects, the commit swaps them by CAS and queu
 ones in the same transaction, and every other path (failure, a stale attempt, hot deletion,
 retention) leaves exactly one committed attempt and every key accounted for."""
 
+from operator import attrgetter
+
 import pytest
 
+from fixtures.inspect import queued
 from fixtures.metadata import begin, list_attempts, pending_deletions, sealed_ledger
 from offloader.exceptions import CommitFailedError
 from offloader.metadata import (
@@ -20,10 +23,6 @@ from offloader.metadata import (
 def offloaded(store: MetadataStore, attempt_id: str = "a1") -> Ledger:
     _, attempt = begin(store, sealed_ledger(store), attempt_id)
     return store.attempts.commit(attempt, 1000)
-
-
-def queued(store: MetadataStore) -> dict[str, tuple[str, str | None]]:
-    return {d.object_key: (d.reason, d.attempt_id) for d in pending_deletions(store)}
 
 
 def committed(store: MetadataStore) -> list[str]:
@@ -43,7 +42,7 @@ def test_a_replacement_swaps_the_objects_and_queues_the_old_ones(store: Metadata
     assert after.is_offloaded and after.offload_attempt_id == "a2" and after.attempt_id is None
     assert (after.data_key, after.index_key, after.data_len) == ("a2-d", "a2-i", 1234)
     assert after.version == during.version + 1
-    assert queued(store) == {
+    assert queued(store, attrgetter("reason", "attempt_id")) == {
         "a1-d": ("replaced: CRC mismatch", "a1"),
         "a1-i": ("replaced: CRC mismatch", "a1"),
     }

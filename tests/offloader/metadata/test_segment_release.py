@@ -13,11 +13,13 @@ from typing import Any
 
 import pytest
 
-from fixtures.metadata import begin, list_attempts, pending_deletions, sealed_ledger
+from fixtures.inspect import queued
+from fixtures.metadata import begin, list_attempts, sealed_ledger
 from fixtures.segment_rows import offloaded
 from offloader.exceptions import CommitFailedError
 from offloader.metadata import (
     AttemptState,
+    Deletion,
     DeletionState,
     Ledger,
     OffloadMode,
@@ -77,12 +79,9 @@ def set_state(rt: Runtime, ledger_id: int, state: str) -> None:
         )
 
 
-def queued(rt: Runtime) -> dict[str, tuple[str, int]]:
-    """Queued key -> (reason, how long after it was queued it is due)."""
-    return {
-        d.object_key: (d.reason, d.next_try_ms - d.enqueued_ms)
-        for d in pending_deletions(rt.metadata)
-    }
+def reason_and_delay(deletion: Deletion) -> tuple[str, int]:
+    """A queued key's reason, and how long after it was queued it is due."""
+    return (deletion.reason, deletion.next_try_ms - deletion.enqueued_ms)
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -102,7 +101,7 @@ def test_a_segment_is_released_only_when_no_ledger_needs_it(runtime: Runtime, ca
     assert rt.metadata.segments.get("b") == other
     if released is None:
         assert count == 0 and segment == before
-        assert queued(rt) == {}
+        assert queued(rt.metadata, reason_and_delay) == {}
         return
     assert count == 1 and segment.state is SegmentState.DELETED
     assert segment.version == before.version + 1
@@ -112,7 +111,7 @@ def test_a_segment_is_released_only_when_no_ledger_needs_it(runtime: Runtime, ca
     else:
         reason, detail, delay = RELEASED_REASON, "no ledger it holds needs it", GRACE
     assert detail in (segment.detail or "")
-    assert queued(rt) == {"a-d": (reason, delay), "a-i": (reason, delay)}
+    assert queued(rt.metadata, reason_and_delay) == {"a-d": (reason, delay), "a-i": (reason, delay)}
     with rt.metadata.transaction() as conn:
         assert release_deleted(conn, [T], GRACE) == 0  # once only
 
@@ -135,7 +134,7 @@ def test_one_release_counts_the_segments_of_both_rules(runtime: Runtime) -> None
         "a": SegmentState.DELETED,
         "b": SegmentState.DELETED,
     }
-    assert queued(rt) == {
+    assert queued(rt.metadata, reason_and_delay) == {
         "a-d": ("segment deleted", 0),
         "a-i": ("segment deleted", 0),
         "b-d": (RELEASED_REASON, GRACE),
@@ -172,7 +171,7 @@ def test_a_piece_of_an_unrecorded_ledger_keeps_its_segment(runtime: Runtime) -> 
     assert rt.metadata.segments.settle_ledgers(T) == []
     assert [rt.metadata.segments.get(s.segment_id) for s in kept] == kept
     assert rt.metadata.segments.get("c").state is SegmentState.DELETED
-    assert set(queued(rt)) == {"c-d", "c-i"}
+    assert set(queued(rt.metadata)) == {"c-d", "c-i"}
 
 
 def test_settling_releases_a_segment_no_ledger_needs_at_once(runtime: Runtime) -> None:
@@ -185,7 +184,10 @@ def test_settling_releases_a_segment_no_ledger_needs_at_once(runtime: Runtime) -
     set_state(rt, lid, "ledger-mode")
     assert rt.metadata.segments.settle_ledgers(T) == []
     assert rt.metadata.segments.get("a").state is SegmentState.DELETED
-    assert queued(rt) == {"a-d": (RELEASED_REASON, 0), "a-i": (RELEASED_REASON, 0)}
+    assert queued(rt.metadata, reason_and_delay) == {
+        "a-d": (RELEASED_REASON, 0),
+        "a-i": (RELEASED_REASON, 0),
+    }
 
 
 def test_retention_releases_a_segment_its_other_ledgers_left_for_v1(runtime: Runtime) -> None:
@@ -202,7 +204,7 @@ def test_retention_releases_a_segment_its_other_ledgers_left_for_v1(runtime: Run
     assert rt.metadata.segments.get("a").state is SegmentState.OFFLOADED
     rt.metadata.retention.finish_deleted_ledgers(GRACE)
     assert rt.metadata.segments.get("a").state is SegmentState.DELETED
-    assert queued(rt)["a-d"] == (RELEASED_REASON, GRACE)
+    assert queued(rt.metadata, reason_and_delay)["a-d"] == (RELEASED_REASON, GRACE)
 
 
 def swap(rt: Runtime, ledger_id: int, attempt_id: str, grace_ms: int = GRACE) -> Ledger:
@@ -231,16 +233,16 @@ def test_the_swap_of_the_last_ledger_that_needs_a_segment_releases_it(runtime: R
         "v1-0-d",
     )
     assert rt.metadata.segments.get("a").state is SegmentState.OFFLOADED  # ids[1] needs it
-    assert queued(rt) == {}
+    assert queued(rt.metadata, reason_and_delay) == {}
     swap(rt, ids[1], "v1-1")
     assert rt.metadata.segments.get("a").state is SegmentState.DELETED
     assert rt.metadata.segments.get("b").state is SegmentState.OFFLOADED  # ids[2] needs it
     reason = "segment released: migrated to v1"
-    assert queued(rt) == {"a-d": (reason, GRACE), "a-i": (reason, GRACE)}
+    assert queued(rt.metadata, reason_and_delay) == {"a-d": (reason, GRACE), "a-i": (reason, GRACE)}
     assert rt.metadata.segments.pieces(T, ids[2])  # still read from b
     swap(rt, ids[2], "v1-2", grace_ms=0)
     assert rt.metadata.segments.get("b").state is SegmentState.DELETED
-    assert queued(rt)["b-d"] == (reason, 0)
+    assert queued(rt.metadata, reason_and_delay)["b-d"] == (reason, 0)
     committed = list_attempts(rt.metadata, T, AttemptState.COMMITTED)
     assert sorted(a.attempt_id for a in committed) == ["v1-0", "v1-1", "v1-2"]  # one each
 
@@ -260,7 +262,7 @@ def test_a_swap_releases_only_the_segments_holding_its_ledger(runtime: Runtime) 
     assert (released.state, released.detail) == (SegmentState.DELETED, RELEASED_DETAIL)
     assert rt.metadata.segments.get("b") == other
     reason = "segment released: migrated to v1"
-    assert queued(rt) == {"a-d": (reason, GRACE), "a-i": (reason, GRACE)}
+    assert queued(rt.metadata, reason_and_delay) == {"a-d": (reason, GRACE), "a-i": (reason, GRACE)}
 
 
 def test_a_replacement_in_flight_keeps_the_segments(runtime: Runtime) -> None:
@@ -281,7 +283,7 @@ def test_a_replacement_in_flight_keeps_the_segments(runtime: Runtime) -> None:
     after = rt.metadata.get_ledger(T, lid)
     assert after.offload_mode is OffloadMode.STREAM and after.attempt_id is None
     assert rt.metadata.segments.get("a").state is SegmentState.OFFLOADED
-    assert set(queued(rt)) == {"v1-d", "v1-i"}
+    assert set(queued(rt.metadata)) == {"v1-d", "v1-i"}
 
 
 def test_only_a_tier_sourced_replacement_may_lack_a_hot_copy(runtime: Runtime) -> None:
@@ -350,4 +352,4 @@ def test_two_ledgers_of_a_segment_let_go_at_once_release_it(
         thread.join(30)
     assert rt.metadata.get_ledger(T, second).offload_mode is OffloadMode.LEDGER
     assert rt.metadata.segments.get("a").state is SegmentState.DELETED
-    assert set(queued(rt)) == {"a-d", "a-i"}
+    assert set(queued(rt.metadata)) == {"a-d", "a-i"}

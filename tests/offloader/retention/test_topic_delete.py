@@ -9,7 +9,8 @@ import pytest
 
 from fixtures.backends import produce_ledgers
 from fixtures.cli import assert_one_line_error
-from fixtures.retention import cli, cli_json, live_object_keys, mixed_topic, stored_keys
+from fixtures.inspect import stored_keys
+from fixtures.retention import cli, cli_json, live_object_keys, mixed_topic
 from offloader.exceptions import AlreadyExistsError, CommitFailedError, TopicDeletedError
 from offloader.gc.deletion_queue import process_deletions
 from offloader.hottier.writer import ManagedLedgerWriter
@@ -69,7 +70,7 @@ def test_deleting_a_topic_fences_its_writer_and_deletes_every_ledger(runtime: Ru
     process_deletions(rt.metadata, rt.stores, rt.settings)
     assert finish_deleted_ledgers(rt) == len(ids) + 1
     assert {x.deletion_state for x in rt.metadata.list_ledgers("orders")} == {DeletionState.DELETED}
-    assert stored_keys(rt) == live_object_keys(rt) != set()
+    assert stored_keys(rt.objects) == live_object_keys(rt) != set()
     assert TopicReader(rt).checksum("keep") == keep_sum
 
     # deleting again only finishes leftovers; the name is not reused

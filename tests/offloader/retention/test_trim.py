@@ -10,6 +10,7 @@ import uuid
 import pytest
 
 from fixtures.cli import assert_one_line_error
+from fixtures.inspect import stored_keys
 from fixtures.metadata import list_attempts, pending_deletions
 from fixtures.retention import (
     all_entries,
@@ -19,7 +20,6 @@ from fixtures.retention import (
     digest_of,
     live_object_keys,
     mixed_topic,
-    stored_keys,
 )
 from offloader import failpoints
 from offloader.exceptions import CommitFailedError, NotFoundError, TrimmedError
@@ -42,7 +42,7 @@ def snapshot(rt: Runtime) -> tuple[object, ...]:
         rt.metadata.list_ledgers("orders"),
         pending_deletions(rt.metadata),
         {lid: rt.hot.exists("orders", lid) for lid in range(1, 8)},
-        stored_keys(rt),
+        stored_keys(rt.objects),
     )
 
 
@@ -137,7 +137,7 @@ def test_trim_moves_the_start_hides_the_head_and_deletes_what_is_wholly_below(
     ] * 3 + [DeletionState.NONE] * 3
     last = rt.metadata.get_ledger("orders", ids[5])
     assert last.is_offloaded
-    assert stored_keys(rt) == live_object_keys(rt) == {last.data_key, last.index_key}
+    assert stored_keys(rt.objects) == live_object_keys(rt) == {last.data_key, last.index_key}
     # a second GC pass changes nothing
     again = process_deletions(rt.metadata, rt.stores, rt.settings)
     assert (again.deleted, again.failed, again.remaining) == (0, 0, 0)
@@ -349,7 +349,7 @@ def test_an_offload_in_flight_when_its_ledger_is_trimmed_cannot_commit_or_leak(
     for key in (zombie.data_key, zombie.index_key):
         rt.objects.put(key, b"late bytes")
     second_len = len(b"late bytes")
-    assert stored_keys(rt)  # the zombie's objects are there now
+    assert stored_keys(rt.objects)  # the zombie's objects are there now
 
     with pytest.raises(CommitFailedError):
         rt.metadata.attempts.commit(attempts[0][1], first_len)
@@ -358,7 +358,7 @@ def test_an_offload_in_flight_when_its_ledger_is_trimmed_cannot_commit_or_leak(
     assert not rt.metadata.attempts.renew(attempts[1][1], 60_000)
     process_deletions(rt.metadata, rt.stores, rt.settings)
     assert finish_deleted_ledgers(rt) == 2
-    assert stored_keys(rt) == set()
+    assert stored_keys(rt.objects) == set()
     assert all(not rt.metadata.get_ledger("orders", i).is_offloaded for i in ids[:2])
 
 

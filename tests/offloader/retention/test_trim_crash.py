@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from fixtures.backends import unaccounted_objects
+from fixtures.inspect import stored_keys
 from fixtures.metadata import pending_deletions
 from fixtures.retention import (
     Entries,
@@ -20,7 +21,6 @@ from fixtures.retention import (
     cli_json,
     live_object_keys,
     mixed_topic,
-    stored_keys,
 )
 from offloader.exceptions import TopicDeletedError, TrimmedError
 from offloader.gc.deletion_queue import process_deletions
@@ -79,7 +79,7 @@ def assert_converged(rt: Runtime, ids: list[int], before: Entries, start: Positi
     gc_pass(rt)
     gc_pass(rt)  # keys the first pass's finish queued
     assert [x[0] for x in ledger_states(rt, below)] == [DeletionState.DELETED] * len(below)
-    assert stored_keys(rt) == live_object_keys(rt)
+    assert stored_keys(rt.objects) == live_object_keys(rt)
     assert pending_deletions(rt.metadata) == []
     assert all_entries(rt, "orders") == at_or_above(before, start)
 
@@ -159,5 +159,5 @@ def test_a_topic_delete_killed_midway_is_finished_by_the_next_run(rt: Runtime, p
     gc_pass(rt)
     assert gc_pass(rt) == 0
     assert {x.deletion_state for x in rt.metadata.list_ledgers("orders")} == {DeletionState.DELETED}
-    assert stored_keys(rt) == set() and pending_deletions(rt.metadata) == []
+    assert stored_keys(rt.objects) == set() and pending_deletions(rt.metadata) == []
     assert not any(rt.hot.exists("orders", i) for i in ids)

@@ -11,15 +11,15 @@ import uuid
 import pytest
 
 from fixtures.backends import Fresh
+from fixtures.inspect import checksum
 from fixtures.metadata import list_attempts
 from fixtures.rewrites import (
     T,
     check_clean_store,
-    checksum,
     entry_digests,
     rewrite,
+    rewrite_rows,
     shape,
-    table_rows,
     v1_topic,
 )
 from fixtures.streams import crash_at
@@ -49,13 +49,13 @@ def test_a_snapshot_carries_rewrite_segments_and_their_leases(
         whole_group(rt, first_ledger=ids[3], lease_seconds=2.0)
     segments = {s.origin: s for s in rt.metadata.segments.of_topic(T)}
     assert segments[SegmentOrigin.REWRITE].lease_until_ms is not None
-    rows, before = table_rows(rt), checksum(rt)
+    rows, before = rewrite_rows(rt), checksum(rt, T)
     export_metadata(rt)
 
     restored = fresh()
     import_snapshot(restored.metadata.engine, restored.objects, None)
-    assert table_rows(restored) == rows
-    assert checksum(restored) == before
+    assert rewrite_rows(restored) == rows
+    assert checksum(restored, T) == before
     (dead,) = restored.metadata.rewrites.open_rewrites(T)
     deadline = time.monotonic() + 30
     while restored.metadata.db_now_ms() <= (dead.lease_until_ms or 0):

@@ -21,19 +21,17 @@ import pytest
 
 from fixtures.backends import BACKENDS, crash_cases, run_cli, wait_stopped
 from fixtures.cli import run_cli as run_cli_done
+from fixtures.inspect import checksum, stored_keys, uploads
 from fixtures.metadata import pending_deletions
 from fixtures.rewrites import (
     T,
     check_clean_store,
     check_one_copy,
-    checksum,
     entry_digests,
     gc,
-    objects,
     rewrite,
+    rewrite_rows,
     shape,
-    table_rows,
-    uploads,
     v1_topic,
 )
 from offloader import failpoints
@@ -71,7 +69,7 @@ def check_killed_state(rt: Runtime, point: str, sources: list[Ledger], before: s
         SegmentState.OFFLOADED if stage == COMMITTED else SegmentState.ASSIGNED
     )
     # the upload: created at stage 1, recorded from stage 2, completed at stage 3
-    open_uploads = {u for u in uploads(rt) if u[0] == segment.data_key}
+    open_uploads = {u for u in uploads(rt.objects) if u[0] == segment.data_key}
     if stage == 0:
         assert segment.upload_id is None and open_uploads == set()
     elif stage == 1:
@@ -81,7 +79,7 @@ def check_killed_state(rt: Runtime, point: str, sources: list[Ledger], before: s
     else:
         assert segment.upload_id is not None and open_uploads == set()
     # the objects: the sources' own, and the segment's as far as written
-    present = objects(rt)
+    present = stored_keys(rt.objects)
     assert present - before <= {segment.data_key, segment.index_key}
     assert (segment.data_key in present) is (stage >= 3)
     assert (segment.index_key in present) is (stage >= 4)
@@ -118,11 +116,11 @@ def test_sigkill_at_each_point_then_gc_alone_cleans_and_a_rerun_converges(
     rt = runtime
     ids = v1_topic(rt, 3)  # hot copies deleted: reads come from the tier alone
     sources = [rt.metadata.get_ledger(T, i) for i in ids]
-    before, digests, present = checksum(rt), entry_digests(rt), objects(rt)
+    before, digests, present = checksum(rt, T), entry_digests(rt), stored_keys(rt.objects)
 
     kill_at(rt, point)
     check_killed_state(rt, point, sources, present)
-    assert checksum(rt) == before and entry_digests(rt) == digests
+    assert checksum(rt, T) == before and entry_digests(rt) == digests
 
     (crashed,) = rt.metadata.segments.of_topic(T)
     stage = REWRITE_POINTS.index(point)
@@ -131,18 +129,18 @@ def test_sigkill_at_each_point_then_gc_alone_cleans_and_a_rerun_converges(
     env = rt.settings.environment()
     done = run_cli_done(None, "gc", "--json", env=env)  # `offloader gc` alone
     recovered = json.loads(done.stdout)["rewrites_recovered"]
-    after_gc = objects(rt)
+    after_gc = stored_keys(rt.objects)
     if stage < COMMITTED:
         assert recovered == [crashed.segment_id]
         assert rt.metadata.segments.get(crashed.segment_id).state is SegmentState.FAILED
         assert after_gc == present  # its objects deleted, the sources' kept
         unrecorded = stage == REWRITE_POINTS.index("rewrite-after-create-upload")
-        assert len(uploads(rt)) == (1 if unrecorded else 0)  # that one is the sweep's
+        assert len(uploads(rt.objects)) == (1 if unrecorded else 0)  # that one is the sweep's
     else:
         assert recovered == []
         assert after_gc == {crashed.data_key, crashed.index_key}  # the old objects went
     check_clean_store(rt)
-    assert checksum(rt) == before
+    assert checksum(rt, T) == before
 
     report = rewrite(rt, target_bytes=10 * shape(rt).target, small_bytes=shape(rt).target)
     assert [g.outcome for g in report.groups] == ([] if stage == COMMITTED else [REWRITTEN])
@@ -150,7 +148,7 @@ def test_sigkill_at_each_point_then_gc_alone_cleans_and_a_rerun_converges(
     gc(rt)
     check_one_copy(rt)
     check_clean_store(rt)
-    assert checksum(rt) == before and entry_digests(rt) == digests
+    assert checksum(rt, T) == before and entry_digests(rt) == digests
 
 
 # --- a zombie ------------------------------------------------------------------------------
@@ -160,7 +158,7 @@ def test_a_zombie_woken_after_another_run_rewrote_its_group_commits_nothing(
 ) -> None:
     rt = runtime
     ids = v1_topic(rt, 3)
-    before = checksum(rt)
+    before = checksum(rt, T)
     zombie = run_cli(rt, *args(rt), "--json", failpoints="rewrite-after-first-part:stop")
     try:
         wait_stopped(zombie)
@@ -173,7 +171,7 @@ def test_a_zombie_woken_after_another_run_rewrote_its_group_commits_nothing(
         assert [g.outcome for g in report.groups] == [REWRITTEN]
         assert rt.metadata.segments.get(frozen.segment_id).state is SegmentState.FAILED
         gc(rt)
-        rows, present = table_rows(rt), objects(rt)
+        rows, present = rewrite_rows(rt), stored_keys(rt.objects)
 
         zombie.send_signal(signal.SIGCONT)
         out, err = zombie.communicate(timeout=120)
@@ -188,14 +186,14 @@ def test_a_zombie_woken_after_another_run_rewrote_its_group_commits_nothing(
         None,
         frozen.segment_id,
     )
-    after = table_rows(rt)
+    after = rewrite_rows(rt)
     for table in ("segments", "segment_ledgers", "ledgers", "offload_attempts"):
         assert after[table] == rows[table], table
     late = [d for d in pending_deletions(rt.metadata) if d.object_key not in present]
     assert {d.object_key for d in late} <= {frozen.data_key, frozen.index_key}
     gc(rt)
-    assert objects(rt) == present
+    assert stored_keys(rt.objects) == present
     assert [x.ledger_id for x in rt.metadata.list_ledgers(T)] == ids
     check_one_copy(rt)
     check_clean_store(rt)
-    assert checksum(rt) == before
+    assert checksum(rt, T) == before

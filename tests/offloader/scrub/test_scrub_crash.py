@@ -7,7 +7,6 @@ to the hot copy, every object referenced or queued, and after GC only the commit
 
 from __future__ import annotations
 
-import hashlib
 import json
 import signal
 import time
@@ -20,6 +19,7 @@ from fixtures.backends import (
     unaccounted_objects,
     uploads_not_of_dead_attempts,
 )
+from fixtures.inspect import entries_digest
 from fixtures.metadata import list_attempts, pending_deletions
 from fixtures.scrub import DAMAGES, offloaded_topic
 from offloader.gc.deletion_queue import process_deletions
@@ -42,10 +42,7 @@ CASES = crash_cases(POINTS)
 
 
 def digest(rt: Runtime, ledger: Ledger, source: Source) -> str:
-    h = hashlib.sha256()
-    for entry_id, payload in TopicReader(rt).read("orders", ledger.ledger_id, source=source):
-        h.update(b"%d:%d:" % (entry_id, len(payload)) + payload)
-    return h.hexdigest()
+    return entries_digest(TopicReader(rt).read("orders", ledger.ledger_id, source=source))
 
 
 def attempts_of(rt: Runtime, ledger: Ledger) -> dict[str, Attempt]:
