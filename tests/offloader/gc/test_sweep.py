@@ -14,13 +14,8 @@ from datetime import datetime
 
 import pytest
 
-from fixtures.backends import (
-    make_topic,
-    produce_ledgers,
-    run_cli,
-    tiered_digests,
-    unaccounted_objects,
-)
+from fixtures.backends import make_topic, produce_ledgers, tiered_digests, unaccounted_objects
+from fixtures.cli import spawn_cli
 from fixtures.clock import HOUR, skew_worker_clock, stopped_sqlite_clock
 from fixtures.inspect import queued, stored_keys
 from fixtures.metadata import pending_deletions
@@ -280,13 +275,13 @@ def test_a_sweep_killed_after_queueing_converges(swept: Runtime) -> None:
     rt = swept
     planted = plant(rt, 4)
     time.sleep(GRACE + 1.5)
-    proc = run_cli(rt, "sweep", failpoints="after-sweep-enqueue")
+    proc = spawn_cli(rt.settings, "sweep", failpoints="after-sweep-enqueue")
     proc.communicate(timeout=120)
     assert proc.returncode == -signal.SIGKILL
     # right after the kill: the page's orphans are queued (durably), nothing deleted yet
     assert queued(rt.metadata) == dict.fromkeys(planted, ORPHAN_REASON)
     assert planted.keys() <= stored_keys(rt.objects)
-    proc = run_cli(rt, "sweep", "--json")
+    proc = spawn_cli(rt.settings, "sweep", "--json")
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err.decode()
     assert json.loads(out)["orphans"] == 0  # nothing queued twice
@@ -299,7 +294,7 @@ def test_scan_cli_reports_and_changes_nothing(swept: Runtime) -> None:
     rt = swept
     planted = plant(rt, 2)
     time.sleep(GRACE + 1.5)
-    proc = run_cli(rt, "scan", "--json")
+    proc = spawn_cli(rt.settings, "scan", "--json")
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err.decode()
     report = json.loads(out)
@@ -322,7 +317,7 @@ def test_an_unreachable_recorded_store_fails_the_sweep_after_the_others(
     result = sweep(rt.metadata, rt.stores, rt.settings)
     assert queued(rt.metadata) == dict.fromkeys(planted, ORPHAN_REASON)  # the default one was swept
     assert len(result.errors) == 1 and str(gone) in result.errors[0]
-    proc = run_cli(rt, "scan")
+    proc = spawn_cli(rt.settings, "scan")
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 2
     lines = err.decode().strip().splitlines()

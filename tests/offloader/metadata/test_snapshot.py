@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from fixtures.backends import Fresh, produce_ledgers, run_cli, tiered_digests
+from fixtures.backends import Fresh, produce_ledgers, tiered_digests
+from fixtures.cli import spawn_cli
 from fixtures.databases import sqlite_url
 from fixtures.inspect import table_rows
 from fixtures.metadata import pending_deletions
@@ -136,7 +137,7 @@ def test_the_cli_names_a_damaged_snapshot_in_one_line(populated: Runtime, fresh:
     flipped = f"_metadata/snapshots/flipped-{uuid.uuid4()}.jsonl.gz"
     rt.objects.put(flipped, raw[:40] + bytes([raw[40] ^ 0xFF]) + raw[41:])
     target = fresh()
-    proc = run_cli(target, "metadata", "import", "--snapshot", flipped)
+    proc = spawn_cli(target.settings, "metadata", "import", "--snapshot", flipped)
     _, err = proc.communicate(timeout=120)
     lines = err.decode().strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and "is damaged" in lines[0]
@@ -149,7 +150,7 @@ def test_an_export_killed_before_its_manifest_never_becomes_the_latest(
     rt = populated
     first = export_metadata(rt).snapshot
     rt.metadata.deletions.enqueue(["after-first"], "t", store_id=rt.stores.default_id())
-    proc = run_cli(rt, "metadata", "export", failpoints="after-snapshot-upload")
+    proc = spawn_cli(rt.settings, "metadata", "export", failpoints="after-snapshot-upload")
     proc.communicate(timeout=120)
     assert proc.returncode == -signal.SIGKILL
     assert [s.key for s in read_manifest(rt.objects)] == [first.key]
@@ -162,7 +163,7 @@ def test_an_export_killed_before_its_manifest_never_becomes_the_latest(
     assert "after-first" not in queued  # the state of the first snapshot, not the killed one
 
     # a rerun converges: a new latest; the killed one is left for the sweep (unreferenced)
-    proc = run_cli(rt, "metadata", "export", "--json")
+    proc = spawn_cli(rt.settings, "metadata", "export", "--json")
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err.decode()
     assert json.loads(out)["kept"][0] == first.key

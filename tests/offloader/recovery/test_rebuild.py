@@ -11,7 +11,8 @@ import uuid
 import pytest
 import sqlalchemy as sa
 
-from fixtures.backends import Fresh, run_cli, tiered_digests
+from fixtures.backends import Fresh, tiered_digests
+from fixtures.cli import spawn_cli
 from fixtures.inspect import table_rows
 from fixtures.metadata_backup import populate_ledgers
 from offloader.exceptions import ObjectNotFoundError
@@ -86,7 +87,7 @@ def test_the_cli_refuses_a_non_empty_database_in_one_line(populated: Runtime) ->
     export_metadata(rt)
     rows = table_rows(rt.metadata)
     for command in ("import", "rebuild"):
-        proc = run_cli(rt, "metadata", command)
+        proc = spawn_cli(rt.settings, "metadata", command)
         _, err = proc.communicate(timeout=120)
         lines = err.decode().strip().splitlines()
         assert proc.returncode == 2 and len(lines) == 1, err.decode()

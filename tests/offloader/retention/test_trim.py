@@ -9,18 +9,10 @@ import uuid
 
 import pytest
 
-from fixtures.cli import assert_one_line_error
+from fixtures.cli import assert_one_line_error, run_cli, run_cli_json
 from fixtures.inspect import stored_keys
 from fixtures.metadata import list_attempts, pending_deletions
-from fixtures.retention import (
-    all_entries,
-    at_or_above,
-    cli,
-    cli_json,
-    digest_of,
-    live_object_keys,
-    mixed_topic,
-)
+from fixtures.retention import all_entries, at_or_above, digest_of, live_object_keys, mixed_topic
 from offloader import failpoints
 from offloader.exceptions import CommitFailedError, NotFoundError, TrimmedError
 from offloader.gc.deletion_queue import process_deletions
@@ -149,7 +141,9 @@ def test_the_cli_names_the_start_when_a_read_is_below_it(runtime: Runtime) -> No
     ids = mixed_topic(runtime)
     start = Position(ledger_id=ids[3], entry_id=2)
     trim_topic(runtime, "orders", start)
-    line = assert_one_line_error(cli(runtime, "read", "orders", "--ledger", str(ids[0])))
+    line = assert_one_line_error(
+        run_cli(runtime.settings, "read", "orders", "--ledger", str(ids[0]), ok=False)
+    )
     assert line == (
         f"error: ledger {ids[0]} of topic 'orders' is below the topic's start {start}: trimmed"
     )
@@ -261,7 +255,7 @@ def test_the_cli_refuses_a_bad_trim_and_changes_nothing(runtime: Runtime) -> Non
         (["--position", "3"], "position '3': expected LEDGER:ENTRY"),
         (["--position=-1:0"], "expected LEDGER:ENTRY"),
     ):
-        assert_one_line_error(cli(rt, "trim", "orders", *args), fragment)
+        assert_one_line_error(run_cli(rt.settings, "trim", "orders", *args, ok=False), fragment)
     assert snapshot(rt) == state
 
 
@@ -270,7 +264,7 @@ def test_the_cli_dry_run_of_a_trim_at_a_cut_changes_nothing(runtime: Runtime) ->
     ids = mixed_topic(rt)
     cut = take_cut(rt, "orders")
     state = snapshot(rt)
-    report = cli_json(rt, "trim", "orders", "--cut", str(cut.cut_id), "--dry-run")
+    report = run_cli_json(rt.settings, "trim", "orders", "--cut", str(cut.cut_id), "--dry-run")
     assert report["dry_run"] and not report["changed"]
     assert report["ledgers_deleting"] == ids and report["queued_keys"] == 8
     assert snapshot(rt) == state

@@ -19,8 +19,8 @@ import time
 
 import pytest
 
-from fixtures.backends import BACKENDS, crash_cases, run_cli, wait_stopped
-from fixtures.cli import run_cli as run_cli_done
+from fixtures.backends import BACKENDS, crash_cases
+from fixtures.cli import run_cli, spawn_cli, wait_stopped
 from fixtures.inspect import checksum, stored_keys, uploads
 from fixtures.metadata import pending_deletions
 from fixtures.rewrites import (
@@ -54,7 +54,7 @@ def args(rt: Runtime) -> list[str]:
 
 
 def kill_at(rt: Runtime, point: str) -> None:
-    crashed = run_cli(rt, *args(rt), "--json", failpoints=point)
+    crashed = spawn_cli(rt.settings, *args(rt), "--json", failpoints=point)
     out, err = crashed.communicate(timeout=300)
     assert crashed.returncode == -signal.SIGKILL, f"{point} was never reached: {err.decode()}"
     assert out == b""
@@ -126,8 +126,7 @@ def test_sigkill_at_each_point_then_gc_alone_cleans_and_a_rerun_converges(
     stage = REWRITE_POINTS.index(point)
     if stage < COMMITTED:
         wait_for_lease_end(rt)
-    env = rt.settings.environment()
-    done = run_cli_done(None, "gc", "--json", env=env)  # `offloader gc` alone
+    done = run_cli(rt.settings, "gc", "--json")  # `offloader gc` alone
     recovered = json.loads(done.stdout)["rewrites_recovered"]
     after_gc = stored_keys(rt.objects)
     if stage < COMMITTED:
@@ -159,7 +158,7 @@ def test_a_zombie_woken_after_another_run_rewrote_its_group_commits_nothing(
     rt = runtime
     ids = v1_topic(rt, 3)
     before = checksum(rt, T)
-    zombie = run_cli(rt, *args(rt), "--json", failpoints="rewrite-after-first-part:stop")
+    zombie = spawn_cli(rt.settings, *args(rt), "--json", failpoints="rewrite-after-first-part:stop")
     try:
         wait_stopped(zombie)
         (frozen,) = rt.metadata.segments.of_topic(T)

@@ -13,7 +13,6 @@ pass) woken with SIGCONT is fenced and changes nothing.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -23,7 +22,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from fixtures.backends import BACKENDS, crash_cases, run_cli, settings_env
+from fixtures.backends import BACKENDS, crash_cases
+from fixtures.cli import child_env, is_stopped, spawn_cli
 from fixtures.inspect import stored_keys, table_rows, uploads
 from fixtures.metadata import pending_deletions
 from fixtures.streams import (
@@ -64,7 +64,7 @@ def stream_lease_until(rt: Runtime) -> int | None:
 
 
 def kill_at(rt: Runtime, point: str) -> None:
-    crashed = run_cli(rt, "stream", T, "--json", failpoints=point)
+    crashed = spawn_cli(rt.settings, "stream", T, "--json", failpoints=point)
     out, err = crashed.communicate(timeout=180)
     assert crashed.returncode == -signal.SIGKILL, f"{point} was never reached: {err.decode()}"
     assert out == b""
@@ -177,11 +177,6 @@ print(json.dumps(result.as_dict()))
 """
 
 
-def _is_stopped(pid: int) -> bool:
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0] == "T"
-
-
 def snapshot(rt: Runtime) -> dict[str, Any]:
     rows: dict[str, Any] = table_rows(
         rt.metadata, schema.streams, schema.segments, schema.segment_parts, schema.pieces
@@ -195,17 +190,13 @@ def snapshot(rt: Runtime) -> dict[str, Any]:
 def test_a_zombie_woken_after_takeover_is_fenced_and_changes_nothing(runtime: Runtime) -> None:
     rt = runtime
     setup_topic(rt)
-    env = {
-        **os.environ,
-        **settings_env(rt.settings),
-        "OFFLOADER_FAILPOINTS": "stream-after-part-upload:stop",
-    }
+    env = child_env(rt.settings, failpoints="stream-after-part-upload:stop")
     zombie = subprocess.Popen(
         [sys.executable, "-c", ZOMBIE], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     try:
         deadline = time.monotonic() + 120
-        while not _is_stopped(zombie.pid):
+        while not is_stopped(zombie):
             assert zombie.poll() is None, zombie.communicate()[1].decode()
             assert time.monotonic() < deadline, "the zombie never reached its stop point"
             time.sleep(0.02)
