@@ -17,6 +17,7 @@ from fixtures.backends import run_in_threads
 from fixtures.clock import stopped_sqlite_clock
 from fixtures.metadata import (
     begin,
+    file_store_id,
     list_attempts,
     pending_deletions,
     retry_deletion_later,
@@ -34,13 +35,7 @@ from offloader.metadata import (
     schema,
 )
 from offloader.metadata.deletions import queue_keys
-from offloader.objectstore.location import StoreLocation
 from offloader.policy import OffloadPolicy
-
-
-def objects_store(store: MetadataStore) -> int:
-    """The id of a recorded (file) store, which every attempt and queued key names."""
-    return store.record_location(StoreLocation("file", "/objects"))
 
 
 @pytest.fixture
@@ -167,7 +162,7 @@ def test_an_attempt_records_its_intent_before_any_upload(store: MetadataStore) -
     ledger = sealed_ledger(store)
     before = now_ms()
     owner = "worker-" + "w" * 300
-    store_id = objects_store(store)
+    store_id = file_store_id(store)
     ledger, attempt = store.attempts.begin(
         ledger, "a1", "a1-d", "a1-i", owner, 5_000, store_id=store_id
     )
@@ -397,8 +392,8 @@ def test_hot_copies_are_marked_with_their_deletion_time(store: MetadataStore) ->
 
 def test_queued_deletions_record_reason_and_attempt(store: MetadataStore) -> None:
     before = now_ms()
-    store.deletions.enqueue(["k1"], "r" * 300, attempt_id="a1", store_id=objects_store(store))
-    store.deletions.enqueue([], "nothing", store_id=objects_store(store))
+    store.deletions.enqueue(["k1"], "r" * 300, attempt_id="a1", store_id=file_store_id(store))
+    store.deletions.enqueue([], "nothing", store_id=file_store_id(store))
     (row,) = pending_deletions(store)
     assert (row.object_key, row.reason, row.attempt_id) == ("k1", "r" * 255, "a1")
     assert (row.state, row.tries, row.last_error, row.done_ms) == ("pending", 0, None, None)
@@ -411,7 +406,7 @@ def test_a_delayed_deletion_is_due_exactly_its_delay_after_it_was_queued(
     """One reading of the database's clock per queueing: with PostgreSQL's
     clock_timestamp() read twice per row, about one row in a few hundred came out a
     millisecond late (seen in the suite, on a replaced ledger's grace)."""
-    keys, store_id = [f"k{i}" for i in range(3000)], objects_store(store)
+    keys, store_id = [f"k{i}" for i in range(3000)], file_store_id(store)
     with store.transaction() as conn:
         queue_keys(conn, keys, "grace", None, store_id, delay_ms=60_000)
     delays = {d.next_try_ms - d.enqueued_ms for d in pending_deletions(store)}
@@ -434,7 +429,7 @@ def unordered_selects_reversed(store: MetadataStore) -> None:
 
 def test_due_deletions_come_soonest_first_up_to_the_limit(store: MetadataStore) -> None:
     unordered_selects_reversed(store)
-    store.deletions.enqueue(["a", "b", "c", "d"], "test", store_id=objects_store(store))
+    store.deletions.enqueue(["a", "b", "c", "d"], "test", store_id=file_store_id(store))
     a, b, _, _ = pending_deletions(store)
     retry_deletion_later(store, a, "later", delay_ms=2 * 3_600_000)
     retry_deletion_later(store, b, "sooner", delay_ms=3_600_000)
@@ -451,7 +446,7 @@ def test_the_backlog_lists_the_most_tried_items_first_then_the_oldest(
     store: MetadataStore,
 ) -> None:
     keys = [f"k{n:02}" for n in range(22)]
-    store.deletions.enqueue(keys, "test", store_id=objects_store(store))
+    store.deletions.enqueue(keys, "test", store_id=file_store_id(store))
     rows = pending_deletions(store)
     # retried in id order with shrinking delays, so the next tries run against the ids:
     # the index on next_try_ms hands the failing rows over in the reverse of their id order
@@ -478,7 +473,7 @@ def test_the_oldest_items_age_is_never_negative(
 ) -> None:
     """An item queued this very millisecond is 0 ms old, and so is one whose time is ahead
     of the database's clock (the clock stepped back since)."""
-    store.deletions.enqueue(["a"], "test", store_id=objects_store(store))
+    store.deletions.enqueue(["a"], "test", store_id=file_store_id(store))
     (row,) = pending_deletions(store)
     with stopped_sqlite_clock(store.engine, row.enqueued_ms + offset_ms):
         backlog = store.deletions.backlog(failing_tries=1)
@@ -493,7 +488,7 @@ def queue_rows(store: MetadataStore) -> dict[str, dict]:
 
 
 def test_completed_deletions_keep_their_first_completion(store: MetadataStore) -> None:
-    store.deletions.enqueue(["a", "b"], "test", store_id=objects_store(store))
+    store.deletions.enqueue(["a", "b"], "test", store_id=file_store_id(store))
     a, b = pending_deletions(store)
     store.deletions.complete([])
     before = now_ms()

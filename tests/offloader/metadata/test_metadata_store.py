@@ -5,11 +5,16 @@ import contextlib
 import pytest
 
 from fixtures.backends import run_in_threads
-from fixtures.metadata import begin, pending_deletions, retry_deletion_later, sealed_ledger
+from fixtures.metadata import (
+    begin,
+    file_store_id,
+    pending_deletions,
+    retry_deletion_later,
+    sealed_ledger,
+)
 from offloader.exceptions import AlreadyExistsError, CommitFailedError, NotFoundError
 from offloader.metadata import AttemptState, HotState, MetadataStore, OffloadState
 from offloader.metadata.migrate import current_revision, head_revision
-from offloader.objectstore.location import StoreLocation
 from offloader.policy import OffloadPolicy
 
 
@@ -129,7 +134,7 @@ def test_hot_copy_is_marked_before_it_is_deleted(store: MetadataStore) -> None:
 
 
 def test_deletion_queue_retries_and_completes(store: MetadataStore) -> None:
-    store_id = store.record_location(StoreLocation("file", "/o"))
+    store_id = file_store_id(store, "/o")
     store.deletions.enqueue(["k1", "k2"], "test", store_id=store_id)
     due = store.deletions.due(10)
     assert [d.object_key for d in due] == ["k1", "k2"]
