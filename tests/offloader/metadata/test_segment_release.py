@@ -15,8 +15,7 @@ import pytest
 
 from fixtures.inspect import queued
 from fixtures.metadata import begin, list_attempts, sealed_ledger
-from fixtures.segment_rows import offloaded
-from offloader.exceptions import CommitFailedError
+from fixtures.segment_rows import offloaded, sealed_ledgers
 from offloader.metadata import (
     AttemptState,
     Deletion,
@@ -64,10 +63,6 @@ CASES = {
 }
 
 
-def ledgers(rt: Runtime, count: int) -> list[Ledger]:
-    return [sealed_ledger(rt.metadata, T) for _ in range(count)]
-
-
 def set_state(rt: Runtime, ledger_id: int, state: str) -> None:
     offload_state, mode, deletion = STATES[state]
     L = schema.ledgers
@@ -88,7 +83,7 @@ def reason_and_delay(deletion: Deletion) -> tuple[str, int]:
 def test_a_segment_is_released_only_when_no_ledger_needs_it(runtime: Runtime, case: str) -> None:
     rt = runtime
     states, released = CASES[case]
-    ids = [x.ledger_id for x in ledgers(rt, len(states) + 1)]
+    ids = [x.ledger_id for x in sealed_ledgers(rt, len(states) + 1)]
     claim = rt.metadata.segments.claim(T, "p", 60_000)
     before = offloaded(rt, claim, "a", [(n, 0, 9) for n in ids[:-1]])
     other = offloaded(rt, claim, "b", [(ids[-1], 0, 9)])  # of another ledger: never released
@@ -121,7 +116,7 @@ def test_one_release_counts_the_segments_of_both_rules(runtime: Runtime) -> None
     once, b after the grace) and counts both. Topic u has ledgers of the same ids, still
     needing segments of their own: ledger ids are per topic, so they hold nothing of t."""
     rt = runtime
-    first, second = (x.ledger_id for x in ledgers(rt, 2))
+    first, second = (x.ledger_id for x in sealed_ledgers(rt, 2))
     assert [sealed_ledger(rt.metadata, "u").ledger_id for _ in range(2)] == [first, second]
     claim = rt.metadata.segments.claim(T, "p", 60_000)
     offloaded(rt, claim, "a", [(first, 0, 9)])
@@ -150,7 +145,7 @@ def test_a_piece_of_an_unrecorded_ledger_keeps_its_segment(runtime: Runtime) -> 
     whose pieces are gone from the metadata altogether, is kept too. Segment c, of a
     deleted ledger alone, shows the release did run."""
     rt = runtime
-    gone, deleted, other = (x.ledger_id for x in ledgers(rt, 3))
+    gone, deleted, other = (x.ledger_id for x in sealed_ledgers(rt, 3))
     unrecorded = other + 1
     assert [sealed_ledger(rt.metadata, "u").ledger_id for _ in range(4)][-1] == unrecorded
     claim = rt.metadata.segments.claim(T, "p", 60_000)
@@ -178,7 +173,7 @@ def test_settling_releases_a_segment_no_ledger_needs_at_once(runtime: Runtime) -
     """settle_ledgers releases the segments no ledger needs (one committed after its
     ledgers went) with no grace: here its only ledger has its own objects."""
     rt = runtime
-    (lid,) = (x.ledger_id for x in ledgers(rt, 1))
+    (lid,) = (x.ledger_id for x in sealed_ledgers(rt, 1))
     claim = rt.metadata.segments.claim(T, "p", 60_000)
     offloaded(rt, claim, "a", [(lid, 0, 9)])
     set_state(rt, lid, "ledger-mode")
@@ -194,7 +189,7 @@ def test_retention_releases_a_segment_its_other_ledgers_left_for_v1(runtime: Run
     """finish_deleted_ledgers applies the whole rule: the last ledger of a segment to go is
     deleted while the other moved to its own objects, so the keys wait out the grace."""
     rt = runtime
-    first, second = (x.ledger_id for x in ledgers(rt, 2))
+    first, second = (x.ledger_id for x in sealed_ledgers(rt, 2))
     claim = rt.metadata.segments.claim(T, "p", 60_000)
     offloaded(rt, claim, "a", [(first, 0, 9), (second, 0, 9)])
     set_state(rt, second, "ledger-mode")
@@ -218,7 +213,7 @@ def swap(rt: Runtime, ledger_id: int, attempt_id: str, grace_ms: int = GRACE) ->
 
 def test_the_swap_of_the_last_ledger_that_needs_a_segment_releases_it(runtime: Runtime) -> None:
     rt = runtime
-    ids = [x.ledger_id for x in ledgers(rt, 3)]
+    ids = [x.ledger_id for x in sealed_ledgers(rt, 3)]
     claim = rt.metadata.segments.claim(T, "p", 60_000)
     offloaded(rt, claim, "a", [(ids[0], 0, 9), (ids[1], 0, 4)])
     offloaded(rt, claim, "b", [(ids[1], 5, 9), (ids[2], 0, 9)])
@@ -252,7 +247,7 @@ def test_a_swap_releases_only_the_segments_holding_its_ledger(runtime: Runtime) 
     own objects by hand, without a release), but it does not hold the swapped ledger:
     the swap releases a alone, with the release's detail."""
     rt = runtime
-    first, second = (x.ledger_id for x in ledgers(rt, 2))
+    first, second = (x.ledger_id for x in sealed_ledgers(rt, 2))
     claim = rt.metadata.segments.claim(T, "p", 60_000)
     offloaded(rt, claim, "a", [(first, 0, 9)])
     other = offloaded(rt, claim, "b", [(second, 0, 9)])
@@ -265,44 +260,6 @@ def test_a_swap_releases_only_the_segments_holding_its_ledger(runtime: Runtime) 
     assert queued(rt.metadata, reason_and_delay) == {"a-d": (reason, GRACE), "a-i": (reason, GRACE)}
 
 
-def test_a_replacement_in_flight_keeps_the_segments(runtime: Runtime) -> None:
-    """While the attempt uploads, the ledger is offloaded on its segments (reads go on
-    there) and a second one is refused; a failed one leaves the segments as they were."""
-    rt = runtime
-    (lid,) = (x.ledger_id for x in ledgers(rt, 1))
-    claim = rt.metadata.segments.claim(T, "p", 60_000)
-    offloaded(rt, claim, "a", [(lid, 0, 9)])
-    ledger = rt.metadata.get_ledger(T, lid)
-    during, attempt = begin(rt.metadata, ledger, "v1", replace=True, from_tier=True)
-    assert during.offload_mode is OffloadMode.STREAM and during.attempt_id == "v1"
-    with rt.metadata.transaction() as conn:
-        assert release_deleted(conn, [T]) == 0
-    with pytest.raises(CommitFailedError, match="has attempt v1 in flight"):
-        begin(rt.metadata, during, "other", replace=True, from_tier=True)
-    rt.metadata.attempts.fail(attempt, "upload failed")
-    after = rt.metadata.get_ledger(T, lid)
-    assert after.offload_mode is OffloadMode.STREAM and after.attempt_id is None
-    assert rt.metadata.segments.get("a").state is SegmentState.OFFLOADED
-    assert set(queued(rt.metadata)) == {"v1-d", "v1-i"}
-
-
-def test_only_a_tier_sourced_replacement_may_lack_a_hot_copy(runtime: Runtime) -> None:
-    rt = runtime
-    (lid,) = (x.ledger_id for x in ledgers(rt, 1))
-    claim = rt.metadata.segments.claim(T, "p", 60_000)
-    offloaded(rt, claim, "a", [(lid, 0, 9)])
-    ledger = rt.metadata.mark_hot_deleting(rt.metadata.get_ledger(T, lid))
-    with pytest.raises(ValueError, match="needs an offloaded ledger whose hot copy is present"):
-        begin(rt.metadata, ledger, "hot", replace=True)
-    _, attempt = begin(rt.metadata, ledger, "tier", replace=True, from_tier=True)
-    assert (
-        rt.metadata.attempts.commit_replacement(attempt, 1, "r").offload_mode is OffloadMode.LEDGER
-    )
-    not_offloaded = sealed_ledger(rt.metadata, T)
-    with pytest.raises(ValueError, match=r"it is none .*needs an offloaded ledger\)$"):
-        begin(rt.metadata, not_offloaded, "x", replace=True, from_tier=True)
-
-
 @pytest.mark.parametrize("other", ["swap", "retention"])
 def test_two_ledgers_of_a_segment_let_go_at_once_release_it(
     runtime: Runtime, monkeypatch: pytest.MonkeyPatch, other: str
@@ -313,7 +270,7 @@ def test_two_ledgers_of_a_segment_let_go_at_once_release_it(
     alone would find the other ledger still needing it, and on PostgreSQL neither would
     release it)."""
     rt = runtime
-    first, second = (x.ledger_id for x in ledgers(rt, 2))
+    first, second = (x.ledger_id for x in sealed_ledgers(rt, 2))
     claim = rt.metadata.segments.claim(T, "p", 60_000)
     offloaded(rt, claim, "a", [(first, 0, 9), (second, 0, 9)])
     _, attempt = begin(rt.metadata, rt.metadata.get_ledger(T, second), "v1", replace=True)
