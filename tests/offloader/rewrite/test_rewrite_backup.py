@@ -17,10 +17,9 @@ from fixtures.rewrites import (
     T,
     check_clean_store,
     entry_digests,
-    rewrite,
     rewrite_rows,
-    shape,
     v1_topic,
+    whole_group,
 )
 from fixtures.streams import crash_at
 from offloader.gc.run import recover_stale_rewrites
@@ -30,11 +29,6 @@ from offloader.metadata.snapshot import import_snapshot
 from offloader.recovery import rebuild_from_objects
 from offloader.rewrite.report import REWRITTEN
 from offloader.runtime import Runtime, export_metadata
-
-
-def whole_group(rt: Runtime, **values: object):  # type: ignore[no-untyped-def]
-    target = 100 * shape(rt).target
-    return rewrite(rt, target_bytes=target, small_bytes=target, **values)
 
 
 def test_a_snapshot_carries_rewrite_segments_and_their_leases(

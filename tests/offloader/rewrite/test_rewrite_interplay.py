@@ -20,9 +20,8 @@ from fixtures.rewrites import (
     check_one_copy,
     entry_digests,
     gc,
-    rewrite,
-    shape,
     v1_topic,
+    whole_group,
 )
 from fixtures.streams import converge, crash_at, produce, run_pass, set_policy, stream_topic
 from offloader.bulk.params import ExportParams
@@ -37,12 +36,6 @@ from offloader.retention.trim import trim_topic
 from offloader.rewrite.report import REWRITTEN
 from offloader.runtime import Runtime
 from offloader.scrub import run_scrub
-
-
-def whole_group(rt: Runtime, **values: object):  # type: ignore[no-untyped-def]
-    """Every small ledger of the topic in one group."""
-    target = 100 * shape(rt).target
-    return rewrite(rt, target_bytes=target, small_bytes=target, **values)
 
 
 def _wait(rt: Runtime, until_ms: int) -> None:
