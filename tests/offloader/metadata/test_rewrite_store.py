@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from fixtures.backends import produce_ledgers
-from fixtures.clock import stopped_sqlite_clock
+from fixtures.clock import stopped_sqlite_clock, wait_past
 from fixtures.inspect import queued
 from fixtures.metadata import begin as begin_attempt
 from fixtures.metadata import pending_deletions
@@ -80,10 +80,7 @@ def whole(ledgers: list[Ledger]) -> list[PieceRange]:
 
 def wait_past_lease(rt: Runtime, segment: Segment) -> None:
     assert segment.lease_until_ms is not None
-    deadline = time.monotonic() + 10
-    while rt.metadata.db_now_ms() <= segment.lease_until_ms:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_past(rt.metadata, segment.lease_until_ms, timeout=10)
 
 
 # --- the intent ----------------------------------------------------------------------------

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 
 import pytest
 
 from fixtures.backends import BACKENDS, crash_cases
 from fixtures.cli import run_cli, spawn_cli, wait_stopped
+from fixtures.clock import wait_past
 from fixtures.inspect import checksum, stored_keys, uploads
 from fixtures.metadata import pending_deletions
 from fixtures.rewrites import (
@@ -103,10 +103,7 @@ def check_killed_state(rt: Runtime, point: str, sources: list[Ledger], before: s
 
 def wait_for_lease_end(rt: Runtime) -> None:
     (segment,) = rt.metadata.segments.of_topic(T)
-    deadline = time.monotonic() + 30
-    while rt.metadata.db_now_ms() <= (segment.lease_until_ms or 0):
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    wait_past(rt.metadata, segment.lease_until_ms or 0, poll=0.1)
 
 
 @pytest.mark.parametrize(("backend_settings", "point"), CASES, indirect=["backend_settings"])

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.backends import tiered_digests, unaccounted_objects
+from fixtures.clock import wait_past
 from fixtures.damage import flip, overwrite_object
 from fixtures.exports import export_files, export_table, output_url, parquet_digests, run_export
 from fixtures.inspect import checksum, stored_keys, uploads
@@ -36,15 +37,6 @@ from offloader.retention.trim import trim_topic
 from offloader.rewrite.report import REWRITTEN
 from offloader.runtime import Runtime
 from offloader.scrub import run_scrub
-
-
-def _wait(rt: Runtime, until_ms: int) -> None:
-    import time
-
-    deadline = time.monotonic() + 30
-    while rt.metadata.db_now_ms() <= until_ms:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
 
 
 # --- streaming -------------------------------------------------------------------------------
@@ -83,7 +75,7 @@ def test_a_topic_streams_is_compacted_and_streams_on_without_a_gap_or_a_repeat(
     converge(rt, T)
     assert rt.metadata.segments.get(dead.segment_id).state is SegmentState.ASSIGNED  # untouched
     assert rt.metadata.get_ledger(T, hot_only).is_offloaded  # streamed, not skipped
-    _wait(rt, dead.lease_until_ms or 0)
+    wait_past(rt.metadata, dead.lease_until_ms or 0)
     report = whole_group(rt, **span)
     assert report.recovered == [dead.segment_id]
     assert [(g.ledgers, g.outcome) for g in report.groups] == [(dying, REWRITTEN)]
@@ -159,7 +151,7 @@ def test_an_open_rewrite_s_objects_and_upload_are_references_for_the_sweep(
     result = sweep(rt.metadata, rt.stores, eager)
     assert (result.orphans, sum(s.aborted_uploads for s in result.stores)) == (0, 0)
     assert uploads(rt.objects) == {(open_one.data_key, open_one.upload_id)}
-    _wait(rt, open_one.lease_until_ms or 0)
+    wait_past(rt.metadata, open_one.lease_until_ms or 0)
     recover_stale_rewrites(rt)
     with crash_at(monkeypatch, "rewrite-after-index"):
         whole_group(rt, lease_seconds=2.0)
@@ -169,7 +161,7 @@ def test_an_open_rewrite_s_objects_and_upload_are_references_for_the_sweep(
     assert result.orphans == 0
     gc(rt)
     assert {written.data_key, written.index_key} <= stored_keys(rt.objects)
-    _wait(rt, written.lease_until_ms or 0)
+    wait_past(rt.metadata, written.lease_until_ms or 0)
     recover_stale_rewrites(rt)
     check_clean_store(rt)  # the failed rewrite's objects went through the queue
     assert not {written.data_key, written.index_key} & stored_keys(rt.objects)

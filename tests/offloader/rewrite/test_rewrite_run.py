@@ -11,6 +11,7 @@ import threading
 import pytest
 
 from fixtures.backends import run_in_threads
+from fixtures.clock import wait_past
 from fixtures.inspect import checksum, stored_keys, uploads
 from fixtures.metadata import begin as begin_attempt
 from fixtures.metadata import pending_deletions
@@ -240,7 +241,7 @@ def test_a_dead_rewrite_is_recovered_once_its_lease_ran_out(
     (dead,) = rt.metadata.rewrites.open_rewrites(T)
     assert dead.upload_id is not None and len({k for k, _ in uploads(rt.objects)}) == 1
     assert recover_stale_rewrites(rt) == []  # its lease still runs
-    _wait(rt, dead.lease_until_ms or 0)
+    wait_past(rt.metadata, dead.lease_until_ms or 0)
     (recovered,) = recover_stale_rewrites(rt)
     assert (recovered.segment_id, recovered.state) == (dead.segment_id, SegmentState.FAILED)
     assert uploads(rt.objects) == set()  # aborted
@@ -260,19 +261,10 @@ def test_a_run_recovers_dead_rewrites_before_each_group(
     with crash_at(monkeypatch, "rewrite-after-begin"):
         rewrite(rt, small_bytes=shape(rt).target, lease_seconds=2.0)
     (dead,) = rt.metadata.rewrites.open_rewrites(T)
-    _wait(rt, dead.lease_until_ms or 0)
+    wait_past(rt.metadata, dead.lease_until_ms or 0)
     report = rewrite(rt, small_bytes=shape(rt).target)
     assert report.recovered == [dead.segment_id]
     assert [g.outcome for g in report.groups] == [REWRITTEN]
-
-
-def _wait(rt: Runtime, until_ms: int) -> None:
-    import time
-
-    deadline = time.monotonic() + 30
-    while rt.metadata.db_now_ms() <= until_ms:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
 
 
 def test_an_empty_ledger_between_sources_does_not_break_a_run(runtime: Runtime) -> None:
@@ -345,7 +337,7 @@ def test_a_segment_merge_that_dies_leaves_the_segments_and_is_cleaned(
     (dead,) = rt.metadata.rewrites.open_rewrites("s")
     assert rt.metadata.segments.of_topic("s", [SegmentState.OFFLOADED]) == small
     assert checksum(rt, "s", "tiered") == before
-    _wait(rt, dead.lease_until_ms or 0)
+    wait_past(rt.metadata, dead.lease_until_ms or 0)
     assert [s.segment_id for s in recover_stale_rewrites(rt)] == [dead.segment_id]
     check_clean_store(rt)
     assert [g.outcome for g in rewrite(rt, **values).groups] == [REWRITTEN]
