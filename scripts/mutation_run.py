@@ -46,7 +46,7 @@ SMOKE_TESTS = (
     "tests/offloader/offload/test_object_metadata.py",
     "tests/offloader/offload/test_offload_recovery.py",
     "tests/offloader/gc/test_sweep.py",
-    "tests/offloader/metadata/test_metadata_store.py",
+    "tests/offloader/metadata/test_offload_attempts.py",
 )
 # A mutant that turns a bounded loop into an endless one can grow without limit; mutmut only
 # limits CPU time. Past this address-space size the test fails with MemoryError (a kill).

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from fixtures.airflow import DagFile, connection_env, return_value, task_states
+from fixtures.inspect import stored_keys, uploads
 from fixtures.metadata import pending_deletions
-from fixtures.rewrites import T, objects, rewrite, shape, uploads, v1_topic
+from fixtures.rewrites import T, rewrite, shape, v1_topic
 from fixtures.streams import crash_at
 from offloader.metadata import SegmentState
 from offloader.objectstore.location import FILE, S3, StoreLocation
@@ -176,7 +177,7 @@ def test_a_run_recovers_a_dead_rewrite_and_deletes_what_it_wrote(
     """A rewrite that died after its first part (its lease run out) is cleaned by the GC
     alone: failed, its upload aborted, its keys deleted; its sources are untouched."""
     v1_topic(runtime, 3)
-    present = objects(runtime)
+    present = stored_keys(runtime.objects)
     with crash_at(monkeypatch, "rewrite-after-first-part"):
         rewrite(runtime, small_bytes=shape(runtime).target, lease_seconds=2.0)
     (dead,) = runtime.metadata.rewrites.open_rewrites(T)
@@ -187,5 +188,5 @@ def test_a_run_recovers_a_dead_rewrite_and_deletes_what_it_wrote(
     assert str(run.state) == "success", task_states(run)
     assert return_value(run, "drain")["rewrites_recovered"] == [dead.segment_id]
     assert runtime.metadata.segments.get(dead.segment_id).state is SegmentState.FAILED
-    assert uploads(runtime) == set()
-    assert {k for k in objects(runtime) if not k.startswith(SNAPSHOTS)} == present
+    assert uploads(runtime.objects) == set()
+    assert {k for k in stored_keys(runtime.objects) if not k.startswith(SNAPSHOTS)} == present

@@ -6,17 +6,15 @@ Runs on both backend pairings: files + SQLite and SeaweedFS + PostgreSQL.
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from fixtures.backends import make_topic, produce_ledgers, settings_env
+from fixtures.backends import make_topic, produce_ledgers
+from fixtures.cli import run_cli
 from fixtures.metadata import pending_deletions
 from offloader.exceptions import StoreUnavailableError
 from offloader.gc.deletion_queue import process_deletions
@@ -124,13 +122,14 @@ def test_a_crashed_attempt_is_finished_in_its_own_store(
         make_topic(a)
         (ledger_id,) = produce_ledgers(a, "orders", [(10, 1000)])
         digest = TopicReader(a).checksum("orders", Source.HOT).digest
-    env = {**os.environ, **settings_env(backend_settings)}
-    env["OFFLOADER_FAILPOINTS"] = "after-index-upload"
-    crashed = subprocess.run(
-        [sys.executable, "-m", "offloader.cli", "offload", "orders", "--up-to", str(ledger_id)],
-        env=env,
-        capture_output=True,
-        timeout=120,
+    crashed = run_cli(
+        backend_settings,
+        "offload",
+        "orders",
+        "--up-to",
+        str(ledger_id),
+        failpoints="after-index-upload",
+        ok=False,
     )
     assert crashed.returncode == -9, crashed.stderr
     time.sleep(backend_settings.attempt_lease_seconds + 0.2)  # its lease runs out

@@ -28,16 +28,8 @@ from fixtures.airflow import (
     task_states,
 )
 from fixtures.backends import POSTGRES_ONLY
-from fixtures.rewrites import (
-    T,
-    check_clean_store,
-    check_one_copy,
-    checksum,
-    entry_digests,
-    objects,
-    shape,
-    v1_topic,
-)
+from fixtures.inspect import checksum, stored_keys
+from fixtures.rewrites import T, check_clean_store, check_one_copy, entry_digests, shape, v1_topic
 from fixtures.spark import BIN, SparkSetup, assert_no_secret
 from offloader.gc.run import recover_stale_rewrites
 from offloader.metadata import OffloadMode, SegmentOrigin, SegmentState
@@ -69,7 +61,7 @@ def test_compaction_keeps_every_entry_in_fewer_objects_and_no_secret_leaks(
 ) -> None:
     rt = runtime
     v1_topic(rt, 5)
-    before, digests, count = checksum(rt), entry_digests(rt), len(objects(rt))
+    before, digests, count = checksum(rt, T), entry_digests(rt), len(stored_keys(rt.objects))
     run = rewrite_dag.test(run_conf=compact_conf(rt), retries=False)
     assert str(run.state) == "success", task_states(run)
     summary = return_value(run, "rewrite")
@@ -78,10 +70,10 @@ def test_compaction_keeps_every_entry_in_fewer_objects_and_no_secret_leaks(
     assert groups >= 1 and all(line.endswith(": rewritten") for line in summary["groups"])
     assert summary["totals"]["objects_after"] == 2 * groups < summary["totals"]["objects_before"]
 
-    assert checksum(rt) == before and entry_digests(rt) == digests
+    assert checksum(rt, T) == before and entry_digests(rt) == digests
     check_one_copy(rt)
     check_clean_store(rt)  # the replaced objects deleted, no orphan, no open upload
-    assert len(objects(rt)) < count
+    assert len(stored_keys(rt.objects)) < count
     live = rt.metadata.segments.of_topic(T, [SegmentState.OFFLOADED])
     assert len(live) == groups and {s.origin for s in live} == {SegmentOrigin.REWRITE}
 
@@ -136,7 +128,7 @@ def test_bad_params_submit_nothing_and_a_dry_run_changes_nothing(
 
     rt = runtime
     v1_topic(rt, 3)
-    stored = objects(rt)
+    stored = stored_keys(rt.objects)
     with pytest.raises(ParamValidationError, match="mode"):
         rewrite_dag.test(run_conf={"mode": "defrag"})
     # what the form's schema cannot say is refused by the task, before Spark is asked
@@ -153,7 +145,7 @@ def test_bad_params_submit_nothing_and_a_dry_run_changes_nothing(
     summary = return_value(dry, "rewrite")
     assert summary["dry_run"] is True and summary["totals"]["groups"] >= 1
     assert all(line.endswith(": planned") for line in summary["groups"])
-    assert objects(rt) == stored and rt.metadata.segments.of_topic(T) == []
+    assert stored_keys(rt.objects) == stored and rt.metadata.segments.of_topic(T) == []
 
 
 @pytest.mark.usefixtures("airflow_db", "airflow_connections")
@@ -164,7 +156,7 @@ def test_a_driver_killed_before_the_swap_leaves_readers_whole_and_the_gc_cleans_
 
     rt = runtime
     v1_topic(rt, 5)
-    before, stored = checksum(rt), objects(rt)
+    before, stored = checksum(rt, T), stored_keys(rt.objects)
     params = json.dumps({"mode": "compact", **compact_conf(rt)})
     settings = rt.settings.model_copy(update={"attempt_lease_seconds": 3.0})
     env = {
@@ -185,21 +177,21 @@ def test_a_driver_killed_before_the_swap_leaves_readers_whole_and_the_gc_cleans_
     assert {s.origin for s in open_rewrites} == {SegmentOrigin.REWRITE}
     assert rt.metadata.segments.of_topic(T, [SegmentState.OFFLOADED]) == []
     assert {x.offload_mode for x in rt.metadata.list_ledgers(T)} == {OffloadMode.LEDGER}
-    assert open_rewrites[0].data_key in objects(rt)
-    assert checksum(rt) == before
+    assert open_rewrites[0].data_key in stored_keys(rt.objects)
+    assert checksum(rt, T) == before
 
     time.sleep(3.5)  # the dead driver's leases run out
     recovered = {s.segment_id for s in recover_stale_rewrites(rt)}
     assert recovered == {s.segment_id for s in open_rewrites}
     check_clean_store(rt)
-    assert objects(rt) == stored and checksum(rt) == before
+    assert stored_keys(rt.objects) == stored and checksum(rt, T) == before
 
     run = rewrite_dag.test(run_conf=compact_conf(rt), retries=False)  # the next run finishes
     assert str(run.state) == "success", task_states(run)
-    assert checksum(rt) == before
+    assert checksum(rt, T) == before
     check_one_copy(rt)
     check_clean_store(rt)
-    assert len(objects(rt)) < len(stored)
+    assert len(stored_keys(rt.objects)) < len(stored)
 
 
 @pytest.mark.long  # the short form: bulk_export on a standalone master, this on local[2]
@@ -210,10 +202,10 @@ def test_compaction_on_a_standalone_master(
     """Executors of a real worker import the shipped zip, write the parts, send them back."""
     rt = runtime
     v1_topic(rt, 4)
-    before = checksum(rt)
+    before = checksum(rt, T)
     run = rewrite_dag.test(run_conf=compact_conf(rt), retries=False)
     assert str(run.state) == "success", task_states(run)
     assert "spark://127.0.0.1" in spark_standalone.event_log_text()
     assert return_value(run, "rewrite")["totals"]["groups"] >= 1
-    assert checksum(rt) == before
+    assert checksum(rt, T) == before
     check_clean_store(rt)

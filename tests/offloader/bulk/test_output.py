@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.faults import FlakyDeletes
+from fixtures.inspect import stored_keys
 from offloader.bulk.manifest import ExportManifest, ManifestFile
 from offloader.bulk.output import (
     DirectoryOutput,
@@ -61,11 +62,6 @@ def staged(output: DirectoryOutput | ObjectStoreOutput, files: dict[str, bytes])
         output.write(path, data)
 
 
-def keys(store: ObjectStore, prefix: str = "") -> set[str]:
-    """The keys under ``prefix`` (listing is fine in a test, never in a reader)."""
-    return {info.key for info in store.list(prefix)}
-
-
 @pytest.fixture
 def store(tmp_path: Path) -> ObjectStore:
     """A real filesystem object store in the test's directory."""
@@ -81,7 +77,7 @@ def test_an_object_store_export_is_its_manifest_and_the_files_it_lists(
     output = ObjectStoreOutput(target, store)
     assert output.published() is None  # nothing published yet
     staged(output, FILES)
-    assert keys(store) == {f"e1/{target.attempt}/{p}" for p in FILES}  # staged, unpublished
+    assert stored_keys(store) == {f"e1/{target.attempt}/{p}" for p in FILES}  # staged, unpublished
     assert output.published() is None
     manifest = manifest_of(target, output.root, FILES)
     output.publish(manifest)
@@ -115,12 +111,14 @@ def test_a_new_attempt_removes_only_the_export_s_other_attempts(store: ObjectSto
     staged(new, FILES)
     manifest = manifest_of(new.target, new.root)
     new.publish(manifest)
-    stale = keys(store, f"e1/{old.target.attempt}/") | keys(store, f"e1/{dead.target.attempt}/")
+    stale = stored_keys(store, f"e1/{old.target.attempt}/") | stored_keys(
+        store, f"e1/{dead.target.attempt}/"
+    )
     assert len(stale) == 2 * len(FILES) + 1
 
     assert new.discard_others() == len(stale)
     kept = {f"e1/{new.target.attempt}/{p}" for p in FILES} | {f"e1/{EXPORT_MANIFEST_NAME}"}
-    assert keys(store) == kept | set(foreign)
+    assert stored_keys(store) == kept | set(foreign)
     assert new.published() == manifest
     assert new.discard_others() == 0  # nothing left to remove
 
@@ -135,7 +133,7 @@ def test_an_attempt_that_cannot_be_removed_fails_the_publish(store: ObjectStore)
     new.publish(manifest_of(target, new.root))
     with pytest.raises(OSError, match="could not remove 1 files of earlier attempts"):
         new.discard_others()
-    assert keys(store, f"e1/{old.target.attempt}/") == {refused}
+    assert stored_keys(store, f"e1/{old.target.attempt}/") == {refused}
 
 
 def test_a_damaged_manifest_is_named_by_its_address(store: ObjectStore, tmp_path: Path) -> None:

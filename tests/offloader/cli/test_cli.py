@@ -1,6 +1,5 @@
 """The console script, end to end in a real process on the embedded default."""
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -8,18 +7,10 @@ import pytest
 from fixtures.cli import run_cli, run_cli_json
 
 
-def cli(data_dir: Path, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-    return run_cli(data_dir, *args, ok=ok)
-
-
-def cli_json(data_dir: Path, *args: str):  # type: ignore[no-untyped-def]
-    return run_cli_json(data_dir, *args)
-
-
 def test_the_whole_cycle_through_the_cli(tmp_path: Path) -> None:
     d = tmp_path / "data"
-    cli(d, "db", "upgrade")
-    cli(
+    run_cli(d, "db", "upgrade")
+    run_cli(
         d,
         "topic",
         "create",
@@ -33,36 +24,38 @@ def test_the_whole_cycle_through_the_cli(tmp_path: Path) -> None:
         "--set",
         "read_buffer_size=16384",
     )
-    assert [t["name"] for t in cli_json(d, "topic", "list")] == ["orders"]
-    produced = cli_json(d, "produce", "orders", "--count", "250", "--size", "1000", "--seed", "3")
+    assert [t["name"] for t in run_cli_json(d, "topic", "list")] == ["orders"]
+    produced = run_cli_json(
+        d, "produce", "orders", "--count", "250", "--size", "1000", "--seed", "3"
+    )
     assert produced["sealed_ledgers"] == [1, 2, 3]
-    ledgers = cli_json(d, "ledgers", "orders")
+    ledgers = run_cli_json(d, "ledgers", "orders")
     assert [x["entry_count"] for x in ledgers] == [100, 100, 50]
-    before = cli_json(d, "checksum", "orders")
+    before = run_cli_json(d, "checksum", "orders")
     assert before["entries"] == 250 and before["bytes"] == 250_000
 
-    offload = cli_json(d, "offload", "orders", "--up-to", "2")
+    offload = run_cli_json(d, "offload", "orders", "--up-to", "2")
     assert [r["outcome"] for r in offload["results"]] == ["offloaded", "offloaded"]
     assert [h["ledger_id"] for h in offload["hot_deleted"]] == [1, 2]
-    assert cli_json(d, "checksum", "orders") == before
-    assert cli_json(d, "checksum", "orders", "--source", "auto") == before
+    assert run_cli_json(d, "checksum", "orders") == before
+    assert run_cli_json(d, "checksum", "orders", "--source", "auto") == before
 
-    entries = cli_json(
+    entries = run_cli_json(
         d, "read", "orders", "--ledger", "2", "--first", "5", "--last", "7", "--payload"
     )
     assert [e["entry_id"] for e in entries] == [5, 6, 7]
     assert all(e["size"] == 1000 for e in entries)
-    status = cli_json(d, "status")
+    status = run_cli_json(d, "status")
     assert status["ledgers_by_state"] == {"sealed/offloaded/deleted": 2, "sealed/none/present": 1}
     [tiers] = status["tiers"]
     assert (tiers["topic"], tiers["hot_ledgers"], tiers["offloaded_ledgers"]) == ("orders", 1, 2)
     assert tiers["hot_bytes"] > 0 and tiers["offloaded_bytes"] > tiers["hot_bytes"]
-    assert "topic orders: hot 1 ledger(s) " in cli(d, "status").stdout
-    assert cli_json(d, "offload", "orders", "--up-to", "2")["results"] == []
-    assert cli_json(d, "gc")["remaining"] == 0
-    policy = cli_json(d, "topic", "policy", "orders", "--set", "read_priority=hot-first")
+    assert "topic orders: hot 1 ledger(s) " in run_cli(d, "status").stdout
+    assert run_cli_json(d, "offload", "orders", "--up-to", "2")["results"] == []
+    assert run_cli_json(d, "gc")["remaining"] == 0
+    policy = run_cli_json(d, "topic", "policy", "orders", "--set", "read_priority=hot-first")
     assert policy["read_priority"] == "hot-first"
-    assert "read_priority = hot-first" in cli(d, "topic", "policy", "orders").stdout
+    assert "read_priority = hot-first" in run_cli(d, "topic", "policy", "orders").stdout
 
 
 @pytest.mark.parametrize(
@@ -77,11 +70,11 @@ def test_the_whole_cycle_through_the_cli(tmp_path: Path) -> None:
 )
 def test_bad_input_is_named_and_changes_nothing(tmp_path: Path, args, message) -> None:
     d = tmp_path / "data"
-    cli(d, "db", "upgrade")
-    done = cli(d, *args, ok=False)
+    run_cli(d, "db", "upgrade")
+    done = run_cli(d, *args, ok=False)
     assert done.returncode == 2
     assert message in done.stderr
-    assert cli_json(d, "topic", "list") == []
+    assert run_cli_json(d, "topic", "list") == []
 
 
 def test_bad_settings_are_named(tmp_path: Path) -> None:

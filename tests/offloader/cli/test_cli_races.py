@@ -5,15 +5,12 @@ Both processes are held at their INSERT until both have passed any check before 
 so two creates there cannot collide.)
 """
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from fixtures.backends import settings_env
+from fixtures.cli import spawn_cli
 from fixtures.databases import postgres_database, upgraded
 from fixtures.races import inserts_held
 from offloader.metadata import MetadataStore
@@ -28,14 +25,8 @@ def postgres_url() -> Iterator[str]:
 def test_racing_topic_creates_through_the_cli(postgres_url: str, tmp_path: Path) -> None:
     # the schema exists before the race
     settings = upgraded(Settings(data_dir=tmp_path / "data", metadata_url=postgres_url))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OFFLOADER_")}
-    env |= settings_env(settings)
-    command = [sys.executable, "-m", "offloader.cli", "topic", "create", "X"]
     with inserts_held(postgres_url, "topics") as wait_for:
-        racers = [
-            subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            for _ in range(2)
-        ]
+        racers = [spawn_cli(settings, "topic", "create", "X") for _ in range(2)]
         try:
             wait_for(2)
         except TimeoutError:

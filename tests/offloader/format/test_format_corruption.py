@@ -9,6 +9,7 @@ from dataclasses import astuple, replace
 import crc32c
 import pytest
 
+from fixtures.encoding import encode_ledger
 from offloader.exceptions import FormatError
 from offloader.format import (
     ENTRY_FRAME,
@@ -29,12 +30,9 @@ from offloader.format import (
 def build(seed: int = 1, count: int = 200) -> tuple[bytes, bytes, LedgerIndex]:
     rng = random.Random(seed)
     entries = [(i, rng.randbytes(rng.randint(1, 400))) for i in range(count)]
-    blocks = list(encode_blocks(entries, max_block_size=4096, chunk_target=1024))
-    refs = [b.ref for b in blocks]
-    chunks = [c for b in blocks for c in b.chunks]
-    meta = metadata_for(refs, chunks, topic="t", ledger_id=3, created_ms=1, sealed_ms=2)
-    raw_index = encode_index(meta, refs, chunks)
-    return b"".join(bytes(b.data) for b in blocks), raw_index, decode_index(raw_index)
+    ledger = encode_ledger(entries, 4096, 1024, ledger_id=3, created_ms=1, sealed_ms=2)
+    raw_index = ledger.index()
+    return ledger.data, raw_index, decode_index(raw_index)
 
 
 def flip(data: bytes, at: int) -> bytes:

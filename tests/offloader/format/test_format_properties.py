@@ -21,6 +21,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from fixtures.damage import at_fraction, flipped, masks, positions
+from fixtures.encoding import EncodedLedger, encode_ledger
 from fixtures.pulsar_v1 import pulsar_read_ledger
 from offloader.exceptions import EntryTooLargeError, FormatError
 from offloader.format import (
@@ -37,8 +38,6 @@ from offloader.format import (
     decode_chunk,
     decode_index,
     encode_blocks,
-    encode_index,
-    metadata_for,
     parse_chunk,
 )
 
@@ -55,22 +54,27 @@ class Ledger:
     chunk_target: int
 
     @cached_property
-    def blocks(self) -> list[EncodedBlock]:
-        return list(
-            encode_blocks(
-                self.entries, max_block_size=self.max_block_size, chunk_target=self.chunk_target
-            )
+    def encoded(self) -> EncodedLedger:
+        return encode_ledger(
+            self.entries,
+            self.max_block_size,
+            self.chunk_target,
+            topic="t/ü",
+            ledger_id=9,
+            created_ms=1,
+            sealed_ms=2,
         )
 
-    @cached_property
+    @property
+    def blocks(self) -> list[EncodedBlock]:
+        return self.encoded.blocks
+
+    @property
     def data(self) -> bytes:
-        return b"".join(bytes(b.data) for b in self.blocks)
+        return self.encoded.data
 
     def index(self, *, extension: bool = True) -> bytes:
-        refs = [b.ref for b in self.blocks]
-        chunks = [c for b in self.blocks for c in b.chunks]
-        meta = metadata_for(refs, chunks, topic="t/ü", ledger_id=9, created_ms=1, sealed_ms=2)
-        return encode_index(meta, refs, chunks if extension else None)
+        return self.encoded.index(extension=extension)
 
     @cached_property
     def payload_bytes(self) -> set[int]:

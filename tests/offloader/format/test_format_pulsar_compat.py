@@ -9,6 +9,7 @@ import struct
 
 import pytest
 
+from fixtures.encoding import encode_ledger
 from fixtures.pulsar_v1 import (
     Entries,
     pulsar_read_index,
@@ -24,7 +25,6 @@ from offloader.format import (
     decode_index,
     encode_blocks,
     encode_index,
-    metadata_for,
 )
 
 
@@ -38,15 +38,14 @@ def test_independent_magics_match() -> None:
 @pytest.mark.parametrize("block_size", [1024, 4096, 20000])
 def test_pulsar_reader_reads_our_objects(seed: int, block_size: int) -> None:
     entries = [(i, p[: block_size - 140]) for i, p in sample(seed)]
-    blocks = list(encode_blocks(entries, max_block_size=block_size, chunk_target=1500))
-    refs = [b.ref for b in blocks]
-    chunks = [c for b in blocks for c in b.chunks]
-    meta = metadata_for(refs, chunks, topic="t", ledger_id=1, created_ms=0, sealed_ms=0)
-    index = encode_index(meta, refs, chunks)  # with our extension after the v1 entries
-    data = b"".join(bytes(b.data) for b in blocks)
+    ledger = encode_ledger(entries, block_size, chunk_target=1500)
+    index = ledger.index()  # with our extension after the v1 entries
+    data = ledger.data
     assert pulsar_read_ledger(data, index) == entries
     _, _, v1 = pulsar_read_index(index)
-    assert [(f, p, o) for f, p, o in v1] == [(r.first_entry_id, r.part_id, r.offset) for r in refs]
+    assert [(f, p, o) for f, p, o in v1] == [
+        (r.first_entry_id, r.part_id, r.offset) for r in ledger.refs
+    ]
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -109,12 +108,9 @@ def test_objects_written_by_the_reference_writer_decode() -> None:
 def test_chunk_lookup_reads_one_range_per_entry() -> None:
     """The point of the extension: any entry costs one ranged read of <= ~chunk_target bytes."""
     entries = sample(5, 2000, 300)
-    blocks = list(encode_blocks(entries, max_block_size=1 << 16, chunk_target=4096))
-    refs = [b.ref for b in blocks]
-    chunks = [c for b in blocks for c in b.chunks]
-    meta = metadata_for(refs, chunks, topic="t", ledger_id=1, created_ms=0, sealed_ms=0)
-    index = decode_index(encode_index(meta, refs, chunks))
-    data = b"".join(bytes(b.data) for b in blocks)
+    ledger = encode_ledger(entries, 1 << 16, chunk_target=4096)
+    index = decode_index(ledger.index())
+    data = ledger.data
     for entry_id, payload in random.Random(1).sample(entries, 100):
         c = index.chunk_for(entry_id)
         assert c.length <= 4096 + 128

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import pytest
 
+from fixtures.encoding import encode_ledger
 from offloader.exceptions import EmptyLedgerError, EntryTooLargeError, FormatError
 from offloader.format import (
     BLOCK_MAGIC,
@@ -36,14 +37,16 @@ def encode(
     entries: Entries, max_block_size: int, chunk_target: int = 1 << 20
 ) -> tuple[bytes, list[EncodedBlock], LedgerIndex]:
     """Encode a ledger; return the data object, the blocks and the decoded index."""
-    blocks = list(encode_blocks(entries, max_block_size=max_block_size, chunk_target=chunk_target))
-    refs = [b.ref for b in blocks]
-    chunks = [c for b in blocks for c in b.chunks]
-    meta = metadata_for(
-        refs, chunks, topic="persistent://t/n/x", ledger_id=7, created_ms=1, sealed_ms=2
+    ledger = encode_ledger(
+        entries,
+        max_block_size,
+        chunk_target,
+        topic="persistent://t/n/x",
+        ledger_id=7,
+        created_ms=1,
+        sealed_ms=2,
     )
-    index = decode_index(encode_index(meta, refs, chunks))
-    return b"".join(bytes(b.data) for b in blocks), blocks, index
+    return ledger.data, ledger.blocks, decode_index(ledger.index())
 
 
 def read_by_chunks(data: bytes, index: LedgerIndex) -> Entries:

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from fixtures.encoding import encode_ledger
 from fixtures.pulsar_v1 import sample
 from fixtures.segments import Segment, SegmentEntries, stream
 from offloader.exceptions import EntryTooLargeError, FormatError
@@ -20,10 +21,7 @@ from offloader.format import (
     decode_segment_block,
     decode_segment_chunk,
     decode_segment_index,
-    encode_blocks,
-    encode_index,
     encode_segment_index,
-    metadata_for,
 )
 
 
@@ -258,11 +256,9 @@ def test_decode_any_index_picks_the_format_by_magic() -> None:
     segment = Segment(stream(7), 900, 1)
     assert isinstance(decode_any_index(segment.index()), SegmentIndex)
     entries = sample(1, 30, 200)
-    blocks = list(encode_blocks(entries, max_block_size=1000))
-    refs, chunks = [b.ref for b in blocks], [c for b in blocks for c in b.chunks]
-    meta = metadata_for(refs, chunks, topic="t", ledger_id=1, created_ms=0, sealed_ms=0)
-    v1 = decode_any_index(encode_index(meta, refs, chunks))
-    assert isinstance(v1, LedgerIndex) and v1.metadata == meta
+    ledger = encode_ledger(entries, 1000)
+    v1 = decode_any_index(ledger.index())
+    assert isinstance(v1, LedgerIndex) and v1.metadata == ledger.metadata
     with pytest.raises(
         FormatError,
         match=r"^bad index magic 0x00000000, expected 0xDE47DE47 \(v1\) or 0x3D1FB0BC \(v2\)$",

@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from fixtures.backends import run_cli
+from fixtures.cli import spawn_cli
 from fixtures.counting import CountingStore
 from fixtures.faults import FaultyStore, FlakyDeletes, OnlyStore
 from fixtures.metadata import pending_deletions
@@ -105,7 +105,7 @@ def test_sigkill_between_store_delete_and_queue_update_loses_nothing(runtime: Ru
     enqueue(rt, ["a", "b", "never-written"], "test")
     queued = {d.id: d.object_key for d in pending_deletions(rt.metadata)}
 
-    killed = run_cli(rt, "gc", failpoints="after-store-delete")
+    killed = spawn_cli(rt.settings, "gc", failpoints="after-store-delete")
     out, _ = killed.communicate(timeout=120)
     assert killed.returncode == -signal.SIGKILL, "after-store-delete was never reached"
     assert out == b""
@@ -115,7 +115,7 @@ def test_sigkill_between_store_delete_and_queue_update_loses_nothing(runtime: Ru
     assert {d.id: d.object_key for d in pending} == queued
     assert all(d.tries == 0 and d.last_error is None for d in pending)
 
-    rerun = run_cli(rt, "gc", "--json")
+    rerun = spawn_cli(rt.settings, "gc", "--json")
     out, err = rerun.communicate(timeout=120)
     assert rerun.returncode == 0, err.decode()
     result = json.loads(out)
@@ -139,7 +139,7 @@ def test_sigkill_after_the_first_of_several_batches_then_rerun_converges(
     enqueue(rt, keys, "test")
     first = [d.object_key for d in rt.metadata.deletions.due(2)]
 
-    killed = run_cli(rt, "gc", failpoints="after-store-delete")
+    killed = spawn_cli(rt.settings, "gc", failpoints="after-store-delete")
     killed.communicate(timeout=120)
     assert killed.returncode == -signal.SIGKILL, "after-store-delete was never reached"
     left = {i.key for i in rt.objects.list()}
@@ -147,7 +147,7 @@ def test_sigkill_after_the_first_of_several_batches_then_rerun_converges(
     assert sorted(d.object_key for d in pending_deletions(rt.metadata)) == keys
     assert all(d.tries == 0 for d in pending_deletions(rt.metadata))
 
-    rerun = run_cli(rt, "gc", "--json")
+    rerun = spawn_cli(rt.settings, "gc", "--json")
     out, err = rerun.communicate(timeout=120)
     assert rerun.returncode == 0, err.decode()
     result = json.loads(out)

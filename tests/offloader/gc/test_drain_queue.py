@@ -8,6 +8,7 @@ import types
 import pytest
 
 from fixtures.faults import FlakyDeletes, OnlyStore
+from fixtures.inspect import stored_keys
 from fixtures.metadata import pending_deletions
 from offloader.gc import deletion_queue
 from offloader.gc.deletion_queue import drain_queue
@@ -20,10 +21,6 @@ def queue(rt: Runtime, count: int) -> list[str]:
         rt.objects.put(key, b"x")
     rt.metadata.deletions.enqueue(keys, "test", store_id=rt.stores.default_id())
     return keys
-
-
-def stored(rt: Runtime) -> set[str]:
-    return {info.key for info in rt.objects.list()}
 
 
 @pytest.mark.parametrize(
@@ -40,7 +37,7 @@ def test_bad_bounds_are_refused_and_change_nothing(
     keys = queue(runtime, 3)
     with pytest.raises(ValueError, match=message):
         drain_queue(runtime.metadata, runtime.stores, runtime.settings, **kwargs)
-    assert stored(runtime) == set(keys)
+    assert stored_keys(runtime.objects) == set(keys)
     assert len(pending_deletions(runtime.metadata)) == 3
 
 
@@ -56,7 +53,7 @@ def test_a_drain_runs_passes_until_one_deletes_nothing(
     assert result.delete_requests == 5  # one key per request
     assert (result.stopped, result.dry_run) == ("drained", False)
     assert result.backlog.pending == 0 and result.backlog.oldest_enqueued_ms is None
-    assert stored(runtime) == set()
+    assert stored_keys(runtime.objects) == set()
     assert result.seconds >= 0
 
 
@@ -69,7 +66,7 @@ def test_a_drain_stops_at_max_items_and_reports_the_rest(
     # the second pass takes only what is left of max_items (1, not 2)
     assert (result.passes, result.deleted, result.stopped) == (2, 3, "max items")
     assert result.backlog.pending == 2 and result.backlog.due == 2
-    assert stored(runtime) == set(keys[3:])
+    assert stored_keys(runtime.objects) == set(keys[3:])
 
 
 def test_a_drain_stops_when_its_time_budget_is_spent(
@@ -86,7 +83,7 @@ def test_a_drain_stops_when_its_time_budget_is_spent(
     )
     assert (result.passes, result.deleted, result.stopped) == (2, 2, "time budget")
     assert result.seconds == 1.0
-    assert stored(runtime) == set(keys[2:])
+    assert stored_keys(runtime.objects) == set(keys[2:])
 
 
 def test_failures_end_the_drain_and_stay_queued(runtime: Runtime) -> None:
@@ -97,7 +94,7 @@ def test_failures_end_the_drain_and_stay_queued(runtime: Runtime) -> None:
     assert (result.passes, result.deleted, result.failed) == (1, 0, 2)
     assert result.stopped == "drained"
     assert result.backlog.pending == 2 and result.backlog.due == 0  # backing off
-    assert stored(runtime) == set(keys)
+    assert stored_keys(runtime.objects) == set(keys)
 
 
 def test_failing_items_are_counted_once_they_reach_the_failing_tries(runtime: Runtime) -> None:
@@ -119,14 +116,14 @@ def test_a_dry_run_only_reports_the_backlog(runtime: Runtime) -> None:
     assert (result.stopped, result.dry_run) == ("dry run", True)
     assert result.backlog.pending == 4 and result.backlog.due == 4
     assert result.backlog.oldest_enqueued_ms is not None
-    assert stored(runtime) == set(keys)
+    assert stored_keys(runtime.objects) == set(keys)
 
 
 def test_one_item_is_a_valid_bound(runtime: Runtime) -> None:
     keys = queue(runtime, 2)
     result = drain_queue(runtime.metadata, runtime.stores, runtime.settings, max_items=1)
     assert (result.passes, result.deleted, result.stopped) == (1, 1, "max items")
-    assert stored(runtime) == set(keys[1:])
+    assert stored_keys(runtime.objects) == set(keys[1:])
 
 
 def test_failed_items_count_against_max_items_and_each_pass_is_logged(
@@ -141,7 +138,7 @@ def test_failed_items_count_against_max_items_and_each_pass_is_logged(
     # pass 1 takes k000 (deleted) and k001 (refused); pass 2 may take only 3 - 1 - 1 = 1
     assert (result.passes, result.deleted, result.failed) == (2, 2, 1)
     assert result.stopped == "max items"
-    assert stored(runtime) == {"k001", *keys[3:]}
+    assert stored_keys(runtime.objects) == {"k001", *keys[3:]}
     passes = [m for m in caplog.messages if m.startswith("pass ")]
     assert passes == ["pass 1: deleted 1, failed 1", "pass 2: deleted 1, failed 0"]
 
@@ -156,7 +153,7 @@ def test_the_default_time_budget_is_half_an_hour(
     keys = queue(runtime, 1)
     result = drain_queue(runtime.metadata, runtime.stores, runtime.settings)
     assert (result.passes, result.deleted, result.stopped) == (0, 0, "time budget")
-    assert stored(runtime) == set(keys)
+    assert stored_keys(runtime.objects) == set(keys)
 
 
 def test_the_reported_duration_is_rounded_to_milliseconds(

@@ -14,14 +14,10 @@ from datetime import datetime
 
 import pytest
 
-from fixtures.backends import (
-    make_topic,
-    produce_ledgers,
-    run_cli,
-    tiered_digests,
-    unaccounted_objects,
-)
+from fixtures.backends import make_topic, produce_ledgers, tiered_digests, unaccounted_objects
+from fixtures.cli import spawn_cli
 from fixtures.clock import HOUR, skew_worker_clock, stopped_sqlite_clock
+from fixtures.inspect import queued, stored_keys
 from fixtures.metadata import pending_deletions
 from offloader.exceptions import StoreUnavailableError
 from offloader.gc.deletion_queue import process_deletions
@@ -79,14 +75,6 @@ def begin(rt: Runtime, ledger: Ledger, lease_ms: int, attempt_id: str | None = N
     return attempt
 
 
-def pending(rt: Runtime) -> dict[str, str]:
-    return {d.object_key: d.reason for d in pending_deletions(rt.metadata)}
-
-
-def present(rt: Runtime) -> set[str]:
-    return {o.key for o in rt.objects.list()}
-
-
 def test_planted_objects_are_swept_only_after_the_grace_period(
     swept: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -101,7 +89,7 @@ def test_planted_objects_are_swept_only_after_the_grace_period(
     (store,) = young.stores
     assert (store.orphans, store.young) == (0, 3)
     assert sweep(rt.metadata, rt.stores, rt.settings).orphans == 0
-    assert pending(rt) == {}
+    assert queued(rt.metadata) == {}
 
     time.sleep(GRACE + 1.5)
     scan = sweep(rt.metadata, rt.stores, rt.settings, dry_run=True)
@@ -110,16 +98,18 @@ def test_planted_objects_are_swept_only_after_the_grace_period(
     assert all(o.age_seconds >= GRACE for o in store.objects)
     assert store.orphan_bytes == sum(planted.values())
     assert store.referenced == store.listed - 3
-    assert pending(rt) == {} and planted.keys() <= present(rt)  # a scan changes nothing
+    assert queued(rt.metadata) == {} and planted.keys() <= stored_keys(
+        rt.objects
+    )  # a scan changes nothing
 
     done = sweep(rt.metadata, rt.stores, rt.settings)
     assert done.stores[0].queued == 3
-    assert pending(rt) == dict.fromkeys(planted, ORPHAN_REASON)
+    assert queued(rt.metadata) == dict.fromkeys(planted, ORPHAN_REASON)
     again = sweep(rt.metadata, rt.stores, rt.settings)  # queued once is enough
     assert again.orphans == 0 and len(pending_deletions(rt.metadata)) == 3
 
     process_deletions(rt.metadata, rt.stores, rt.settings)
-    assert not planted.keys() & present(rt)
+    assert not planted.keys() & stored_keys(rt.objects)
     assert unaccounted_objects(rt) == set()
     assert TopicReader(rt).checksum("orders") == before
     assert tiered_digests(rt) == offloaded
@@ -147,9 +137,9 @@ def test_keys_the_offloader_does_not_write_are_never_touched(swept: Runtime) -> 
 
     done = sweep(rt.metadata, rt.stores, rt.settings)
     assert (done.stores[0].queued, done.stores[0].aborted_uploads) == (1, 0)
-    assert pending(rt) == dict.fromkeys(planted, ORPHAN_REASON)
+    assert queued(rt.metadata) == dict.fromkeys(planted, ORPHAN_REASON)
     process_deletions(rt.metadata, rt.stores, rt.settings)
-    assert set(foreign) <= present(rt) and not planted.keys() & present(rt)
+    assert set(foreign) <= stored_keys(rt.objects) and not planted.keys() & stored_keys(rt.objects)
     assert upload.upload_id in {u.upload_id for u in rt.objects.list_multipart_uploads()}
     rt.objects.abort_multipart(upload)
 
@@ -175,7 +165,7 @@ def test_a_live_attempts_objects_and_parts_are_never_touched(swept: Runtime) -> 
     assert done.stores[0].aborted_uploads == 1
     uploads = {u.upload_id for u in rt.objects.list_multipart_uploads()}
     assert uploads == {live_upload.upload_id}
-    assert live.index_key in present(rt) and live.index_key not in pending(rt)
+    assert live.index_key in stored_keys(rt.objects) and live.index_key not in queued(rt.metadata)
     # the live attempt can still finish its upload
     part = rt.objects.upload_part(live_upload, 2, b"second part")
     assert part.part_number == 2
@@ -203,7 +193,7 @@ def test_a_late_write_of_a_retired_attempt_is_swept(swept: Runtime) -> None:
         rt.objects.put(key, b"written by the zombie after its keys were deleted")
     time.sleep(GRACE + 1.5)
     sweep(rt.metadata, rt.stores, rt.settings)
-    assert pending(rt) == dict.fromkeys(old_keys, ORPHAN_REASON)
+    assert queued(rt.metadata) == dict.fromkeys(old_keys, ORPHAN_REASON)
 
 
 def test_snapshots_survive_the_sweep_and_a_stray_one_does_not(swept: Runtime) -> None:
@@ -214,10 +204,10 @@ def test_snapshots_survive_the_sweep_and_a_stray_one_does_not(swept: Runtime) ->
     rt.objects.put(stray, b"left by an export killed before its manifest")
     time.sleep(GRACE + 1.5)
     sweep(rt.metadata, rt.stores, rt.settings)
-    assert pending(rt) == {stray: ORPHAN_REASON}
+    assert queued(rt.metadata) == {stray: ORPHAN_REASON}
     process_deletions(rt.metadata, rt.stores, rt.settings)
-    assert {first.key, second.key, MANIFEST_KEY} <= present(rt)
-    assert stray not in present(rt)
+    assert {first.key, second.key, MANIFEST_KEY} <= stored_keys(rt.objects)
+    assert stray not in stored_keys(rt.objects)
     assert [s.key for s in read_manifest(rt.objects)] == [first.key, second.key]
 
 
@@ -270,11 +260,14 @@ def test_paging_looks_up_every_page(swept: Runtime, monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(rt.metadata, "referenced_keys", counted)
     result = sweep(rt.metadata, rt.stores, rt.settings)
     assert result.stores[0].queued == 5
-    assert pending(rt) == dict.fromkeys(planted, ORPHAN_REASON)
+    assert queued(rt.metadata) == dict.fromkeys(planted, ORPHAN_REASON)
     (store,) = result.stores
-    assert (store.listed, store.referenced) == (len(present(rt)), len(present(rt)) - 5)
+    assert (store.listed, store.referenced) == (
+        len(stored_keys(rt.objects)),
+        len(stored_keys(rt.objects)) - 5,
+    )
     assert (store.orphans, store.orphan_bytes) == (5, sum(planted.values()))
-    listed = len(present(rt))
+    listed = len(stored_keys(rt.objects))
     assert lookups == [2] * (listed // 2) + [listed % 2] * (listed % 2)
 
 
@@ -282,33 +275,33 @@ def test_a_sweep_killed_after_queueing_converges(swept: Runtime) -> None:
     rt = swept
     planted = plant(rt, 4)
     time.sleep(GRACE + 1.5)
-    proc = run_cli(rt, "sweep", failpoints="after-sweep-enqueue")
+    proc = spawn_cli(rt.settings, "sweep", failpoints="after-sweep-enqueue")
     proc.communicate(timeout=120)
     assert proc.returncode == -signal.SIGKILL
     # right after the kill: the page's orphans are queued (durably), nothing deleted yet
-    assert pending(rt) == dict.fromkeys(planted, ORPHAN_REASON)
-    assert planted.keys() <= present(rt)
-    proc = run_cli(rt, "sweep", "--json")
+    assert queued(rt.metadata) == dict.fromkeys(planted, ORPHAN_REASON)
+    assert planted.keys() <= stored_keys(rt.objects)
+    proc = spawn_cli(rt.settings, "sweep", "--json")
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err.decode()
     assert json.loads(out)["orphans"] == 0  # nothing queued twice
     assert len(pending_deletions(rt.metadata)) == 4
     process_deletions(rt.metadata, rt.stores, rt.settings)
-    assert unaccounted_objects(rt) == set() and not planted.keys() & present(rt)
+    assert unaccounted_objects(rt) == set() and not planted.keys() & stored_keys(rt.objects)
 
 
 def test_scan_cli_reports_and_changes_nothing(swept: Runtime) -> None:
     rt = swept
     planted = plant(rt, 2)
     time.sleep(GRACE + 1.5)
-    proc = run_cli(rt, "scan", "--json")
+    proc = spawn_cli(rt.settings, "scan", "--json")
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err.decode()
     report = json.loads(out)
     assert report["dry_run"] is True and report["orphans"] == 2
     objects = report["stores"][0]["objects"]
     assert {o["key"]: o["size"] for o in objects} == planted
-    assert pending(rt) == {}
+    assert queued(rt.metadata) == {}
 
 
 def test_an_unreachable_recorded_store_fails_the_sweep_after_the_others(
@@ -322,9 +315,9 @@ def test_an_unreachable_recorded_store_fails_the_sweep_after_the_others(
     planted = plant(rt, 1)
     time.sleep(GRACE + 1.5)
     result = sweep(rt.metadata, rt.stores, rt.settings)
-    assert pending(rt) == dict.fromkeys(planted, ORPHAN_REASON)  # the default one was swept
+    assert queued(rt.metadata) == dict.fromkeys(planted, ORPHAN_REASON)  # the default one was swept
     assert len(result.errors) == 1 and str(gone) in result.errors[0]
-    proc = run_cli(rt, "scan")
+    proc = spawn_cli(rt.settings, "scan")
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 2
     lines = err.decode().strip().splitlines()
@@ -343,7 +336,7 @@ def test_a_scan_records_nothing(runtime: Runtime) -> None:
     with rt.metadata.engine.connect() as conn:
         assert conn.execute(schema.object_stores.select()).all() == []
     sweep(rt.metadata, rt.stores, rt.settings)  # a sweep records it, as offloads do
-    assert pending(rt) == {} and planted.keys() <= present(rt)
+    assert queued(rt.metadata) == {} and planted.keys() <= stored_keys(rt.objects)
     with rt.metadata.engine.connect() as conn:
         assert len(conn.execute(schema.object_stores.select()).all()) == 1
 
@@ -464,7 +457,7 @@ def test_uploads_of_attempts_that_are_not_live_are_aborted(
     assert (done.stale_uploads, done.aborted_uploads) == (3, 3)
     left = {u.upload_id for u in rt.objects.list_multipart_uploads()}
     assert left == {uploads[live.data_key].upload_id, uploads[live.index_key].upload_id}
-    assert pending(rt) == {}
+    assert queued(rt.metadata) == {}
     aborted = [r.getMessage() for r in caplog.records if r.name == "offloader.gc.sweep"]
     assert sorted(aborted) == sorted(
         f"aborting stale multipart upload {u.upload_id} of {u.key}" for u in gone
@@ -618,7 +611,7 @@ def test_an_unreadable_manifest_leaves_every_snapshot_alone(
     pin_db_clock(monkeypatch, rt, rt.metadata.db_now_ms() + 3_600_000)
     with caplog.at_level(logging.WARNING, logger="offloader.gc.sweep"):
         sweep(rt.metadata, rt.stores, rt.settings)
-    assert pending(rt) == dict.fromkeys(planted, ORPHAN_REASON)
+    assert queued(rt.metadata) == dict.fromkeys(planted, ORPHAN_REASON)
     assert [r.getMessage() for r in caplog.records if r.name == "offloader.gc.sweep"] == [
         "snapshot manifest unreadable; the sweep leaves _metadata/ alone"
     ]

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from fixtures.backends import make_topic, produce_ledgers
-from fixtures.metadata import pending_deletions
+from fixtures.inspect import queued, stored_keys
 from offloader.gc.deletion_queue import process_deletions
 from offloader.gc.sweep import ORPHAN_REASON, sweep
 from offloader.keys import (
@@ -49,14 +49,6 @@ def stream_topic(rt: Runtime, ledgers: int = 4) -> int:
     return part
 
 
-def pending(rt: Runtime) -> dict[str, str]:
-    return {d.object_key: d.reason for d in pending_deletions(rt.metadata)}
-
-
-def present(rt: Runtime) -> set[str]:
-    return {o.key for o in rt.objects.list()}
-
-
 def set_state(rt: Runtime, segment_id: str, state: SegmentState) -> None:
     """Move a segment's row without the store's side effects (its keys are not queued)."""
     G = schema.segments
@@ -91,7 +83,7 @@ def test_committed_segments_are_kept_and_planted_segment_objects_swept(rt: Runti
     segment_keys = {
         k for s in rt.metadata.segments.of_topic(TOPIC) for k in (s.data_key, s.index_key)
     }
-    assert segment_keys == present(rt)
+    assert segment_keys == stored_keys(rt.objects)
     planted = {}
     for n in range(2):
         data, index = segment_object_keys(str(uuid.uuid4()))
@@ -110,9 +102,9 @@ def test_committed_segments_are_kept_and_planted_segment_objects_swept(rt: Runti
     assert store.referenced == len(segment_keys)
     done = sweep(rt.metadata, rt.stores, rt.settings)
     assert done.stores[0].queued == 4
-    assert pending(rt) == dict.fromkeys(planted, ORPHAN_REASON)
+    assert queued(rt.metadata) == dict.fromkeys(planted, ORPHAN_REASON)
     process_deletions(rt.metadata, rt.stores, rt.settings)
-    assert present(rt) == segment_keys
+    assert stored_keys(rt.objects) == segment_keys
     assert TopicReader(rt).checksum(TOPIC, source=Source.TIERED) == before
 
 
@@ -174,7 +166,7 @@ def test_a_failed_segments_upload_is_aborted(rt: Runtime) -> None:
     rt.metadata.segments.fail(claim, segment, "test: given up")
     rt.metadata.segments.release(claim)
     # its keys were queued when it failed: not orphans, but its upload is no one's now
-    assert {segment.data_key, segment.index_key} <= pending(rt).keys()
+    assert {segment.data_key, segment.index_key} <= queued(rt.metadata).keys()
     time.sleep(GRACE + 1.5)
     done = sweep(rt.metadata, rt.stores, rt.settings)
     (store,) = done.stores

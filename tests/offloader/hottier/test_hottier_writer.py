@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -10,7 +9,8 @@ import time
 
 import pytest
 
-from fixtures.backends import make_topic, settings_env
+from fixtures.backends import make_topic
+from fixtures.cli import child_env
 from offloader.exceptions import CommitFailedError
 from offloader.hottier import filestore
 from offloader.hottier.writer import ManagedLedgerWriter
@@ -95,7 +95,7 @@ with Runtime.open() as rt:
 
 def test_a_killed_writer_leaves_a_ledger_the_next_writer_seals(rt: Runtime) -> None:
     make_topic(rt, ledger_max_entries=1_000_000)
-    env = {**os.environ, **settings_env(rt.settings)}
+    env = child_env(rt.settings)
     child = subprocess.Popen([sys.executable, "-c", WRITER], env=env, stdout=subprocess.PIPE)
     assert child.stdout is not None and child.stdout.readline() == b"ready\n"
     time.sleep(0.2)

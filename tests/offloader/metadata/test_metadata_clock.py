@@ -12,11 +12,16 @@ from sqlalchemy.dialects import mysql
 from sqlalchemy.exc import CompileError
 
 from fixtures.clock import HOUR, database_time_ms, skew_worker_clock, stopped_sqlite_clock
-from fixtures.metadata import begin, pending_deletions, retry_deletion_later, sealed_ledger
+from fixtures.metadata import (
+    begin,
+    file_store_id,
+    pending_deletions,
+    retry_deletion_later,
+    sealed_ledger,
+)
 from offloader.exceptions import CommitFailedError
 from offloader.metadata import AttemptState, HotState, MetadataStore
 from offloader.metadata.clock import db_now
-from offloader.objectstore.location import StoreLocation
 
 LEASE_MS = 60_000
 TOLERANCE_MS = 5_000  # a loaded test machine; an hour of skew is far outside it
@@ -84,7 +89,7 @@ def test_hot_copy_is_not_marked_before_the_lag_on_database_time(
 def test_deletion_queue_is_due_by_database_time(
     store: MetadataStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store_id = store.record_location(StoreLocation("file", "/objects"))
+    store_id = file_store_id(store)
     store.deletions.enqueue(["k1", "k2"], "test", store_id=store_id)
     skew_worker_clock(monkeypatch, -HOUR)  # by this worker's clock they are not due for an hour
     due = store.deletions.due(10)

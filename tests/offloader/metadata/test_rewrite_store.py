@@ -15,11 +15,12 @@ import pytest
 import sqlalchemy as sa
 
 from fixtures.backends import produce_ledgers
-from fixtures.clock import stopped_sqlite_clock
+from fixtures.clock import stopped_sqlite_clock, wait_past
+from fixtures.inspect import queued
 from fixtures.metadata import begin as begin_attempt
 from fixtures.metadata import pending_deletions
 from fixtures.races import rival_inside_commit
-from fixtures.rewrites import assign_stream_segment, stream_segment, stream_segment_of, table_rows
+from fixtures.rewrites import assign_stream_segment, rewrite_rows, stream_segment, stream_segment_of
 from fixtures.scrub import offloaded_topic
 from fixtures.streams import crash_at
 from offloader import failpoints
@@ -77,16 +78,9 @@ def whole(ledgers: list[Ledger]) -> list[PieceRange]:
     return [PieceRange(x.ledger_id, 0, x.entry_count - 1) for x in ledgers]
 
 
-def queued(rt: Runtime) -> dict[str, str]:
-    return {d.object_key: d.reason for d in pending_deletions(rt.metadata)}
-
-
 def wait_past_lease(rt: Runtime, segment: Segment) -> None:
     assert segment.lease_until_ms is not None
-    deadline = time.monotonic() + 10
-    while rt.metadata.db_now_ms() <= segment.lease_until_ms:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_past(rt.metadata, segment.lease_until_ms, timeout=10)
 
 
 # --- the intent ----------------------------------------------------------------------------
@@ -126,7 +120,7 @@ def test_begin_refuses_sources_not_as_planned_and_writes_nothing(
 ) -> None:
     rt = runtime
     first, second, _ = ledgers
-    before = table_rows(rt)
+    before = rewrite_rows(rt)
     with pytest.raises(ValueError, match=r"^a rewrite needs at least one source$"):
         begin(rt, "r")
     with pytest.raises(ValueError, match=r"sources overlap"):
@@ -141,8 +135,8 @@ def test_begin_refuses_sources_not_as_planned_and_writes_nothing(
         begin(rt, "r", [first, second])
     with pytest.raises(ValueError, match="sources of that topic only"):
         begin(rt, "r", [first.model_copy(update={"topic": "other"})])
-    assert table_rows(rt)["segments"] == before["segments"] == []
-    assert table_rows(rt)["deletion_queue"] == before["deletion_queue"]
+    assert rewrite_rows(rt)["segments"] == before["segments"] == []
+    assert rewrite_rows(rt)["deletion_queue"] == before["deletion_queue"]
     # read as they are now (no stale version): in flight, trimmed
     with pytest.raises(CommitFailedError, match=rf"{T}/{second.ledger_id} has offload attempt"):
         begin(rt, "r", [rt.metadata.get_ledger(T, second.ledger_id)])
@@ -255,7 +249,7 @@ def test_a_rewrite_whose_lease_ran_out_has_lost_its_segment(
     assert stale.finished_ms is not None and before_ms <= stale.finished_ms <= after_ms
     assert stale.detail is not None and stale.detail.endswith("recovered")
     assert "test-owner" in stale.detail
-    assert queued(rt) == {
+    assert queued(rt.metadata) == {
         f"{name}-{key}": "failed rewrite (lease ran out)" for name in "qr" for key in "di"
     }
     assert all(d.next_try_ms == d.enqueued_ms for d in pending_deletions(rt.metadata))
@@ -439,15 +433,15 @@ def test_a_source_that_moved_rolls_the_whole_swap_back(
         other = begin(rt, "other", [third])
         rt.metadata.rewrites.commit(other, whole([third]), [third], data_len=5)
         expected = rf"ledger {T}/{third.ledger_id} is offloaded in mode stream"
-    before = table_rows(rt)
+    before = rewrite_rows(rt)
     with pytest.raises(CommitFailedError, match=expected):
         rt.metadata.rewrites.commit(segment, whole(ledgers), ledgers, data_len=10)
-    assert table_rows(rt) == before
+    assert rewrite_rows(rt) == before
     failed = rt.metadata.rewrites.fail(segment, "changed")
     assert failed.state is SegmentState.FAILED
-    after = table_rows(rt)
+    after = rewrite_rows(rt)
     assert after["ledgers"] == before["ledgers"]
-    assert set(queued(rt)) - {d[1] for d in before["deletion_queue"]} == {"r-d", "r-i"}
+    assert set(queued(rt.metadata)) - {d[1] for d in before["deletion_queue"]} == {"r-d", "r-i"}
 
 
 def test_a_moved_source_is_looked_up_in_its_own_topic(runtime: Runtime) -> None:
@@ -501,10 +495,10 @@ def test_the_commit_crashing_inside_its_transaction_leaves_nothing(
 ) -> None:
     rt = runtime
     segment = begin(rt, "r", ledgers)
-    before = table_rows(rt)
+    before = rewrite_rows(rt)
     with crash_at(monkeypatch, "mid-rewrite-commit"):
         rt.metadata.rewrites.commit(segment, whole(ledgers), ledgers, data_len=10)
-    assert table_rows(rt) == before
+    assert rewrite_rows(rt) == before
     committed = rt.metadata.rewrites.commit(segment, whole(ledgers), ledgers, data_len=10)
     assert committed.state is SegmentState.OFFLOADED
 
@@ -523,7 +517,7 @@ def test_two_rewrites_of_the_same_sources_one_wins(runtime: Runtime, ledgers: li
     assert {
         p.segment.segment_id for x in ledgers for p in rt.metadata.segments.pieces(T, x.ledger_id)
     } == {"b"}
-    assert {"a-d", "a-i"} <= set(queued(rt))
+    assert {"a-d", "a-i"} <= set(queued(rt.metadata))
     # b's commit was given no grace: the v1 objects are due at once
     assert all(d.next_try_ms == d.enqueued_ms for d in pending_deletions(rt.metadata))
 
@@ -542,7 +536,7 @@ def test_fail_queues_at_once_requeues_late_objects_and_refuses_a_committed_one(
     now_ms = rt.metadata.db_now_ms()
     assert failed.finished_ms is not None and before_ms <= failed.finished_ms <= now_ms
     assert all(d.next_try_ms == d.enqueued_ms for d in pending_deletions(rt.metadata))
-    assert queued(rt) == {"r-d": "failed rewrite", "r-i": "failed rewrite"}
+    assert queued(rt.metadata) == {"r-d": "failed rewrite", "r-i": "failed rewrite"}
     again = rt.metadata.rewrites.fail(segment, "late")
     assert again == failed
     reasons = sorted(d.reason for d in pending_deletions(rt.metadata))
@@ -594,7 +588,7 @@ def test_segment_sources_are_retired_and_the_stream_still_continues_after_them(
         assert now.version == source.version + 1
         assert source.finished_ms is None
         assert now.finished_ms is not None and before_ms <= now.finished_ms <= after_ms
-    assert set(queued(rt)) == {k for s in sources for k in (s.data_key, s.index_key)}
+    assert set(queued(rt.metadata)) == {k for s in sources for k in (s.data_key, s.index_key)}
     assert all(d.next_try_ms == d.enqueued_ms + 60_000 for d in pending_deletions(rt.metadata))
     for ledger in streamed[:2]:
         assert [p.segment.segment_id for p in rt.metadata.segments.pieces(T, ledger.ledger_id)] == [
@@ -621,7 +615,7 @@ def test_a_segment_source_that_moved_or_holds_a_trimmed_ledger_is_refused(
     topic = rt.metadata.get_topic(T)
     rt.metadata.retention.move_start(topic, pos(streamed[1].ledger_id, 0))
     rt.metadata.retention.mark_ledgers_deleting(T, streamed[1].ledger_id, 100)
-    before = table_rows(rt)
+    before = rewrite_rows(rt)
     expected = (
         f"segment {first.segment_id} holds trimmed ledger {streamed[0].ledger_id}: the rewrite "
         "of it is called off"
@@ -630,7 +624,7 @@ def test_a_segment_source_that_moved_or_holds_a_trimmed_ledger_is_refused(
         rt.metadata.rewrites.commit(
             segment, whole(streamed[:2]), segments=[first, second], data_len=1
         )
-    assert table_rows(rt) == before
+    assert rewrite_rows(rt) == before
 
 
 def test_a_trimmed_ledger_refuses_only_the_segment_that_holds_it(
@@ -721,10 +715,10 @@ def test_only_a_rewrite_segment_is_failed_here(runtime: Runtime, streamed: list[
     rt = runtime
     claim = rt.metadata.segments.claim(T, "stream", 60_000)
     open_segment = assign_stream_segment(rt.metadata, claim, "s", pos(streamed[0].ledger_id, 0))
-    before = table_rows(rt)
+    before = rewrite_rows(rt)
     with pytest.raises(CommitFailedError, match="rewrite segment s is assigned: nothing to fail"):
         rt.metadata.rewrites.fail(open_segment, "x")
-    assert table_rows(rt) == before
+    assert rewrite_rows(rt) == before
 
 
 def test_merged_pieces_must_be_exactly_what_the_source_segments_held(
@@ -733,13 +727,13 @@ def test_merged_pieces_must_be_exactly_what_the_source_segments_held(
     rt = runtime
     sources = stream_segments(rt, streamed[:2])
     segment = begin(rt, "r", segments=sources)
-    before = table_rows(rt)
+    before = rewrite_rows(rt)
     short = [PieceRange(streamed[0].ledger_id, 0, 3), *whole(streamed[1:2])]
     extra = [*whole(streamed[:2]), *whole(streamed[2:3])]
     for wrong in (short, extra, whole(streamed[:1])):
         with pytest.raises(ValueError, match="the swap would lose or invent entries"):
             rt.metadata.rewrites.commit(segment, wrong, segments=sources, data_len=200)
-        assert table_rows(rt) == before
+        assert rewrite_rows(rt) == before
     rt.metadata.rewrites.commit(segment, whole(streamed[:2]), segments=sources, data_len=200)
 
 
@@ -786,14 +780,14 @@ def test_source_segments_that_skip_entries_are_refused_at_the_first_gap(
     ]
     a, _, c, _, e = (stream_segment_of(rt.metadata, T, f"s{i}", p) for i, p in enumerate(runs))
     segment = begin(rt, "r", segments=[a, c, e])
-    before = table_rows(rt)
+    before = rewrite_rows(rt)
     expected = (
         f"segment r: the source segments hold ledger {first} with a gap or an overlap at "
         "entry 6: not one run of sources"
     )
     with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
         rt.metadata.rewrites.commit(segment, whole(streamed[:2]), segments=[a, c, e], data_len=1)
-    assert table_rows(rt) == before
+    assert rewrite_rows(rt) == before
 
 
 def test_the_crash_point_of_a_segment_swap_is_reached_once_after_the_first_source(
@@ -805,10 +799,10 @@ def test_the_crash_point_of_a_segment_swap_is_reached_once_after_the_first_sourc
     rt = runtime
     sources = stream_segments(rt, streamed[:2])
     single = begin(rt, "one", segments=sources[:1])
-    before = table_rows(rt)
+    before = rewrite_rows(rt)
     with crash_at(monkeypatch, "mid-rewrite-commit"):
         rt.metadata.rewrites.commit(single, whole(streamed[:1]), segments=sources[:1], data_len=1)
-    assert table_rows(rt) == before
+    assert rewrite_rows(rt) == before
     segment = begin(rt, "r", segments=sources)
     reached: list[str] = []
     monkeypatch.setattr(failpoints, "reach", reached.append)

@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
-from fixtures.metadata import begin, list_attempts, pending_deletions, sealed_ledger
-from fixtures.segment_rows import offloaded
-from offloader.exceptions import CommitFailedError
+from fixtures.inspect import queued
+from fixtures.metadata import begin, list_attempts, sealed_ledger
+from fixtures.segment_rows import offloaded, sealed_ledgers
 from offloader.metadata import (
     AttemptState,
+    Deletion,
     DeletionState,
     Ledger,
     OffloadMode,
@@ -62,10 +63,6 @@ CASES = {
 }
 
 
-def ledgers(rt: Runtime, count: int) -> list[Ledger]:
-    return [sealed_ledger(rt.metadata, T) for _ in range(count)]
-
-
 def set_state(rt: Runtime, ledger_id: int, state: str) -> None:
     offload_state, mode, deletion = STATES[state]
     L = schema.ledgers
@@ -77,19 +74,16 @@ def set_state(rt: Runtime, ledger_id: int, state: str) -> None:
         )
 
 
-def queued(rt: Runtime) -> dict[str, tuple[str, int]]:
-    """Queued key -> (reason, how long after it was queued it is due)."""
-    return {
-        d.object_key: (d.reason, d.next_try_ms - d.enqueued_ms)
-        for d in pending_deletions(rt.metadata)
-    }
+def reason_and_delay(deletion: Deletion) -> tuple[str, int]:
+    """A queued key's reason, and how long after it was queued it is due."""
+    return (deletion.reason, deletion.next_try_ms - deletion.enqueued_ms)
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_segment_is_released_only_when_no_ledger_needs_it(runtime: Runtime, case: str) -> None:
     rt = runtime
     states, released = CASES[case]
-    ids = [x.ledger_id for x in ledgers(rt, len(states) + 1)]
+    ids = [x.ledger_id for x in sealed_ledgers(rt, len(states) + 1)]
     claim = rt.metadata.segments.claim(T, "p", 60_000)
     before = offloaded(rt, claim, "a", [(n, 0, 9) for n in ids[:-1]])
     other = offloaded(rt, claim, "b", [(ids[-1], 0, 9)])  # of another ledger: never released
@@ -102,7 +96,7 @@ def test_a_segment_is_released_only_when_no_ledger_needs_it(runtime: Runtime, ca
     assert rt.metadata.segments.get("b") == other
     if released is None:
         assert count == 0 and segment == before
-        assert queued(rt) == {}
+        assert queued(rt.metadata, reason_and_delay) == {}
         return
     assert count == 1 and segment.state is SegmentState.DELETED
     assert segment.version == before.version + 1
@@ -112,7 +106,7 @@ def test_a_segment_is_released_only_when_no_ledger_needs_it(runtime: Runtime, ca
     else:
         reason, detail, delay = RELEASED_REASON, "no ledger it holds needs it", GRACE
     assert detail in (segment.detail or "")
-    assert queued(rt) == {"a-d": (reason, delay), "a-i": (reason, delay)}
+    assert queued(rt.metadata, reason_and_delay) == {"a-d": (reason, delay), "a-i": (reason, delay)}
     with rt.metadata.transaction() as conn:
         assert release_deleted(conn, [T], GRACE) == 0  # once only
 
@@ -122,7 +116,7 @@ def test_one_release_counts_the_segments_of_both_rules(runtime: Runtime) -> None
     once, b after the grace) and counts both. Topic u has ledgers of the same ids, still
     needing segments of their own: ledger ids are per topic, so they hold nothing of t."""
     rt = runtime
-    first, second = (x.ledger_id for x in ledgers(rt, 2))
+    first, second = (x.ledger_id for x in sealed_ledgers(rt, 2))
     assert [sealed_ledger(rt.metadata, "u").ledger_id for _ in range(2)] == [first, second]
     claim = rt.metadata.segments.claim(T, "p", 60_000)
     offloaded(rt, claim, "a", [(first, 0, 9)])
@@ -135,7 +129,7 @@ def test_one_release_counts_the_segments_of_both_rules(runtime: Runtime) -> None
         "a": SegmentState.DELETED,
         "b": SegmentState.DELETED,
     }
-    assert queued(rt) == {
+    assert queued(rt.metadata, reason_and_delay) == {
         "a-d": ("segment deleted", 0),
         "a-i": ("segment deleted", 0),
         "b-d": (RELEASED_REASON, GRACE),
@@ -151,7 +145,7 @@ def test_a_piece_of_an_unrecorded_ledger_keeps_its_segment(runtime: Runtime) -> 
     whose pieces are gone from the metadata altogether, is kept too. Segment c, of a
     deleted ledger alone, shows the release did run."""
     rt = runtime
-    gone, deleted, other = (x.ledger_id for x in ledgers(rt, 3))
+    gone, deleted, other = (x.ledger_id for x in sealed_ledgers(rt, 3))
     unrecorded = other + 1
     assert [sealed_ledger(rt.metadata, "u").ledger_id for _ in range(4)][-1] == unrecorded
     claim = rt.metadata.segments.claim(T, "p", 60_000)
@@ -172,27 +166,30 @@ def test_a_piece_of_an_unrecorded_ledger_keeps_its_segment(runtime: Runtime) -> 
     assert rt.metadata.segments.settle_ledgers(T) == []
     assert [rt.metadata.segments.get(s.segment_id) for s in kept] == kept
     assert rt.metadata.segments.get("c").state is SegmentState.DELETED
-    assert set(queued(rt)) == {"c-d", "c-i"}
+    assert set(queued(rt.metadata)) == {"c-d", "c-i"}
 
 
 def test_settling_releases_a_segment_no_ledger_needs_at_once(runtime: Runtime) -> None:
     """settle_ledgers releases the segments no ledger needs (one committed after its
     ledgers went) with no grace: here its only ledger has its own objects."""
     rt = runtime
-    (lid,) = (x.ledger_id for x in ledgers(rt, 1))
+    (lid,) = (x.ledger_id for x in sealed_ledgers(rt, 1))
     claim = rt.metadata.segments.claim(T, "p", 60_000)
     offloaded(rt, claim, "a", [(lid, 0, 9)])
     set_state(rt, lid, "ledger-mode")
     assert rt.metadata.segments.settle_ledgers(T) == []
     assert rt.metadata.segments.get("a").state is SegmentState.DELETED
-    assert queued(rt) == {"a-d": (RELEASED_REASON, 0), "a-i": (RELEASED_REASON, 0)}
+    assert queued(rt.metadata, reason_and_delay) == {
+        "a-d": (RELEASED_REASON, 0),
+        "a-i": (RELEASED_REASON, 0),
+    }
 
 
 def test_retention_releases_a_segment_its_other_ledgers_left_for_v1(runtime: Runtime) -> None:
     """finish_deleted_ledgers applies the whole rule: the last ledger of a segment to go is
     deleted while the other moved to its own objects, so the keys wait out the grace."""
     rt = runtime
-    first, second = (x.ledger_id for x in ledgers(rt, 2))
+    first, second = (x.ledger_id for x in sealed_ledgers(rt, 2))
     claim = rt.metadata.segments.claim(T, "p", 60_000)
     offloaded(rt, claim, "a", [(first, 0, 9), (second, 0, 9)])
     set_state(rt, second, "ledger-mode")
@@ -202,7 +199,7 @@ def test_retention_releases_a_segment_its_other_ledgers_left_for_v1(runtime: Run
     assert rt.metadata.segments.get("a").state is SegmentState.OFFLOADED
     rt.metadata.retention.finish_deleted_ledgers(GRACE)
     assert rt.metadata.segments.get("a").state is SegmentState.DELETED
-    assert queued(rt)["a-d"] == (RELEASED_REASON, GRACE)
+    assert queued(rt.metadata, reason_and_delay)["a-d"] == (RELEASED_REASON, GRACE)
 
 
 def swap(rt: Runtime, ledger_id: int, attempt_id: str, grace_ms: int = GRACE) -> Ledger:
@@ -216,7 +213,7 @@ def swap(rt: Runtime, ledger_id: int, attempt_id: str, grace_ms: int = GRACE) ->
 
 def test_the_swap_of_the_last_ledger_that_needs_a_segment_releases_it(runtime: Runtime) -> None:
     rt = runtime
-    ids = [x.ledger_id for x in ledgers(rt, 3)]
+    ids = [x.ledger_id for x in sealed_ledgers(rt, 3)]
     claim = rt.metadata.segments.claim(T, "p", 60_000)
     offloaded(rt, claim, "a", [(ids[0], 0, 9), (ids[1], 0, 4)])
     offloaded(rt, claim, "b", [(ids[1], 5, 9), (ids[2], 0, 9)])
@@ -231,16 +228,16 @@ def test_the_swap_of_the_last_ledger_that_needs_a_segment_releases_it(runtime: R
         "v1-0-d",
     )
     assert rt.metadata.segments.get("a").state is SegmentState.OFFLOADED  # ids[1] needs it
-    assert queued(rt) == {}
+    assert queued(rt.metadata, reason_and_delay) == {}
     swap(rt, ids[1], "v1-1")
     assert rt.metadata.segments.get("a").state is SegmentState.DELETED
     assert rt.metadata.segments.get("b").state is SegmentState.OFFLOADED  # ids[2] needs it
     reason = "segment released: migrated to v1"
-    assert queued(rt) == {"a-d": (reason, GRACE), "a-i": (reason, GRACE)}
+    assert queued(rt.metadata, reason_and_delay) == {"a-d": (reason, GRACE), "a-i": (reason, GRACE)}
     assert rt.metadata.segments.pieces(T, ids[2])  # still read from b
     swap(rt, ids[2], "v1-2", grace_ms=0)
     assert rt.metadata.segments.get("b").state is SegmentState.DELETED
-    assert queued(rt)["b-d"] == (reason, 0)
+    assert queued(rt.metadata, reason_and_delay)["b-d"] == (reason, 0)
     committed = list_attempts(rt.metadata, T, AttemptState.COMMITTED)
     assert sorted(a.attempt_id for a in committed) == ["v1-0", "v1-1", "v1-2"]  # one each
 
@@ -250,7 +247,7 @@ def test_a_swap_releases_only_the_segments_holding_its_ledger(runtime: Runtime) 
     own objects by hand, without a release), but it does not hold the swapped ledger:
     the swap releases a alone, with the release's detail."""
     rt = runtime
-    first, second = (x.ledger_id for x in ledgers(rt, 2))
+    first, second = (x.ledger_id for x in sealed_ledgers(rt, 2))
     claim = rt.metadata.segments.claim(T, "p", 60_000)
     offloaded(rt, claim, "a", [(first, 0, 9)])
     other = offloaded(rt, claim, "b", [(second, 0, 9)])
@@ -260,45 +257,7 @@ def test_a_swap_releases_only_the_segments_holding_its_ledger(runtime: Runtime) 
     assert (released.state, released.detail) == (SegmentState.DELETED, RELEASED_DETAIL)
     assert rt.metadata.segments.get("b") == other
     reason = "segment released: migrated to v1"
-    assert queued(rt) == {"a-d": (reason, GRACE), "a-i": (reason, GRACE)}
-
-
-def test_a_replacement_in_flight_keeps_the_segments(runtime: Runtime) -> None:
-    """While the attempt uploads, the ledger is offloaded on its segments (reads go on
-    there) and a second one is refused; a failed one leaves the segments as they were."""
-    rt = runtime
-    (lid,) = (x.ledger_id for x in ledgers(rt, 1))
-    claim = rt.metadata.segments.claim(T, "p", 60_000)
-    offloaded(rt, claim, "a", [(lid, 0, 9)])
-    ledger = rt.metadata.get_ledger(T, lid)
-    during, attempt = begin(rt.metadata, ledger, "v1", replace=True, from_tier=True)
-    assert during.offload_mode is OffloadMode.STREAM and during.attempt_id == "v1"
-    with rt.metadata.transaction() as conn:
-        assert release_deleted(conn, [T]) == 0
-    with pytest.raises(CommitFailedError, match="has attempt v1 in flight"):
-        begin(rt.metadata, during, "other", replace=True, from_tier=True)
-    rt.metadata.attempts.fail(attempt, "upload failed")
-    after = rt.metadata.get_ledger(T, lid)
-    assert after.offload_mode is OffloadMode.STREAM and after.attempt_id is None
-    assert rt.metadata.segments.get("a").state is SegmentState.OFFLOADED
-    assert set(queued(rt)) == {"v1-d", "v1-i"}
-
-
-def test_only_a_tier_sourced_replacement_may_lack_a_hot_copy(runtime: Runtime) -> None:
-    rt = runtime
-    (lid,) = (x.ledger_id for x in ledgers(rt, 1))
-    claim = rt.metadata.segments.claim(T, "p", 60_000)
-    offloaded(rt, claim, "a", [(lid, 0, 9)])
-    ledger = rt.metadata.mark_hot_deleting(rt.metadata.get_ledger(T, lid))
-    with pytest.raises(ValueError, match="needs an offloaded ledger whose hot copy is present"):
-        begin(rt.metadata, ledger, "hot", replace=True)
-    _, attempt = begin(rt.metadata, ledger, "tier", replace=True, from_tier=True)
-    assert (
-        rt.metadata.attempts.commit_replacement(attempt, 1, "r").offload_mode is OffloadMode.LEDGER
-    )
-    not_offloaded = sealed_ledger(rt.metadata, T)
-    with pytest.raises(ValueError, match=r"it is none .*needs an offloaded ledger\)$"):
-        begin(rt.metadata, not_offloaded, "x", replace=True, from_tier=True)
+    assert queued(rt.metadata, reason_and_delay) == {"a-d": (reason, GRACE), "a-i": (reason, GRACE)}
 
 
 @pytest.mark.parametrize("other", ["swap", "retention"])
@@ -311,7 +270,7 @@ def test_two_ledgers_of_a_segment_let_go_at_once_release_it(
     alone would find the other ledger still needing it, and on PostgreSQL neither would
     release it)."""
     rt = runtime
-    first, second = (x.ledger_id for x in ledgers(rt, 2))
+    first, second = (x.ledger_id for x in sealed_ledgers(rt, 2))
     claim = rt.metadata.segments.claim(T, "p", 60_000)
     offloaded(rt, claim, "a", [(first, 0, 9), (second, 0, 9)])
     _, attempt = begin(rt.metadata, rt.metadata.get_ledger(T, second), "v1", replace=True)
@@ -350,4 +309,4 @@ def test_two_ledgers_of_a_segment_let_go_at_once_release_it(
         thread.join(30)
     assert rt.metadata.get_ledger(T, second).offload_mode is OffloadMode.LEDGER
     assert rt.metadata.segments.get("a").state is SegmentState.DELETED
-    assert set(queued(rt)) == {"a-d", "a-i"}
+    assert set(queued(rt.metadata)) == {"a-d", "a-i"}

@@ -18,10 +18,12 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from fixtures.backends import Fresh, produce_ledgers, run_cli, tiered_digests
+from fixtures.backends import Fresh, produce_ledgers, tiered_digests
+from fixtures.cli import spawn_cli
 from fixtures.databases import sqlite_url
+from fixtures.inspect import table_rows
 from fixtures.metadata import pending_deletions
-from fixtures.metadata_backup import populate_ledgers, table_rows
+from fixtures.metadata_backup import populate_ledgers
 from offloader.exceptions import ObjectStoreError
 from offloader.gc.deletion_queue import process_deletions
 from offloader.keys import MANIFEST_KEY
@@ -50,7 +52,7 @@ def test_export_wipe_import_reads_back_identical(populated: Runtime, fresh: Fres
     rt = populated
     checksums = {t: TopicReader(rt).checksum(t) for t in ("orders", "päyments/eu")}
     digests = tiered_digests(rt)
-    rows = table_rows(rt)
+    rows = table_rows(rt.metadata)
     exported = export_metadata(rt)
     assert latest_snapshot(rt.objects) == exported.snapshot
     assert exported.snapshot.rows["ledgers"] == 5
@@ -58,7 +60,7 @@ def test_export_wipe_import_reads_back_identical(populated: Runtime, fresh: Fres
     restored = fresh()
     info = import_snapshot(restored.metadata.engine, restored.objects, None)
     assert info == exported.snapshot
-    assert table_rows(restored) == rows
+    assert table_rows(restored.metadata) == rows
     assert tiered_digests(restored) == digests
     for topic, checksum in checksums.items():
         assert TopicReader(restored).checksum(topic) == checksum
@@ -125,7 +127,7 @@ def test_damaged_or_foreign_snapshots_are_refused(populated: Runtime, fresh: Fre
     for bad, message in cases.items():
         with pytest.raises(SnapshotError, match=message):
             import_snapshot(target.metadata.engine, target.objects, bad)
-        assert all(not rows for rows in table_rows(target).values())
+        assert all(not rows for rows in table_rows(target.metadata).values())
     assert import_snapshot(target.metadata.engine, target.objects, key).key == key
 
 
@@ -135,11 +137,11 @@ def test_the_cli_names_a_damaged_snapshot_in_one_line(populated: Runtime, fresh:
     flipped = f"_metadata/snapshots/flipped-{uuid.uuid4()}.jsonl.gz"
     rt.objects.put(flipped, raw[:40] + bytes([raw[40] ^ 0xFF]) + raw[41:])
     target = fresh()
-    proc = run_cli(target, "metadata", "import", "--snapshot", flipped)
+    proc = spawn_cli(target.settings, "metadata", "import", "--snapshot", flipped)
     _, err = proc.communicate(timeout=120)
     lines = err.decode().strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and "is damaged" in lines[0]
-    assert all(not rows for rows in table_rows(target).values())
+    assert all(not rows for rows in table_rows(target.metadata).values())
 
 
 def test_an_export_killed_before_its_manifest_never_becomes_the_latest(
@@ -148,7 +150,7 @@ def test_an_export_killed_before_its_manifest_never_becomes_the_latest(
     rt = populated
     first = export_metadata(rt).snapshot
     rt.metadata.deletions.enqueue(["after-first"], "t", store_id=rt.stores.default_id())
-    proc = run_cli(rt, "metadata", "export", failpoints="after-snapshot-upload")
+    proc = spawn_cli(rt.settings, "metadata", "export", failpoints="after-snapshot-upload")
     proc.communicate(timeout=120)
     assert proc.returncode == -signal.SIGKILL
     assert [s.key for s in read_manifest(rt.objects)] == [first.key]
@@ -161,7 +163,7 @@ def test_an_export_killed_before_its_manifest_never_becomes_the_latest(
     assert "after-first" not in queued  # the state of the first snapshot, not the killed one
 
     # a rerun converges: a new latest; the killed one is left for the sweep (unreferenced)
-    proc = run_cli(rt, "metadata", "export", "--json")
+    proc = spawn_cli(rt.settings, "metadata", "export", "--json")
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err.decode()
     assert json.loads(out)["kept"][0] == first.key
@@ -254,7 +256,7 @@ def test_each_snapshot_refusal_word_for_word(populated: Runtime, fresh: Fresh) -
         with pytest.raises(SnapshotError) as refused:
             import_snapshot(target.metadata.engine, target.objects, bad)
         assert str(refused.value) == message.format(bad)
-        assert all(not rows for rows in table_rows(target).values())
+        assert all(not rows for rows in table_rows(target.metadata).values())
 
     # the manifest's checksum is checked too when the latest is imported
     manifest = json.loads(rt.objects.get(MANIFEST_KEY))
@@ -266,7 +268,7 @@ def test_each_snapshot_refusal_word_for_word(populated: Runtime, fresh: Fresh) -
         f"snapshot {key} is damaged: checksum mismatch (sha256 {body_sha}, recorded "
         f"{'0' * 64}); nothing was imported"
     )
-    assert all(not rows for rows in table_rows(target).values())
+    assert all(not rows for rows in table_rows(target.metadata).values())
 
 
 def test_a_row_of_the_wrong_width_is_refused(populated: Runtime, fresh: Fresh) -> None:
@@ -285,7 +287,7 @@ def test_a_row_of_the_wrong_width_is_refused(populated: Runtime, fresh: Fresh) -
     message = r"is damaged: a row of table 'ledgers' has \d+ values, its header names \d+ columns$"
     with pytest.raises(SnapshotError, match=message):
         import_snapshot(target.metadata.engine, target.objects, _rewrite(rt, key, narrow))
-    assert all(not rows for rows in table_rows(target).values())
+    assert all(not rows for rows in table_rows(target.metadata).values())
 
 
 def _compact(value: object) -> bytes:
@@ -308,7 +310,7 @@ def test_an_export_writes_the_documented_snapshot(
     """FORMAT.md's snapshot byte for byte: key (in UTC), gzip header, lines, end line,
     user metadata, manifest; a snapshot below the part size goes up in one PUT."""
     rt = populated
-    rows = table_rows(rt)
+    rows = table_rows(rt.metadata)
     parts: list[int] = []
     upload_part = rt.objects.upload_part
     monkeypatch.setattr(
@@ -412,10 +414,10 @@ def test_a_snapshot_above_the_part_size_goes_in_parts(
         "sha256": info.sha256,
         "revision": info.revision,
     }
-    rows = table_rows(rt)
+    rows = table_rows(rt.metadata)
     target = fresh()
     assert import_snapshot(target.metadata.engine, target.objects, None) == info
-    assert table_rows(target) == rows
+    assert table_rows(target.metadata) == rows
 
     def failing(upload: MultipartUpload, number: int, data: bytes) -> PartInfo:
         if number == 2:

@@ -5,7 +5,8 @@ the restore)."""
 from __future__ import annotations
 
 from fixtures.backends import Fresh
-from fixtures.metadata_backup import STREAMED, ledger_digests, populate_streamed, table_rows
+from fixtures.inspect import table_rows
+from fixtures.metadata_backup import STREAMED, ledger_digests, populate_streamed
 from offloader.metadata.records import OffloadMode, SegmentState
 from offloader.metadata.snapshot import import_snapshot
 from offloader.read.topic_reader import Source, TopicReader
@@ -24,7 +25,7 @@ def test_streaming_tables_round_trip_through_export_and_import(
     assert len(open_segments) == 1 and open_segments[0].upload_id is not None
     modes = {x.ledger_id: x.offload_mode for x in rt.metadata.list_ledgers(STREAMED)}
     assert OffloadMode.STREAM in modes.values()
-    rows = table_rows(rt)
+    rows = table_rows(rt.metadata)
     assert all(rows[t] for t in STREAM_TABLES)
     digests = ledger_digests(rt, STREAMED)
     exported = export_metadata(rt)
@@ -32,7 +33,7 @@ def test_streaming_tables_round_trip_through_export_and_import(
 
     restored = fresh()
     import_snapshot(restored.metadata.engine, restored.objects, None)
-    assert table_rows(restored) == rows
+    assert table_rows(restored.metadata) == rows
     assert {x.ledger_id: x.offload_mode for x in restored.metadata.list_ledgers(STREAMED)} == modes
     assert ledger_digests(restored, STREAMED) == digests
     # the restored stream goes on: the open segment's recorded upload is completed

@@ -14,8 +14,8 @@ import textwrap
 
 import pytest
 
-from fixtures.backends import make_topic, settings_env
-from fixtures.cli import run_cli
+from fixtures.backends import make_topic
+from fixtures.cli import child_env, run_cli
 from offloader.hottier.writer import ManagedLedgerWriter
 from offloader.metadata import HotState, LedgerState, OffloadState
 from offloader.offload.ledger_offloader import LedgerOffloader, Outcome
@@ -42,18 +42,12 @@ KILLED_WRITER = textwrap.dedent(
 def kill_a_writer_after_rollover(rt: Runtime) -> None:
     done = subprocess.run(
         [sys.executable, "-c", KILLED_WRITER],
-        env={**_base_env(), **settings_env(rt.settings)},
+        env=child_env(rt.settings),
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert done.returncode == -signal.SIGKILL, done.stderr
-
-
-def _base_env() -> dict[str, str]:
-    import os
-
-    return {k: v for k, v in os.environ.items() if not k.startswith("OFFLOADER_")}
 
 
 def test_empty_ledger_is_retired_and_the_open_one_left_alone(runtime: Runtime) -> None:
@@ -75,7 +69,7 @@ def test_empty_ledger_is_retired_and_the_open_one_left_alone(runtime: Runtime) -
     assert (two.state, two.entry_count, two.hot_state) == (LedgerState.SEALED, 0, HotState.PRESENT)
 
     # Retired through the CLI, whatever the policy (no rule makes anything due).
-    done = run_cli(None, "offload", "orders", env=settings_env(rt.settings))
+    done = run_cli(rt.settings, "offload", "orders")
     assert "ledger 2: retired-empty (0 bytes)" in done.stdout.splitlines()
     two = rt.metadata.get_ledger("orders", 2)
     assert (two.state, two.offload_state, two.hot_state) == (
@@ -102,8 +96,15 @@ def test_retirement_killed_after_the_mark_is_finished_by_the_next_run(runtime: R
     make_topic(rt, ledger_max_entries=ENTRIES)
     kill_a_writer_after_rollover(rt)
     ManagedLedgerWriter(rt.metadata, rt.hot, "orders").close()
-    env = {**settings_env(rt.settings), "OFFLOADER_FAILPOINTS": "after-mark-hot-deleting"}
-    killed = run_cli(None, "offload", "orders", "--up-to", "2", env=env, ok=False)
+    killed = run_cli(
+        rt.settings,
+        "offload",
+        "orders",
+        "--up-to",
+        "2",
+        failpoints="after-mark-hot-deleting",
+        ok=False,
+    )
     assert killed.returncode == -signal.SIGKILL
     two = rt.metadata.get_ledger("orders", 2)
     assert two.hot_state is HotState.DELETING and rt.hot.exists("orders", 2)

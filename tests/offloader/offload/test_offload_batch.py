@@ -4,7 +4,6 @@ of a window in one transaction per step, the invariants still held per ledger.""
 from __future__ import annotations
 
 import logging
-import os
 import re
 import signal
 import subprocess
@@ -20,9 +19,9 @@ from fixtures.backends import (
     make_topic,
     produce_ledgers,
     run_in_threads,
-    settings_env,
     unaccounted_objects,
 )
+from fixtures.cli import child_env, is_stopped
 from fixtures.counting import CountingStore, counting_transactions
 from fixtures.faults import with_objects
 from fixtures.metadata import ledger_record, list_attempts, pending_deletions
@@ -90,12 +89,7 @@ def start_batch(
     rt: Runtime, ids: list[int], failpoints: str = "", **env_overrides: str
 ) -> subprocess.Popen[bytes]:
     """``offload_batch`` in a child process, as an Airflow task would run it."""
-    env = {
-        **os.environ,
-        **settings_env(rt.settings),
-        "OFFLOADER_FAILPOINTS": failpoints,
-        **env_overrides,
-    }
+    env = child_env(rt.settings, env=env_overrides, failpoints=failpoints)
     return subprocess.Popen(
         [sys.executable, "-c", BATCH_SCRIPT, ",".join(map(str, ids)), str(WINDOW)],
         env=env,
@@ -157,7 +151,7 @@ def test_a_frozen_batch_loses_only_the_ledger_taken_over(runtime: Runtime) -> No
         OFFLOADER_UPLOAD_CONCURRENCY="1",
     )
     deadline = time.monotonic() + 60
-    while not _is_stopped(zombie.pid):
+    while not is_stopped(zombie):
         assert time.monotonic() < deadline, "the batch never reached its stop point"
         time.sleep(0.02)
     taken = rt.metadata.get_ledger("orders", ids[1]).attempt_id
@@ -178,11 +172,6 @@ def test_a_frozen_batch_loses_only_the_ledger_taken_over(runtime: Runtime) -> No
     assert lost.state is AttemptState.SUPERSEDED
     assert {lost.data_key, lost.index_key} <= {d.object_key for d in pending_deletions(rt.metadata)}
     assert_converged(rt, ids, checksum)
-
-
-def _is_stopped(pid: int) -> bool:
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0] == "T"
 
 
 def test_two_batches_over_the_same_ledgers_commit_each_once(runtime: Runtime) -> None:

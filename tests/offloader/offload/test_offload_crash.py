@@ -21,10 +21,10 @@ from fixtures.backends import (
     crash_cases,
     make_topic,
     produce_ledgers,
-    run_cli,
     unaccounted_objects,
     uploads_not_of_dead_attempts,
 )
+from fixtures.cli import is_stopped, spawn_cli
 from fixtures.faults import ServerErrorProxy
 from fixtures.metadata import list_attempts, pending_deletions
 from offloader.gc.deletion_queue import process_deletions
@@ -56,7 +56,7 @@ POINT_CASES = [
 
 def offload_json(rt: Runtime, up_to: int) -> dict[str, Any]:
     """One clean ``offloader offload --json`` run; its report."""
-    proc = run_cli(rt, "offload", "orders", "--up-to", str(up_to), "--json")
+    proc = spawn_cli(rt.settings, "offload", "orders", "--up-to", str(up_to), "--json")
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err.decode()
     return json.loads(out)
@@ -110,7 +110,7 @@ def converge(rt: Runtime, ids: list[int], checksum: str) -> None:
 
 
 def crash_at(rt: Runtime, ids: list[int], point: str) -> None:
-    crashed = run_cli(rt, "offload", "orders", "--up-to", str(ids[-1]), failpoints=point)
+    crashed = spawn_cli(rt.settings, "offload", "orders", "--up-to", str(ids[-1]), failpoints=point)
     out, _ = crashed.communicate(timeout=120)
     assert crashed.returncode == -signal.SIGKILL, f"{point} was never reached"
     assert out == b""  # killed before it could report anything
@@ -211,7 +211,7 @@ def test_sigkill_at_a_random_moment(runtime: Runtime) -> None:
     rt = runtime
     ids, checksum = setup_topic(rt)
     delay = random.Random().uniform(0.0, 0.03)
-    victim = run_cli(rt, "offload", "orders", "--up-to", str(ids[-1]))
+    victim = spawn_cli(rt.settings, "offload", "orders", "--up-to", str(ids[-1]))
     # wait until the first attempt is recorded, then kill somewhere after it
     deadline = time.monotonic() + 60
     while not list_attempts(rt.metadata, "orders") and time.monotonic() < deadline:
@@ -237,8 +237,8 @@ def test_zombie_woken_after_takeover_cannot_commit(runtime: Runtime) -> None:
     over and commits; the zombie, woken with SIGCONT, loses and queues its own objects."""
     rt = runtime
     ids, checksum = setup_topic(rt)
-    zombie = run_cli(
-        rt,
+    zombie = spawn_cli(
+        rt.settings,
         "offload",
         "orders",
         "--up-to",
@@ -249,7 +249,7 @@ def test_zombie_woken_after_takeover_cannot_commit(runtime: Runtime) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         attempts = list_attempts(rt.metadata, "orders")
-        if attempts and _is_stopped(zombie.pid):
+        if attempts and is_stopped(zombie):
             break
         time.sleep(0.02)
     else:
@@ -292,11 +292,6 @@ def test_zombie_woken_after_takeover_cannot_commit(runtime: Runtime) -> None:
 
 def _is_part_upload(method: str, path: str) -> bool:
     return method == "PUT" and "partNumber=" in path
-
-
-def _is_stopped(pid: int) -> bool:
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0] == "T"
 
 
 @pytest.mark.parametrize("backend_settings", ["s3-postgres", "s3-sqlite"], indirect=True)

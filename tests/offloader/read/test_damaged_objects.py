@@ -9,14 +9,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from fixtures.damage import (
-    flip,
-    offloaded_ledger,
-    overwrite_object,
-    pack_at,
-    run_cli,
-    small_range_reader,
-)
+from fixtures.cli import run_cli
+from fixtures.damage import flip, offloaded_ledger, overwrite_object, pack_at, small_range_reader
 from offloader.exceptions import DamagedObjectError, FormatError
 from offloader.format import HEADER_LEN, ChunkRef, LedgerIndex, decode_index
 from offloader.metadata import Ledger
@@ -137,7 +131,7 @@ def test_damage_is_local_to_its_chunk(runtime: Runtime) -> None:
 def test_cli_reports_damage_in_one_line(runtime: Runtime, kind: str, command: str) -> None:
     ledger, damage = damaged(runtime, kind)
     args = ["--ledger", str(ledger.ledger_id)] if command == "read" else []
-    done = run_cli(runtime, command, ledger.topic, *args, "--source", "tiered")
+    done = run_cli(runtime.settings, command, ledger.topic, *args, "--source", "tiered", ok=False)
     assert done.returncode == 2, done.stderr
     assert done.stdout == ""
     lines = done.stderr.splitlines()

@@ -16,14 +16,13 @@ import pytest
 
 from fixtures.counting import CountingStore
 from fixtures.damage import flip, overwrite_object
+from fixtures.encoding import encode_ledger
 from fixtures.pulsar_v1 import pulsar_write_blocks, pulsar_write_index
 from fixtures.segments import Segment
 from offloader.exceptions import DamagedObjectError
 from offloader.format import (
     HEADER_LEN,
-    LedgerMetadata,
     decode_index,
-    encode_blocks,
     encode_index,
 )
 from offloader.objectstore import ObjectStore
@@ -37,20 +36,10 @@ KiB = 1024
 def offloaded(tmp_path: Path, sizes: list[int], block: int, chunk: int):  # type: ignore[no-untyped-def]
     rng = random.Random(5)
     entries = [(i, rng.randbytes(n)) for i, n in enumerate(sizes)]
-    blocks = list(encode_blocks(iter(entries), max_block_size=block, chunk_target=chunk))
+    ledger = encode_ledger(entries, block, chunk)
     store = FilesystemObjectStore(tmp_path / "objects")
-    store.put("data", b"".join(bytes(b.data) for b in blocks))
-    meta = LedgerMetadata(
-        topic="t",
-        ledger_id=1,
-        entry_count=len(entries),
-        last_entry_id=len(entries) - 1,
-        length=sum(sizes),
-        created_ms=0,
-        sealed_ms=0,
-    )
-    chunks = [c for b in blocks for c in b.chunks]
-    store.put("index", encode_index(meta, [b.ref for b in blocks], chunks))
+    store.put("data", ledger.data)
+    store.put("index", ledger.index())
     return store, entries
 
 

@@ -11,8 +11,10 @@ import uuid
 import pytest
 import sqlalchemy as sa
 
-from fixtures.backends import Fresh, run_cli, tiered_digests
-from fixtures.metadata_backup import populate_ledgers, table_rows
+from fixtures.backends import Fresh, tiered_digests
+from fixtures.cli import spawn_cli
+from fixtures.inspect import table_rows
+from fixtures.metadata_backup import populate_ledgers
 from offloader.exceptions import ObjectNotFoundError
 from offloader.format import decode_index, encode_index
 from offloader.keys import ledger_object_keys
@@ -64,7 +66,7 @@ def test_rebuild_from_the_objects_alone(populated: Runtime, fresh: Fresh) -> Non
 def test_import_or_rebuild_into_a_non_empty_database_is_refused(populated: Runtime) -> None:
     rt = populated
     export_metadata(rt)
-    rows = table_rows(rt)
+    rows = table_rows(rt.metadata)
     listed = ", ".join(f"{name} ({len(r)} rows)" for name, r in rows.items() if r)
     assert listed.startswith("object_stores (1 rows), topics (2 rows), ")
     refusal = (
@@ -77,20 +79,20 @@ def test_import_or_rebuild_into_a_non_empty_database_is_refused(populated: Runti
     with pytest.raises(SnapshotError) as refused:
         rebuild_from_objects(rt.metadata.engine, rt.objects, rt.stores.default_location)
     assert str(refused.value) == refusal.format("rebuild the metadata")
-    assert table_rows(rt) == rows
+    assert table_rows(rt.metadata) == rows
 
 
 def test_the_cli_refuses_a_non_empty_database_in_one_line(populated: Runtime) -> None:
     rt = populated
     export_metadata(rt)
-    rows = table_rows(rt)
+    rows = table_rows(rt.metadata)
     for command in ("import", "rebuild"):
-        proc = run_cli(rt, "metadata", command)
+        proc = spawn_cli(rt.settings, "metadata", command)
         _, err = proc.communicate(timeout=120)
         lines = err.decode().strip().splitlines()
         assert proc.returncode == 2 and len(lines) == 1, err.decode()
         assert f"cannot {command}" in lines[0] and "not empty" in lines[0]
-    assert table_rows(rt) == rows
+    assert table_rows(rt.metadata) == rows
 
 
 def _rows(rt: Runtime, table: sa.Table) -> list[dict]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from fixtures.backends import make_topic
-from fixtures.cli import assert_one_line_error
+from fixtures.cli import assert_one_line_error, run_cli, run_cli_json
 from fixtures.metadata import pending_deletions
-from fixtures.retention import cli, cli_json, mixed_topic
+from fixtures.retention import mixed_topic
 from offloader.exceptions import NotFoundError
 from offloader.hottier.writer import ManagedLedgerWriter
 from offloader.metadata import Position
@@ -59,9 +59,9 @@ def test_the_cli_lists_and_takes_cuts(runtime: Runtime) -> None:
     rt = runtime
     ids = mixed_topic(rt)
     first = take_cut(rt, "orders")
-    listed = cli_json(rt, "cut", "list", "orders")
+    listed = run_cli_json(rt.settings, "cut", "list", "orders")
     assert [c["cut_id"] for c in listed] == [first.cut_id]
-    made = cli_json(rt, "cut", "create", "orders")
+    made = run_cli_json(rt.settings, "cut", "create", "orders")
     assert (made["ledger_id"], made["entry_id"], made["offset_bytes"]) == (
         ids[-1] + 1,
         0,
@@ -110,4 +110,6 @@ def test_cuts_of_an_unknown_topic_or_an_unknown_cut_are_clear_errors(runtime: Ru
 
 def test_the_cli_names_an_unknown_topic_of_a_cut(runtime: Runtime) -> None:
     for sub in ("create", "list"):
-        assert_one_line_error(cli(runtime, "cut", sub, "nope"), "topic 'nope' does not exist")
+        assert_one_line_error(
+            run_cli(runtime.settings, "cut", sub, "nope", ok=False), "topic 'nope' does not exist"
+        )

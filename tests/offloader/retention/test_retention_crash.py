@@ -5,11 +5,11 @@ rerun and a GC pass the store holds exactly what the kept ledgers reference."""
 from __future__ import annotations
 
 import signal
-from types import SimpleNamespace
 
 import pytest
 
-from fixtures.backends import make_topic, produce_ledgers, run_cli, unaccounted_objects
+from fixtures.backends import make_topic, produce_ledgers, unaccounted_objects
+from fixtures.cli import spawn_cli
 from fixtures.retention import assert_trimmed, digest, gc_leaves_only_the_kept
 from offloader.exceptions import TrimmedError
 from offloader.offload.hot_deletion import delete_hot_copies
@@ -56,9 +56,9 @@ def test_killed_retention_converges_on_rerun(runtime: Runtime, point: str) -> No
     below = [i for i in ids if i < first_kept]
     before = {i: digest(rt, TOPIC, i) for i in kept}
     # one ledger per marking batch, so 'mid-trim-ledgers' is reached
-    child = SimpleNamespace(settings=rt.settings.model_copy(update={"trim_batch_ledgers": 1}))
+    settings = rt.settings.model_copy(update={"trim_batch_ledgers": 1})
 
-    killed = run_cli(child, "retention", TOPIC, failpoints=point)  # type: ignore[arg-type]
+    killed = spawn_cli(settings, "retention", TOPIC, failpoints=point)
     killed.communicate(timeout=120)
     assert killed.returncode == -signal.SIGKILL, point
     start = rt.metadata.get_topic(TOPIC).start
@@ -72,7 +72,7 @@ def test_killed_retention_converges_on_rerun(runtime: Runtime, point: str) -> No
     assert {i: digest(rt, TOPIC, i) for i in kept} == before  # nothing above the start lost
     assert unaccounted_objects(rt) == set()
 
-    rerun = run_cli(child, "retention", TOPIC)  # type: ignore[arg-type]
+    rerun = spawn_cli(settings, "retention", TOPIC)
     out, err = rerun.communicate(timeout=120)
     assert rerun.returncode == 0, err
     assert b"trimmed at cut" in out, out

@@ -8,8 +8,9 @@ import contextlib
 import pytest
 
 from fixtures.backends import produce_ledgers
-from fixtures.cli import assert_one_line_error
-from fixtures.retention import cli, cli_json, live_object_keys, mixed_topic, stored_keys
+from fixtures.cli import assert_one_line_error, run_cli, run_cli_json
+from fixtures.inspect import stored_keys
+from fixtures.retention import live_object_keys, mixed_topic
 from offloader.exceptions import AlreadyExistsError, CommitFailedError, TopicDeletedError
 from offloader.gc.deletion_queue import process_deletions
 from offloader.hottier.writer import ManagedLedgerWriter
@@ -69,7 +70,7 @@ def test_deleting_a_topic_fences_its_writer_and_deletes_every_ledger(runtime: Ru
     process_deletions(rt.metadata, rt.stores, rt.settings)
     assert finish_deleted_ledgers(rt) == len(ids) + 1
     assert {x.deletion_state for x in rt.metadata.list_ledgers("orders")} == {DeletionState.DELETED}
-    assert stored_keys(rt) == live_object_keys(rt) != set()
+    assert stored_keys(rt.objects) == live_object_keys(rt) != set()
     assert TopicReader(rt).checksum("keep") == keep_sum
 
     # deleting again only finishes leftovers; the name is not reused
@@ -91,12 +92,13 @@ def test_the_cli_refuses_a_deleted_topic_and_deleting_again_changes_nothing(
     ids = mixed_topic(rt)
     delete_topic(rt, "orders")
     assert_one_line_error(
-        cli(rt, "produce", "orders", "--count", "1", "--size", "1"),
+        run_cli(rt.settings, "produce", "orders", "--count", "1", "--size", "1", ok=False),
         "topic 'orders' was deleted; it cannot be written to",
     )
     assert_one_line_error(
-        cli(rt, "read", "orders", "--ledger", str(ids[0])), "topic 'orders' was deleted"
+        run_cli(rt.settings, "read", "orders", "--ledger", str(ids[0]), ok=False),
+        "topic 'orders' was deleted",
     )
-    again = cli_json(rt, "topic", "delete", "orders")
+    again = run_cli_json(rt.settings, "topic", "delete", "orders")
     assert not again["changed"] and again["ledgers_deleting"] == []
-    assert_one_line_error(cli(rt, "topic", "create", "orders"), "not reused")
+    assert_one_line_error(run_cli(rt.settings, "topic", "create", "orders", ok=False), "not reused")

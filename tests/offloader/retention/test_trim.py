@@ -9,18 +9,10 @@ import uuid
 
 import pytest
 
-from fixtures.cli import assert_one_line_error
+from fixtures.cli import assert_one_line_error, run_cli, run_cli_json
+from fixtures.inspect import stored_keys
 from fixtures.metadata import list_attempts, pending_deletions
-from fixtures.retention import (
-    all_entries,
-    at_or_above,
-    cli,
-    cli_json,
-    digest_of,
-    live_object_keys,
-    mixed_topic,
-    stored_keys,
-)
+from fixtures.retention import all_entries, at_or_above, digest_of, live_object_keys, mixed_topic
 from offloader import failpoints
 from offloader.exceptions import CommitFailedError, NotFoundError, TrimmedError
 from offloader.gc.deletion_queue import process_deletions
@@ -42,7 +34,7 @@ def snapshot(rt: Runtime) -> tuple[object, ...]:
         rt.metadata.list_ledgers("orders"),
         pending_deletions(rt.metadata),
         {lid: rt.hot.exists("orders", lid) for lid in range(1, 8)},
-        stored_keys(rt),
+        stored_keys(rt.objects),
     )
 
 
@@ -137,7 +129,7 @@ def test_trim_moves_the_start_hides_the_head_and_deletes_what_is_wholly_below(
     ] * 3 + [DeletionState.NONE] * 3
     last = rt.metadata.get_ledger("orders", ids[5])
     assert last.is_offloaded
-    assert stored_keys(rt) == live_object_keys(rt) == {last.data_key, last.index_key}
+    assert stored_keys(rt.objects) == live_object_keys(rt) == {last.data_key, last.index_key}
     # a second GC pass changes nothing
     again = process_deletions(rt.metadata, rt.stores, rt.settings)
     assert (again.deleted, again.failed, again.remaining) == (0, 0, 0)
@@ -149,7 +141,9 @@ def test_the_cli_names_the_start_when_a_read_is_below_it(runtime: Runtime) -> No
     ids = mixed_topic(runtime)
     start = Position(ledger_id=ids[3], entry_id=2)
     trim_topic(runtime, "orders", start)
-    line = assert_one_line_error(cli(runtime, "read", "orders", "--ledger", str(ids[0])))
+    line = assert_one_line_error(
+        run_cli(runtime.settings, "read", "orders", "--ledger", str(ids[0]), ok=False)
+    )
     assert line == (
         f"error: ledger {ids[0]} of topic 'orders' is below the topic's start {start}: trimmed"
     )
@@ -261,7 +255,7 @@ def test_the_cli_refuses_a_bad_trim_and_changes_nothing(runtime: Runtime) -> Non
         (["--position", "3"], "position '3': expected LEDGER:ENTRY"),
         (["--position=-1:0"], "expected LEDGER:ENTRY"),
     ):
-        assert_one_line_error(cli(rt, "trim", "orders", *args), fragment)
+        assert_one_line_error(run_cli(rt.settings, "trim", "orders", *args, ok=False), fragment)
     assert snapshot(rt) == state
 
 
@@ -270,7 +264,7 @@ def test_the_cli_dry_run_of_a_trim_at_a_cut_changes_nothing(runtime: Runtime) ->
     ids = mixed_topic(rt)
     cut = take_cut(rt, "orders")
     state = snapshot(rt)
-    report = cli_json(rt, "trim", "orders", "--cut", str(cut.cut_id), "--dry-run")
+    report = run_cli_json(rt.settings, "trim", "orders", "--cut", str(cut.cut_id), "--dry-run")
     assert report["dry_run"] and not report["changed"]
     assert report["ledgers_deleting"] == ids and report["queued_keys"] == 8
     assert snapshot(rt) == state
@@ -349,7 +343,7 @@ def test_an_offload_in_flight_when_its_ledger_is_trimmed_cannot_commit_or_leak(
     for key in (zombie.data_key, zombie.index_key):
         rt.objects.put(key, b"late bytes")
     second_len = len(b"late bytes")
-    assert stored_keys(rt)  # the zombie's objects are there now
+    assert stored_keys(rt.objects)  # the zombie's objects are there now
 
     with pytest.raises(CommitFailedError):
         rt.metadata.attempts.commit(attempts[0][1], first_len)
@@ -358,7 +352,7 @@ def test_an_offload_in_flight_when_its_ledger_is_trimmed_cannot_commit_or_leak(
     assert not rt.metadata.attempts.renew(attempts[1][1], 60_000)
     process_deletions(rt.metadata, rt.stores, rt.settings)
     assert finish_deleted_ledgers(rt) == 2
-    assert stored_keys(rt) == set()
+    assert stored_keys(rt.objects) == set()
     assert all(not rt.metadata.get_ledger("orders", i).is_offloaded for i in ids[:2])
 
 

@@ -11,17 +11,10 @@ from collections.abc import Iterator
 import pytest
 
 from fixtures.backends import unaccounted_objects
+from fixtures.cli import run_cli, run_cli_json
+from fixtures.inspect import stored_keys
 from fixtures.metadata import pending_deletions
-from fixtures.retention import (
-    Entries,
-    all_entries,
-    at_or_above,
-    cli,
-    cli_json,
-    live_object_keys,
-    mixed_topic,
-    stored_keys,
-)
+from fixtures.retention import Entries, all_entries, at_or_above, live_object_keys, mixed_topic
 from offloader.exceptions import TopicDeletedError, TrimmedError
 from offloader.gc.deletion_queue import process_deletions
 from offloader.gc.run import collect_garbage
@@ -50,7 +43,7 @@ def rt(backend_settings: Settings) -> Iterator[Runtime]:
 
 
 def kill_at(rt: Runtime, point: str, *args: str) -> None:
-    done = cli(rt, *args, failpoints=point)
+    done = run_cli(rt.settings, *args, failpoints=point, ok=False)
     assert done.returncode == -signal.SIGKILL, f"{point} was never reached: {done.stderr}"
 
 
@@ -79,7 +72,7 @@ def assert_converged(rt: Runtime, ids: list[int], before: Entries, start: Positi
     gc_pass(rt)
     gc_pass(rt)  # keys the first pass's finish queued
     assert [x[0] for x in ledger_states(rt, below)] == [DeletionState.DELETED] * len(below)
-    assert stored_keys(rt) == live_object_keys(rt)
+    assert stored_keys(rt.objects) == live_object_keys(rt)
     assert pending_deletions(rt.metadata) == []
     assert all_entries(rt, "orders") == at_or_above(before, start)
 
@@ -125,7 +118,7 @@ def test_a_trim_killed_at_each_step_is_finished_by_the_next_run(
     assert unaccounted_objects(rt) == set()
 
     if converge_by == "trim":
-        report = cli_json(rt, *args)
+        report = run_cli_json(rt.settings, *args)
         assert report["changed"] and report["start_before"] == report["start_after"]
         assert ledger_states(rt, ids[:4]) == [deleting] * 4
     elif converge_by == "finish":  # the GC's finish step alone marks the rest and removes
@@ -135,7 +128,7 @@ def test_a_trim_killed_at_each_step_is_finished_by_the_next_run(
         gone = (DeletionState.DELETED, HotState.DELETED)
         assert ledger_states(rt, ids[:4]) == [deleting, deleting, deleting, gone]
     else:  # `offloader gc`: finishes the trim, deletes every queued key, records the ledgers
-        report = cli_json(rt, "gc")
+        report = run_cli_json(rt.settings, "gc")
         assert (report["failed"], report["remaining"], report["ledgers_deleted"]) == (0, 0, 4)
         gone = (DeletionState.DELETED, HotState.DELETED)
         assert ledger_states(rt, ids[:4]) == [gone] * 4
@@ -154,10 +147,10 @@ def test_a_topic_delete_killed_midway_is_finished_by_the_next_run(rt: Runtime, p
     expected = DeletionState.NONE if point == "after-trim-start-moved" else DeletionState.DELETING
     assert marked == {expected}
 
-    report = cli_json(rt, "topic", "delete", "orders")
+    report = run_cli_json(rt.settings, "topic", "delete", "orders")
     assert report["changed"]
     gc_pass(rt)
     assert gc_pass(rt) == 0
     assert {x.deletion_state for x in rt.metadata.list_ledgers("orders")} == {DeletionState.DELETED}
-    assert stored_keys(rt) == set() and pending_deletions(rt.metadata) == []
+    assert stored_keys(rt.objects) == set() and pending_deletions(rt.metadata) == []
     assert not any(rt.hot.exists("orders", i) for i in ids)

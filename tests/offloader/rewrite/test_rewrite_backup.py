@@ -11,16 +11,15 @@ import uuid
 import pytest
 
 from fixtures.backends import Fresh
+from fixtures.inspect import checksum
 from fixtures.metadata import list_attempts
 from fixtures.rewrites import (
     T,
     check_clean_store,
-    checksum,
     entry_digests,
-    rewrite,
-    shape,
-    table_rows,
+    rewrite_rows,
     v1_topic,
+    whole_group,
 )
 from fixtures.streams import crash_at
 from offloader.gc.run import recover_stale_rewrites
@@ -30,11 +29,6 @@ from offloader.metadata.snapshot import import_snapshot
 from offloader.recovery import rebuild_from_objects
 from offloader.rewrite.report import REWRITTEN
 from offloader.runtime import Runtime, export_metadata
-
-
-def whole_group(rt: Runtime, **values: object):  # type: ignore[no-untyped-def]
-    target = 100 * shape(rt).target
-    return rewrite(rt, target_bytes=target, small_bytes=target, **values)
 
 
 def test_a_snapshot_carries_rewrite_segments_and_their_leases(
@@ -49,13 +43,13 @@ def test_a_snapshot_carries_rewrite_segments_and_their_leases(
         whole_group(rt, first_ledger=ids[3], lease_seconds=2.0)
     segments = {s.origin: s for s in rt.metadata.segments.of_topic(T)}
     assert segments[SegmentOrigin.REWRITE].lease_until_ms is not None
-    rows, before = table_rows(rt), checksum(rt)
+    rows, before = rewrite_rows(rt), checksum(rt, T)
     export_metadata(rt)
 
     restored = fresh()
     import_snapshot(restored.metadata.engine, restored.objects, None)
-    assert table_rows(restored) == rows
-    assert checksum(restored) == before
+    assert rewrite_rows(restored) == rows
+    assert checksum(restored, T) == before
     (dead,) = restored.metadata.rewrites.open_rewrites(T)
     deadline = time.monotonic() + 30
     while restored.metadata.db_now_ms() <= (dead.lease_until_ms or 0):

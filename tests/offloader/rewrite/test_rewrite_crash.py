@@ -15,25 +15,23 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 
 import pytest
 
-from fixtures.backends import BACKENDS, crash_cases, run_cli, wait_stopped
-from fixtures.cli import run_cli as run_cli_done
+from fixtures.backends import BACKENDS, crash_cases
+from fixtures.cli import run_cli, spawn_cli, wait_stopped
+from fixtures.clock import wait_past
+from fixtures.inspect import checksum, stored_keys, uploads
 from fixtures.metadata import pending_deletions
 from fixtures.rewrites import (
     T,
     check_clean_store,
     check_one_copy,
-    checksum,
     entry_digests,
     gc,
-    objects,
     rewrite,
+    rewrite_rows,
     shape,
-    table_rows,
-    uploads,
     v1_topic,
 )
 from offloader import failpoints
@@ -56,7 +54,7 @@ def args(rt: Runtime) -> list[str]:
 
 
 def kill_at(rt: Runtime, point: str) -> None:
-    crashed = run_cli(rt, *args(rt), "--json", failpoints=point)
+    crashed = spawn_cli(rt.settings, *args(rt), "--json", failpoints=point)
     out, err = crashed.communicate(timeout=300)
     assert crashed.returncode == -signal.SIGKILL, f"{point} was never reached: {err.decode()}"
     assert out == b""
@@ -71,7 +69,7 @@ def check_killed_state(rt: Runtime, point: str, sources: list[Ledger], before: s
         SegmentState.OFFLOADED if stage == COMMITTED else SegmentState.ASSIGNED
     )
     # the upload: created at stage 1, recorded from stage 2, completed at stage 3
-    open_uploads = {u for u in uploads(rt) if u[0] == segment.data_key}
+    open_uploads = {u for u in uploads(rt.objects) if u[0] == segment.data_key}
     if stage == 0:
         assert segment.upload_id is None and open_uploads == set()
     elif stage == 1:
@@ -81,7 +79,7 @@ def check_killed_state(rt: Runtime, point: str, sources: list[Ledger], before: s
     else:
         assert segment.upload_id is not None and open_uploads == set()
     # the objects: the sources' own, and the segment's as far as written
-    present = objects(rt)
+    present = stored_keys(rt.objects)
     assert present - before <= {segment.data_key, segment.index_key}
     assert (segment.data_key in present) is (stage >= 3)
     assert (segment.index_key in present) is (stage >= 4)
@@ -105,10 +103,7 @@ def check_killed_state(rt: Runtime, point: str, sources: list[Ledger], before: s
 
 def wait_for_lease_end(rt: Runtime) -> None:
     (segment,) = rt.metadata.segments.of_topic(T)
-    deadline = time.monotonic() + 30
-    while rt.metadata.db_now_ms() <= (segment.lease_until_ms or 0):
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    wait_past(rt.metadata, segment.lease_until_ms or 0, poll=0.1)
 
 
 @pytest.mark.parametrize(("backend_settings", "point"), CASES, indirect=["backend_settings"])
@@ -118,31 +113,30 @@ def test_sigkill_at_each_point_then_gc_alone_cleans_and_a_rerun_converges(
     rt = runtime
     ids = v1_topic(rt, 3)  # hot copies deleted: reads come from the tier alone
     sources = [rt.metadata.get_ledger(T, i) for i in ids]
-    before, digests, present = checksum(rt), entry_digests(rt), objects(rt)
+    before, digests, present = checksum(rt, T), entry_digests(rt), stored_keys(rt.objects)
 
     kill_at(rt, point)
     check_killed_state(rt, point, sources, present)
-    assert checksum(rt) == before and entry_digests(rt) == digests
+    assert checksum(rt, T) == before and entry_digests(rt) == digests
 
     (crashed,) = rt.metadata.segments.of_topic(T)
     stage = REWRITE_POINTS.index(point)
     if stage < COMMITTED:
         wait_for_lease_end(rt)
-    env = rt.settings.environment()
-    done = run_cli_done(None, "gc", "--json", env=env)  # `offloader gc` alone
+    done = run_cli(rt.settings, "gc", "--json")  # `offloader gc` alone
     recovered = json.loads(done.stdout)["rewrites_recovered"]
-    after_gc = objects(rt)
+    after_gc = stored_keys(rt.objects)
     if stage < COMMITTED:
         assert recovered == [crashed.segment_id]
         assert rt.metadata.segments.get(crashed.segment_id).state is SegmentState.FAILED
         assert after_gc == present  # its objects deleted, the sources' kept
         unrecorded = stage == REWRITE_POINTS.index("rewrite-after-create-upload")
-        assert len(uploads(rt)) == (1 if unrecorded else 0)  # that one is the sweep's
+        assert len(uploads(rt.objects)) == (1 if unrecorded else 0)  # that one is the sweep's
     else:
         assert recovered == []
         assert after_gc == {crashed.data_key, crashed.index_key}  # the old objects went
     check_clean_store(rt)
-    assert checksum(rt) == before
+    assert checksum(rt, T) == before
 
     report = rewrite(rt, target_bytes=10 * shape(rt).target, small_bytes=shape(rt).target)
     assert [g.outcome for g in report.groups] == ([] if stage == COMMITTED else [REWRITTEN])
@@ -150,7 +144,7 @@ def test_sigkill_at_each_point_then_gc_alone_cleans_and_a_rerun_converges(
     gc(rt)
     check_one_copy(rt)
     check_clean_store(rt)
-    assert checksum(rt) == before and entry_digests(rt) == digests
+    assert checksum(rt, T) == before and entry_digests(rt) == digests
 
 
 # --- a zombie ------------------------------------------------------------------------------
@@ -160,8 +154,8 @@ def test_a_zombie_woken_after_another_run_rewrote_its_group_commits_nothing(
 ) -> None:
     rt = runtime
     ids = v1_topic(rt, 3)
-    before = checksum(rt)
-    zombie = run_cli(rt, *args(rt), "--json", failpoints="rewrite-after-first-part:stop")
+    before = checksum(rt, T)
+    zombie = spawn_cli(rt.settings, *args(rt), "--json", failpoints="rewrite-after-first-part:stop")
     try:
         wait_stopped(zombie)
         (frozen,) = rt.metadata.segments.of_topic(T)
@@ -173,7 +167,7 @@ def test_a_zombie_woken_after_another_run_rewrote_its_group_commits_nothing(
         assert [g.outcome for g in report.groups] == [REWRITTEN]
         assert rt.metadata.segments.get(frozen.segment_id).state is SegmentState.FAILED
         gc(rt)
-        rows, present = table_rows(rt), objects(rt)
+        rows, present = rewrite_rows(rt), stored_keys(rt.objects)
 
         zombie.send_signal(signal.SIGCONT)
         out, err = zombie.communicate(timeout=120)
@@ -188,14 +182,14 @@ def test_a_zombie_woken_after_another_run_rewrote_its_group_commits_nothing(
         None,
         frozen.segment_id,
     )
-    after = table_rows(rt)
+    after = rewrite_rows(rt)
     for table in ("segments", "segment_ledgers", "ledgers", "offload_attempts"):
         assert after[table] == rows[table], table
     late = [d for d in pending_deletions(rt.metadata) if d.object_key not in present]
     assert {d.object_key for d in late} <= {frozen.data_key, frozen.index_key}
     gc(rt)
-    assert objects(rt) == present
+    assert stored_keys(rt.objects) == present
     assert [x.ledger_id for x in rt.metadata.list_ledgers(T)] == ids
     check_one_copy(rt)
     check_clean_store(rt)
-    assert checksum(rt) == before
+    assert checksum(rt, T) == before

@@ -11,20 +11,18 @@ from pathlib import Path
 import pytest
 
 from fixtures.backends import tiered_digests, unaccounted_objects
+from fixtures.clock import wait_past
 from fixtures.damage import flip, overwrite_object
 from fixtures.exports import export_files, export_table, output_url, parquet_digests, run_export
+from fixtures.inspect import checksum, stored_keys, uploads
 from fixtures.rewrites import (
     T,
     check_clean_store,
     check_one_copy,
-    checksum,
     entry_digests,
     gc,
-    objects,
-    rewrite,
-    shape,
-    uploads,
     v1_topic,
+    whole_group,
 )
 from fixtures.streams import converge, crash_at, produce, run_pass, set_policy, stream_topic
 from offloader.bulk.params import ExportParams
@@ -39,21 +37,6 @@ from offloader.retention.trim import trim_topic
 from offloader.rewrite.report import REWRITTEN
 from offloader.runtime import Runtime
 from offloader.scrub import run_scrub
-
-
-def whole_group(rt: Runtime, **values: object):  # type: ignore[no-untyped-def]
-    """Every small ledger of the topic in one group."""
-    target = 100 * shape(rt).target
-    return rewrite(rt, target_bytes=target, small_bytes=target, **values)
-
-
-def _wait(rt: Runtime, until_ms: int) -> None:
-    import time
-
-    deadline = time.monotonic() + 30
-    while rt.metadata.db_now_ms() <= until_ms:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
 
 
 # --- streaming -------------------------------------------------------------------------------
@@ -92,7 +75,7 @@ def test_a_topic_streams_is_compacted_and_streams_on_without_a_gap_or_a_repeat(
     converge(rt, T)
     assert rt.metadata.segments.get(dead.segment_id).state is SegmentState.ASSIGNED  # untouched
     assert rt.metadata.get_ledger(T, hot_only).is_offloaded  # streamed, not skipped
-    _wait(rt, dead.lease_until_ms or 0)
+    wait_past(rt.metadata, dead.lease_until_ms or 0)
     report = whole_group(rt, **span)
     assert report.recovered == [dead.segment_id]
     assert [(g.ledgers, g.outcome) for g in report.groups] == [(dying, REWRITTEN)]
@@ -110,7 +93,7 @@ def test_a_topic_streams_is_compacted_and_streams_on_without_a_gap_or_a_repeat(
     assert {hot_only, streamed} <= by_origin[SegmentOrigin.STREAM]
     assert not by_origin[SegmentOrigin.STREAM] & by_origin[SegmentOrigin.REWRITE]
     check_one_copy(rt)
-    assert checksum(rt, source="tiered") == checksum(rt, source="hot")  # hot copies stay
+    assert checksum(rt, T, source="tiered") == checksum(rt, T, source="hot")  # hot copies stay
     gc(rt)
     check_clean_store(rt)
 
@@ -129,7 +112,7 @@ def test_a_trim_deletes_the_rewrite_segment_only_with_its_last_ledger(runtime: R
     finish_deleted_ledgers(rt)
     assert [x.ledger_id for x in rt.metadata.list_ledgers(T, live=True)] == ids[2:]
     assert rt.metadata.segments.get(segment.segment_id).state is SegmentState.OFFLOADED
-    assert {segment.data_key, segment.index_key} <= objects(rt)
+    assert {segment.data_key, segment.index_key} <= stored_keys(rt.objects)
     assert entry_digests(rt) == expected  # the trimmed ledgers hidden, the rest readable
     check_one_copy(rt)
 
@@ -138,7 +121,7 @@ def test_a_trim_deletes_the_rewrite_segment_only_with_its_last_ledger(runtime: R
     released = rt.metadata.segments.get(segment.segment_id)
     assert released.state is SegmentState.DELETED
     gc(rt)
-    assert objects(rt) == set() and unaccounted_objects(rt) == set()
+    assert stored_keys(rt.objects) == set() and unaccounted_objects(rt) == set()
 
 
 # --- hot deletion, the sweep, scrub, export -------------------------------------------------
@@ -147,11 +130,11 @@ def test_hot_copies_of_rewritten_ledgers_are_deleted_and_reads_go_to_the_segment
 ) -> None:
     rt = runtime
     ids = v1_topic(rt, 3, hot=True)
-    before = checksum(rt)
+    before = checksum(rt, T)
     whole_group(rt)
     deleted = delete_hot_copies(rt.metadata, rt.hot, T)
     assert sorted(x.ledger_id for x in deleted) == ids
-    assert checksum(rt) == before == checksum(rt, source="tiered")
+    assert checksum(rt, T) == before == checksum(rt, T, source="tiered")
 
 
 def test_an_open_rewrite_s_objects_and_upload_are_references_for_the_sweep(
@@ -167,21 +150,21 @@ def test_an_open_rewrite_s_objects_and_upload_are_references_for_the_sweep(
     (open_one,) = rt.metadata.rewrites.open_rewrites(T)
     result = sweep(rt.metadata, rt.stores, eager)
     assert (result.orphans, sum(s.aborted_uploads for s in result.stores)) == (0, 0)
-    assert uploads(rt) == {(open_one.data_key, open_one.upload_id)}
-    _wait(rt, open_one.lease_until_ms or 0)
+    assert uploads(rt.objects) == {(open_one.data_key, open_one.upload_id)}
+    wait_past(rt.metadata, open_one.lease_until_ms or 0)
     recover_stale_rewrites(rt)
     with crash_at(monkeypatch, "rewrite-after-index"):
         whole_group(rt, lease_seconds=2.0)
     (written,) = rt.metadata.rewrites.open_rewrites(T)
-    assert {written.data_key, written.index_key} <= objects(rt)
+    assert {written.data_key, written.index_key} <= stored_keys(rt.objects)
     result = sweep(rt.metadata, rt.stores, eager)
     assert result.orphans == 0
     gc(rt)
-    assert {written.data_key, written.index_key} <= objects(rt)
-    _wait(rt, written.lease_until_ms or 0)
+    assert {written.data_key, written.index_key} <= stored_keys(rt.objects)
+    wait_past(rt.metadata, written.lease_until_ms or 0)
     recover_stale_rewrites(rt)
     check_clean_store(rt)  # the failed rewrite's objects went through the queue
-    assert not {written.data_key, written.index_key} & objects(rt)
+    assert not {written.data_key, written.index_key} & stored_keys(rt.objects)
 
 
 def test_scrub_reads_rewrite_segments_and_finds_their_damage(runtime: Runtime) -> None:

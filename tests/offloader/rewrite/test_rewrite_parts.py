@@ -9,7 +9,8 @@ import time
 import pytest
 
 from fixtures.backends import make_topic, produce_ledgers
-from fixtures.rewrites import T, check_one_copy, checksum, rewrite
+from fixtures.inspect import checksum
+from fixtures.rewrites import T, check_one_copy, rewrite
 from offloader.exceptions import CommitFailedError, RewriteFailedError
 from offloader.metadata import OffloadMode, Position
 from offloader.objectstore import Capabilities
@@ -113,14 +114,14 @@ def test_entries_of_blocks_bigger_than_the_policy_s_now_are_still_rewritten(
     ids = produce_ledgers(rt, T, [(4, 200 * KiB)] * 2, seed=3)
     LedgerOffloader(rt).offload_topic(T, up_to=ids[-1])
     delete_hot_copies(rt.metadata, rt.hot, T)
-    before = checksum(rt)
+    before = checksum(rt, T)
     topic = rt.metadata.get_topic(T)
     rt.metadata.set_policy(topic, topic.policy.updated({"max_block_size": 64 * KiB}))
     report = rewrite(rt, target_bytes=10 * 1024 * 1024, small_bytes=10 * 1024 * 1024)
     assert [g.outcome for g in report.groups] == [REWRITTEN]
     assert {x.offload_mode for x in rt.metadata.list_ledgers(T)} == {OffloadMode.STREAM}
     check_one_copy(rt)
-    assert checksum(rt) == before
+    assert checksum(rt, T) == before
 
 
 def test_the_report_reads_as_one_line_a_group_and_fails_naming_the_first_failure() -> None:

@@ -6,13 +6,13 @@ goes on from the next entry."""
 
 from __future__ import annotations
 
-import hashlib
 import threading
 
 import pytest
 
 from fixtures.backends import make_topic, produce_ledgers
-from fixtures.rewrites import T, check_one_copy, checksum, gc, objects, rewrite, shape, v1_topic
+from fixtures.inspect import checksum, entries_digest, stored_keys
+from fixtures.rewrites import T, check_one_copy, gc, rewrite, shape, v1_topic
 from offloader.exceptions import ObjectNotFoundError
 from offloader.format import decode_segment_index
 from offloader.metadata import OffloadMode
@@ -30,7 +30,7 @@ def test_a_reader_looping_over_the_topic_while_rewrites_commit_reads_the_same_by
 ) -> None:
     rt = runtime
     v1_topic(rt, 6)
-    before = checksum(rt)
+    before = checksum(rt, T)
     seen: list[str] = []
     errors: list[BaseException] = []
     stop = threading.Event()
@@ -38,7 +38,7 @@ def test_a_reader_looping_over_the_topic_while_rewrites_commit_reads_the_same_by
     def loop() -> None:
         try:
             while not stop.is_set() or len(seen) < 3:
-                seen.append(checksum(rt))
+                seen.append(checksum(rt, T))
         except BaseException as err:
             errors.append(err)
 
@@ -71,15 +71,8 @@ def big(runtime: Runtime) -> tuple[Runtime, int, str]:
     (ledger_id,) = produce_ledgers(rt, T, [(40, MiB)])
     LedgerOffloader(rt).offload_topic(T, up_to=ledger_id)
     delete_hot_copies(rt.metadata, rt.hot, T)
-    digest = _digest(TopicReader(rt).read(T, ledger_id, source=Source.TIERED))
+    digest = entries_digest(TopicReader(rt).read(T, ledger_id, source=Source.TIERED))
     return rt, ledger_id, digest
-
-
-def _digest(entries) -> str:  # type: ignore[no-untyped-def]
-    h = hashlib.sha256()
-    for entry_id, payload in entries:
-        h.update(b"%d:%d:" % (entry_id, len(payload)) + payload)
-    return h.hexdigest()
 
 
 def _started(rt: Runtime, ledger_id: int):  # type: ignore[no-untyped-def]
@@ -101,8 +94,8 @@ def test_a_reader_keeps_reading_the_old_objects_during_the_grace(
     report = rewrite(rt, mode="to-v2")
     assert [g.outcome for g in report.groups] == [REWRITTEN]
     gc(rt)  # nothing due yet
-    assert {old.data_key, old.index_key} <= objects(rt)
-    assert _digest([first, *entries]) == digest
+    assert {old.data_key, old.index_key} <= stored_keys(rt.objects)
+    assert entries_digest([first, *entries]) == digest
 
 
 def test_a_reader_whose_objects_vanish_looks_the_ledger_up_again(
@@ -116,8 +109,8 @@ def test_a_reader_whose_objects_vanish_looks_the_ledger_up_again(
     index = decode_segment_index(rt.objects.get(segment.index_key))
     assert len({b.part_id for x in index.ledgers for b in x.blocks}) >= 2
     gc(rt)  # no grace: the old objects are gone
-    assert not {old.data_key, old.index_key} & objects(rt)
-    assert _digest([first, *entries]) == digest
+    assert not {old.data_key, old.index_key} & stored_keys(rt.objects)
+    assert entries_digest([first, *entries]) == digest
     # and once only: a ledger whose objects are gone for good is an error, not a loop
     (segment,) = rt.metadata.segments.of_topic(T)
     rt.objects.delete_many([segment.data_key])

@@ -11,19 +11,19 @@ import threading
 import pytest
 
 from fixtures.backends import run_in_threads
+from fixtures.clock import wait_past
+from fixtures.inspect import checksum, stored_keys, uploads
 from fixtures.metadata import begin as begin_attempt
 from fixtures.metadata import pending_deletions
 from fixtures.rewrites import (
     T,
     check_clean_store,
     check_one_copy,
-    checksum,
     entry_digests,
     gc,
-    objects,
     rewrite,
+    rewrite_rows,
     shape,
-    table_rows,
     v1_topic,
 )
 from fixtures.streams import converge, crash_at, produce, run_pass, stream_topic
@@ -44,12 +44,12 @@ def test_compaction_of_small_v1_ledgers_keeps_every_entry_in_fewer_objects(
 ) -> None:
     rt = runtime
     ids = v1_topic(rt, 7)  # hot copies deleted: every read below comes from the tier
-    before, digests, count = checksum(rt), entry_digests(rt), len(objects(rt))
+    before, digests, count = checksum(rt, T), entry_digests(rt), len(stored_keys(rt.objects))
     assert count == 14
 
     dry = rewrite(rt, dry_run=True)
     assert {g.outcome for g in dry.groups} == {PLANNED} and len(dry.groups) >= 2
-    assert table_rows(rt)["segments"] == []
+    assert rewrite_rows(rt)["segments"] == []
     grouped = [i for g in dry.groups for i in g.ledgers]
     for g in dry.groups:  # runs of adjacent ledgers, two at least, up to the target
         assert g.ledgers == list(range(g.ledgers[0], g.ledgers[-1] + 1)) and len(g.ledgers) >= 2
@@ -80,18 +80,18 @@ def test_compaction_of_small_v1_ledgers_keeps_every_entry_in_fewer_objects(
         assert sorted(part_bytes) == list(range(1, len(part_bytes) + 1))
         assert all(n >= shape(rt).min_part for n in list(part_bytes.values())[:-1])
     check_one_copy(rt)
-    assert checksum(rt) == before and entry_digests(rt) == digests
+    assert checksum(rt, T) == before and entry_digests(rt) == digests
     # by range: a slice across blocks of a ledger in the middle of a segment
     middle = rt.metadata.get_ledger(T, grouped[len(grouped) // 2])
     got = list(TopicReader(rt).read(T, middle.ledger_id, 2, middle.entry_count - 2, Source.TIERED))
     assert [e for e, _ in got] == list(range(2, middle.entry_count - 1))
 
     gc(rt)  # no grace in the fixtures: the old objects go
-    assert len(objects(rt)) == count - 2 * len(grouped) + 2 * len(report.groups)
+    assert len(stored_keys(rt.objects)) == count - 2 * len(grouped) + 2 * len(report.groups)
     check_clean_store(rt)
-    assert checksum(rt) == before
+    assert checksum(rt, T) == before
 
-    rows = table_rows(rt)
+    rows = rewrite_rows(rt)
     assert (
         plan_rewrite(
             rt.metadata,
@@ -100,22 +100,22 @@ def test_compaction_of_small_v1_ledgers_keeps_every_entry_in_fewer_objects(
         == []
     )
     assert rewrite(rt).groups == []
-    assert table_rows(rt) == rows
+    assert rewrite_rows(rt) == rows
 
 
 def test_migration_to_v2_rewrites_big_ledgers_one_each(runtime: Runtime) -> None:
     rt = runtime
     ids = v1_topic(rt, 3)
-    before = checksum(rt)
+    before = checksum(rt, T)
     sizes = [rt.metadata.get_ledger(T, i).data_len or 0 for i in ids]
     report = rewrite(rt, mode="to-v2", target_bytes=min(sizes) - 1)  # each alone is too big
     assert [(g.ledgers, g.outcome) for g in report.groups] == [([i], REWRITTEN) for i in ids]
     assert all(x.offload_mode is OffloadMode.STREAM for x in rt.metadata.list_ledgers(T))
     check_one_copy(rt)
-    assert checksum(rt) == before
+    assert checksum(rt, T) == before
     gc(rt)
     check_clean_store(rt)
-    assert checksum(rt) == before
+    assert checksum(rt, T) == before
     assert rewrite(rt, mode="to-v2").groups == []
 
 
@@ -149,7 +149,7 @@ def test_a_source_that_moved_after_the_plan_is_changed_and_queues_nothing_of_it(
 ) -> None:
     rt = runtime
     ids = v1_topic(rt, 3, hot=True)
-    before = checksum(rt)
+    before = checksum(rt, T)
     params = RewriteParams(target_bytes=shape(rt).target, small_bytes=shape(rt).target)
     (group,) = plan_rewrite(rt.metadata, params)
     begin_attempt(rt.metadata, rt.metadata.get_ledger(T, ids[1]), "repair", replace=True)
@@ -158,7 +158,7 @@ def test_a_source_that_moved_after_the_plan_is_changed_and_queues_nothing_of_it(
         result.detail or ""
     )
     assert rt.metadata.segments.of_topic(T) == []  # refused at the intent: nothing written
-    assert checksum(rt) == before
+    assert checksum(rt, T) == before
 
 
 def test_a_trim_between_the_upload_and_the_swap_fails_the_rewrite_and_queues_its_objects(
@@ -197,7 +197,7 @@ def test_two_runs_of_the_same_sources_leave_exactly_one_winner(
 ) -> None:
     rt = runtime
     v1_topic(rt, 3)
-    before = checksum(rt)
+    before = checksum(rt, T)
     params = RewriteParams(target_bytes=10 * shape(rt).target, small_bytes=shape(rt).target)
     (group,) = plan_rewrite(rt.metadata, params)
     # both intents recorded before either writes: otherwise a thread started late (a loaded
@@ -224,7 +224,7 @@ def test_two_runs_of_the_same_sources_leave_exactly_one_winner(
         d.object_key for d in pending_deletions(rt.metadata)
     }
     check_one_copy(rt)
-    assert checksum(rt) == before
+    assert checksum(rt, T) == before
     gc(rt)
     check_clean_store(rt)
 
@@ -235,22 +235,22 @@ def test_a_dead_rewrite_is_recovered_once_its_lease_ran_out(
 ) -> None:
     rt = runtime
     v1_topic(rt, 3)
-    before = checksum(rt)
+    before = checksum(rt, T)
     with crash_at(monkeypatch, "rewrite-after-first-part"):
         rewrite(rt, small_bytes=shape(rt).target, lease_seconds=2.0)
     (dead,) = rt.metadata.rewrites.open_rewrites(T)
-    assert dead.upload_id is not None and len({k for k, _ in _uploads(rt)}) == 1
+    assert dead.upload_id is not None and len({k for k, _ in uploads(rt.objects)}) == 1
     assert recover_stale_rewrites(rt) == []  # its lease still runs
-    _wait(rt, dead.lease_until_ms or 0)
+    wait_past(rt.metadata, dead.lease_until_ms or 0)
     (recovered,) = recover_stale_rewrites(rt)
     assert (recovered.segment_id, recovered.state) == (dead.segment_id, SegmentState.FAILED)
-    assert _uploads(rt) == set()  # aborted
+    assert uploads(rt.objects) == set()  # aborted
     check_one_copy(rt)
-    assert checksum(rt) == before
+    assert checksum(rt, T) == before
     check_clean_store(rt)
     assert [g.outcome for g in rewrite(rt, small_bytes=shape(rt).target).groups] == [REWRITTEN]
     check_one_copy(rt)
-    assert checksum(rt) == before
+    assert checksum(rt, T) == before
 
 
 def test_a_run_recovers_dead_rewrites_before_each_group(
@@ -261,23 +261,10 @@ def test_a_run_recovers_dead_rewrites_before_each_group(
     with crash_at(monkeypatch, "rewrite-after-begin"):
         rewrite(rt, small_bytes=shape(rt).target, lease_seconds=2.0)
     (dead,) = rt.metadata.rewrites.open_rewrites(T)
-    _wait(rt, dead.lease_until_ms or 0)
+    wait_past(rt.metadata, dead.lease_until_ms or 0)
     report = rewrite(rt, small_bytes=shape(rt).target)
     assert report.recovered == [dead.segment_id]
     assert [g.outcome for g in report.groups] == [REWRITTEN]
-
-
-def _uploads(rt: Runtime) -> set[tuple[str, str]]:
-    return {(u.key, u.upload_id) for u in rt.objects.list_multipart_uploads()}
-
-
-def _wait(rt: Runtime, until_ms: int) -> None:
-    import time
-
-    deadline = time.monotonic() + 30
-    while rt.metadata.db_now_ms() <= until_ms:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
 
 
 def test_an_empty_ledger_between_sources_does_not_break_a_run(runtime: Runtime) -> None:
@@ -350,7 +337,7 @@ def test_a_segment_merge_that_dies_leaves_the_segments_and_is_cleaned(
     (dead,) = rt.metadata.rewrites.open_rewrites("s")
     assert rt.metadata.segments.of_topic("s", [SegmentState.OFFLOADED]) == small
     assert checksum(rt, "s", "tiered") == before
-    _wait(rt, dead.lease_until_ms or 0)
+    wait_past(rt.metadata, dead.lease_until_ms or 0)
     assert [s.segment_id for s in recover_stale_rewrites(rt)] == [dead.segment_id]
     check_clean_store(rt)
     assert [g.outcome for g in rewrite(rt, **values).groups] == [REWRITTEN]

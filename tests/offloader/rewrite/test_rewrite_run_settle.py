@@ -13,8 +13,9 @@ from collections.abc import Callable
 
 import pytest
 
+from fixtures.inspect import uploads
 from fixtures.metadata import pending_deletions
-from fixtures.rewrites import T, shape, uploads, v1_topic
+from fixtures.rewrites import T, shape, v1_topic
 from offloader.metadata import Position, Segment, SegmentState
 from offloader.objectstore import MultipartUpload
 from offloader.rewrite.params import RewriteParams
@@ -54,7 +55,7 @@ def given_up(rt: Runtime, segment: Segment, detail: str) -> None:
     assert (segment.state, segment.detail) == (SegmentState.FAILED, detail)
     queued = {d.object_key for d in pending_deletions(rt.metadata)}
     assert {segment.data_key, segment.index_key} <= queued
-    assert uploads(rt) == set()
+    assert uploads(rt.objects) == set()
 
 
 def warnings(caplog: pytest.LogCaptureFixture, msg: str) -> list[logging.LogRecord]:
@@ -160,7 +161,7 @@ def test_a_rewrite_that_cannot_be_failed_is_logged_and_its_upload_still_aborted(
     result, segment = settle(rt, group, lambda orders: [])
     assert (result.outcome, result.detail) == (FAILED, "RewriteWorkError: no result came back")
     assert segment.state is SegmentState.ASSIGNED
-    assert uploads(rt) == set()
+    assert uploads(rt.objects) == set()
     (record,) = warnings(caplog, "could not fail rewrite %s")
     assert record.args == (segment.segment_id,)
     assert record.getMessage() == f"could not fail rewrite {segment.segment_id}"
@@ -185,7 +186,7 @@ def test_an_upload_that_cannot_be_aborted_is_logged_and_the_rewrite_still_failed
     detail = "RewriteWorkError: no result came back"
     assert (result.outcome, result.detail) == (FAILED, detail)
     assert (segment.state, segment.detail) == (SegmentState.FAILED, detail)
-    assert len(uploads(rt)) == 1
+    assert len(uploads(rt.objects)) == 1
     (record,) = warnings(caplog, "could not abort the upload of %s")
     assert record.args == (segment.segment_id,)
     assert record.getMessage() == f"could not abort the upload of {segment.segment_id}"

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from fixtures.inspect import table_rows
 from fixtures.rewrites import change_after_to_v1_plan, v1_topic
-from fixtures.streamed import metadata_rows, streamed_topic
+from fixtures.streamed import streamed_topic
 from offloader.metadata import OffloadMode
 from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.read.topic_reader import Source, TopicReader
@@ -72,11 +73,11 @@ def test_a_dry_run_reports_the_selected_ledgers_as_planned(
 ) -> None:
     """Topics, range and max_groups choose what is planned; nothing is written."""
     rt, ids = runtime, two_topics
-    rows = metadata_rows(rt)
+    rows = table_rows(rt.metadata)
     report = to_v1_run(
         rt, topics=[T], first_ledger=ids[1], last_ledger=ids[3], dry_run=True, max_groups=2
     )
-    assert metadata_rows(rt) == rows
+    assert table_rows(rt.metadata) == rows
     planned = [segment_group(rt, n, "planned") for n in ids[1:3]]
     assert report == {
         "mode": "to-v1",

@@ -11,14 +11,13 @@ import pickle
 
 import pytest
 
+from fixtures.inspect import checksum, stored_keys
 from fixtures.rewrites import (
     T,
     check_clean_store,
     check_one_copy,
-    checksum,
     entry_digests,
     gc,
-    objects,
     rewrite,
     shape,
     sweep_now,
@@ -51,7 +50,7 @@ def test_spread_compaction_and_migration_equal_the_source_and_leave_no_orphan(
 ) -> None:
     rt = runtime
     v1_topic(rt, 7)
-    before, digests = checksum(rt), entry_digests(rt)
+    before, digests = checksum(rt, T), entry_digests(rt)
     sent: list[WorkOrder] = []
 
     # v1 objects -> small v2 segments (re-encoded where the orders went), in waves of two
@@ -69,15 +68,15 @@ def test_spread_compaction_and_migration_equal_the_source_and_leave_no_orphan(
     assert all(o.segments and not o.ledgers for o in sent)
     assert len(compacted.groups) < len(migrated.groups)
 
-    assert checksum(rt) == before and entry_digests(rt) == digests
+    assert checksum(rt, T) == before and entry_digests(rt) == digests
     check_one_copy(rt)
     live = rt.metadata.segments.of_topic(T, [SegmentState.OFFLOADED])
     assert {s.origin for s in live} == {SegmentOrigin.REWRITE}
     gc(rt)
     check_clean_store(rt)
-    assert len(objects(rt)) == 2 * len(live) < 14
+    assert len(stored_keys(rt.objects)) == 2 * len(live) < 14
     again = rewrite(rt, spread=elsewhere(rt), wave=2)
-    assert again.groups == [] and checksum(rt) == before
+    assert again.groups == [] and checksum(rt, T) == before
 
 
 def test_a_group_failed_where_it_was_sent_is_given_up_and_the_others_swap(
@@ -85,7 +84,7 @@ def test_a_group_failed_where_it_was_sent_is_given_up_and_the_others_swap(
 ) -> None:
     rt = runtime
     v1_topic(rt, 7)
-    before = checksum(rt)
+    before = checksum(rt, T)
     write = elsewhere(rt)
 
     def first_fails(orders: list[WorkOrder]) -> list[WorkResult]:
@@ -99,7 +98,7 @@ def test_a_group_failed_where_it_was_sent_is_given_up_and_the_others_swap(
     assert "executor disk full" in (report.groups[0].detail or "")
     failed = rt.metadata.segments.of_topic(T, [SegmentState.FAILED])
     assert [s.segment_id for s in failed] == [report.groups[0].segment_id]
-    assert checksum(rt) == before
+    assert checksum(rt, T) == before
     check_one_copy(rt)
     sweep_now(rt)  # the failed group's keys were queued, its upload aborted
     check_clean_store(rt)
@@ -110,7 +109,7 @@ def test_a_wave_whose_writing_fails_swaps_nothing_and_leaves_nothing(
 ) -> None:
     rt = runtime
     v1_topic(rt, 7)
-    before, stored = checksum(rt), objects(rt)
+    before, stored = checksum(rt, T), stored_keys(rt.objects)
 
     def lost(orders: list[WorkOrder]) -> list[WorkResult]:
         elsewhere(rt)(orders[:1])  # a part or two written, then the job is lost
@@ -124,9 +123,9 @@ def test_a_wave_whose_writing_fails_swaps_nothing_and_leaves_nothing(
     assert lost_job.getMessage() == "the rewrite's parts could not be written"
     assert lost_job.exc_info is not None and lost_job.exc_info[0] is RuntimeError
     assert rt.metadata.segments.of_topic(T, [SegmentState.OFFLOADED]) == []
-    assert checksum(rt) == before
+    assert checksum(rt, T) == before
     sweep_now(rt)
-    assert objects(rt) == stored and list(rt.objects.list_multipart_uploads()) == []
+    assert stored_keys(rt.objects) == stored and list(rt.objects.list_multipart_uploads()) == []
     check_clean_store(rt)
 
 
@@ -156,7 +155,7 @@ def test_a_rewrite_recovered_before_its_upload_was_recorded_is_changed(
 
     rt = runtime
     v1_topic(rt, 3)
-    before = checksum(rt)
+    before = checksum(rt, T)
     create = rt.objects.create_multipart
 
     def frozen(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
@@ -171,7 +170,7 @@ def test_a_rewrite_recovered_before_its_upload_was_recorded_is_changed(
     assert [g.outcome for g in report.groups] == [CHANGED]
     assert rt.metadata.segments.of_topic(T, [SegmentState.OFFLOADED]) == []
     assert list(rt.objects.list_multipart_uploads()) == []
-    assert checksum(rt) == before
+    assert checksum(rt, T) == before
     check_clean_store(rt)
 
 
@@ -185,7 +184,7 @@ def test_an_order_failing_on_its_executor_comes_back_as_its_error(
 
     rt = runtime
     v1_topic(rt, 7)
-    before = checksum(rt)
+    before = checksum(rt, T)
     real, failing = work.write_order, []
 
     def write_order(order: WorkOrder, *args: object) -> object:
@@ -207,7 +206,7 @@ def test_an_order_failing_on_its_executor_comes_back_as_its_error(
         f"{failed.ledgers[0]}..{failed.ledgers[-1]} ({failed.bytes_before} bytes)",
     )
     assert {g.outcome for g in report.groups if g is not failed} == {REWRITTEN}
-    assert checksum(rt) == before
+    assert checksum(rt, T) == before
     check_one_copy(rt)
     sweep_now(rt)
     check_clean_store(rt)

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from fixtures.rewrites import T, check_one_copy, checksum, rewrite, sweep_now, v1_topic
+from fixtures.inspect import checksum
+from fixtures.rewrites import T, check_one_copy, rewrite, sweep_now, v1_topic
 from offloader.metadata import SegmentState
 from offloader.objectstore import ObjectStore
 from offloader.rewrite.params import TO_V2
@@ -36,7 +37,7 @@ def test_a_group_whose_start_fails_is_reported_and_the_others_swap(
 ) -> None:
     rt = runtime
     v1_topic(rt, 7)
-    before = checksum(rt)
+    before = checksum(rt, T)
     store = type(rt.objects)
     real, refused = store.create_multipart, []
 
@@ -61,7 +62,7 @@ def test_a_group_whose_start_fails_is_reported_and_the_others_swap(
     assert warning.exc_info is not None and warning.exc_info[0] is OSError
     (failed,) = rt.metadata.segments.of_topic(T, [SegmentState.FAILED])
     assert failed.data_key == refused[0]  # its intent was recorded, then failed
-    assert checksum(rt) == before
+    assert checksum(rt, T) == before
     check_one_copy(rt)
     sweep_now(rt)
 
@@ -71,8 +72,8 @@ def test_leases_are_renewed_while_the_executors_write(runtime: Runtime) -> None:
     rewrite would lose its segment and commit nothing."""
     rt = runtime
     v1_topic(rt, 5)
-    before = checksum(rt)
+    before = checksum(rt, T)
     report = rewrite(rt, spread=here(rt, pause=2.5), mode=TO_V2, wave=10, lease_seconds=1.0)
     assert report.groups and {g.outcome for g in report.groups} == {REWRITTEN}, report.summary()
-    assert checksum(rt) == before
+    assert checksum(rt, T) == before
     check_one_copy(rt)

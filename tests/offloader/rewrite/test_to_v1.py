@@ -11,9 +11,10 @@ import logging
 import pytest
 
 from fixtures.backends import make_topic, produce_ledgers, unaccounted_objects
+from fixtures.inspect import table_rows
 from fixtures.metadata import list_attempts, pending_deletions
 from fixtures.rewrites import change_after_to_v1_plan
-from fixtures.streamed import SWAP_POINTS, ledgers_by_segment, metadata_rows, streamed_topic
+from fixtures.streamed import SWAP_POINTS, ledgers_by_segment, streamed_topic
 from offloader import failpoints
 from offloader.exceptions import NotFoundError, TrimmedError
 from offloader.format import decode_index
@@ -132,8 +133,8 @@ def test_a_streamed_topic_migrates_to_v1_from_the_tier(runtime: Runtime) -> None
     assert TopicReader(rt).checksum(T, Source.TIERED) == hot
     assert unaccounted_objects(rt) == set()
 
-    rows = metadata_rows(rt)
-    assert migrate_to_v1(rt, [T]) == [] and metadata_rows(rt) == rows  # nothing left to do
+    rows = table_rows(rt.metadata)
+    assert migrate_to_v1(rt, [T]) == [] and table_rows(rt.metadata) == rows  # nothing left to do
     gc = process_deletions(rt.metadata, rt.stores, rt.settings)
     assert (gc.failed, gc.remaining) == (0, 0)
     swept = sweep(rt.metadata, rt.stores, rt.settings.model_copy(update={"sweep_grace_seconds": 0}))
@@ -150,14 +151,14 @@ def test_only_the_selection_moves_and_a_dry_run_changes_nothing(runtime: Runtime
     make_topic(rt, "orders")  # a v1 topic: nothing to migrate
     produce_ledgers(rt, "orders", [(10, 100)])
     LedgerOffloader(rt).offload_topic("orders")
-    rows = metadata_rows(rt)
+    rows = table_rows(rt.metadata)
     assert plan_to_v1(rt.metadata, [T], first_ledger=0, last_ledger=0) == []  # 0 is an id
     dry = migrate_to_v1(rt, None, first_ledger=ids[1], last_ledger=ids[2], dry_run=True)
     assert [(r.topic, r.ledger_id, r.outcome) for r in dry] == [
         (T, n, ToV1Outcome.PLANNED) for n in ids[1:3]
     ]
     assert [r.bytes for r in dry] == [rt.metadata.get_ledger(T, n).size_bytes for n in ids[1:3]]
-    assert metadata_rows(rt) == rows
+    assert table_rows(rt.metadata) == rows
     done = migrate_to_v1(rt, None, first_ledger=ids[1], last_ledger=ids[2])
     assert outcomes(done) == [(n, ToV1Outcome.MIGRATED) for n in ids[1:3]]
     modes = {x.ledger_id: x.offload_mode for x in rt.metadata.list_ledgers(T)}
@@ -188,10 +189,10 @@ def test_bad_input_is_refused_by_name_and_changes_nothing(
 ) -> None:
     rt = runtime
     streamed_topic(rt, T, 2)
-    rows = metadata_rows(rt)
+    rows = table_rows(rt.metadata)
     with pytest.raises(error, match=message):
         migrate_to_v1(rt, topics, first, last)
-    assert metadata_rows(rt) == rows
+    assert table_rows(rt.metadata) == rows
 
 
 def test_a_ledger_still_being_streamed_keeps_its_segments(runtime: Runtime) -> None:
@@ -370,13 +371,13 @@ def test_a_ledger_swapped_since_it_was_planned_is_left_alone(runtime: Runtime) -
     LedgerOffloader(rt).offload_topic("orders")
     off = LedgerOffloader(rt)
     (done,) = migrate_to_v1(rt, [T], last_ledger=ids[0])
-    rows = metadata_rows(rt)
+    rows = table_rows(rt.metadata)
     for topic, ledger_id, attempt in (("orders", v1, None), (T, ids[0], done.attempt_id)):
         again = off.replace_ledger(topic, ledger_id, None, "r", source=EntrySource.TIER)
         assert (again.outcome, again.attempt_id) == (Outcome.ALREADY_OFFLOADED, attempt)
     stale = off.replace_ledger(T, ids[1], "some-attempt", "r", source=EntrySource.TIER)
     assert stale.outcome is Outcome.ALREADY_OFFLOADED  # it is on segments, not objects
-    assert metadata_rows(rt) == rows
+    assert table_rows(rt.metadata) == rows
 
 
 def test_a_ledger_trimmed_or_migrated_since_the_plan_names_no_attempt_of_its_own(

@@ -8,7 +8,6 @@ committed attempt, every segment released, and after GC only the v1 objects are 
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -16,7 +15,8 @@ import time
 
 import pytest
 
-from fixtures.backends import crash_cases, settings_env, unaccounted_objects
+from fixtures.backends import crash_cases, unaccounted_objects
+from fixtures.cli import child_env
 from fixtures.metadata import list_attempts, pending_deletions
 from fixtures.streamed import SWAP_POINTS, ledgers_by_segment, streamed_topic
 from offloader.gc.deletion_queue import process_deletions
@@ -35,7 +35,7 @@ CHILD = (
 
 
 def migrate_in_a_child(rt: Runtime, point: str) -> None:
-    env = {**os.environ, **settings_env(rt.settings), "OFFLOADER_FAILPOINTS": point}
+    env = child_env(rt.settings, failpoints=point)
     child = subprocess.run(
         [sys.executable, "-c", CHILD, T], env=env, capture_output=True, timeout=300
     )

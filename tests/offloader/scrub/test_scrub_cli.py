@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.damage import run_cli
+from fixtures.cli import run_cli
 from fixtures.scrub import DAMAGES, offloaded_topic
 from offloader.runtime import Runtime
 
@@ -18,13 +18,13 @@ pytestmark = pytest.mark.parametrize("backend_settings", ["fs-sqlite"], indirect
 def test_a_clean_store_exits_0_with_its_report(runtime: Runtime, tmp_path: Path) -> None:
     ledgers = offloaded_topic(runtime)
     path = tmp_path / "report.json"
-    done = run_cli(runtime, "scrub", "--json", "--report", str(path))
+    done = run_cli(runtime.settings, "scrub", "--json", "--report", str(path), ok=False)
     assert done.returncode == 0 and done.stderr == "", done.stderr
     report = json.loads(done.stdout)
     assert report == json.loads(path.read_text())
     assert report["counts"]["ledgers"] == 3 and report["counts"]["entries"] == 790
     assert (report["failed"], report["damaged_ledgers"], report["repair"]) == (False, [], True)
-    text = run_cli(runtime, "scrub", "orders")
+    text = run_cli(runtime.settings, "scrub", "orders", ok=False)
     assert text.returncode == 0
     assert text.stdout.startswith(f"scrubbed {len(ledgers)} ledgers: 6 objects, 4 blocks, ")
 
@@ -33,7 +33,7 @@ def test_damage_left_is_the_report_then_one_error_line(runtime: Runtime) -> None
     victim = offloaded_topic(runtime)[1]
     planted = DAMAGES["truncated-data-object"](runtime, victim)
     before = runtime.metadata.get_ledger("orders", victim.ledger_id)
-    done = run_cli(runtime, "scrub", "--dry-run", "--json")
+    done = run_cli(runtime.settings, "scrub", "--dry-run", "--json", ok=False)
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
         f"error: scrub found 1 damaged ledger(s) it did not repair: orders/{victim.ledger_id} "
@@ -55,9 +55,9 @@ def test_damage_left_is_the_report_then_one_error_line(runtime: Runtime) -> None
     }
     assert planted.reason in ledger["findings"][0]["reason"]
     assert runtime.metadata.get_ledger("orders", victim.ledger_id) == before
-    text = run_cli(runtime, "scrub", "--no-repair")
+    text = run_cli(runtime.settings, "scrub", "--no-repair", ok=False)
     assert text.returncode == 2 and f"orders/{victim.ledger_id} (" in text.stdout
-    repaired = run_cli(runtime, "scrub", "--json")
+    repaired = run_cli(runtime.settings, "scrub", "--json", ok=False)
     assert repaired.returncode == 0, repaired.stderr
     (ledger,) = json.loads(repaired.stdout)["damaged_ledgers"]
     assert ledger["action"] == "repaired" and ledger["replaced_by"]
@@ -65,7 +65,7 @@ def test_damage_left_is_the_report_then_one_error_line(runtime: Runtime) -> None
 
 def test_an_unknown_topic_is_one_line_and_exit_2(runtime: Runtime) -> None:
     offloaded_topic(runtime, "audit", [(5, 10)])
-    done = run_cli(runtime, "scrub", "audit", "nope")
+    done = run_cli(runtime.settings, "scrub", "audit", "nope", ok=False)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.splitlines() == ["error: topic 'nope' does not exist"]
 
@@ -77,7 +77,7 @@ def test_a_report_path_that_cannot_be_written_is_refused_first(
     victim = offloaded_topic(runtime)[1]
     DAMAGES["truncated-data-object"](runtime, victim)
     before = runtime.metadata.get_ledger("orders", victim.ledger_id)
-    done = run_cli(runtime, "scrub", "--report", str(tmp_path))  # a directory
+    done = run_cli(runtime.settings, "scrub", "--report", str(tmp_path), ok=False)  # a directory
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.splitlines() == [
         f"error: scrub report {str(tmp_path)!r} is a directory: name a file"
@@ -99,7 +99,7 @@ def test_a_damaged_segment_left_names_its_ledgers_and_exits_2(runtime: Runtime) 
     victim = shared_segment(runtime, "events")
     ids = sorted(ledgers_by_segment(runtime, "events")[victim.segment_id])
     flip_a_payload_byte(runtime, victim)
-    done = run_cli(runtime, "scrub", "--json", "events")
+    done = run_cli(runtime.settings, "scrub", "--json", "events", ok=False)
     assert done.returncode == 2
     named = ", ".join(f"events/{n} (no-hot-copy)" for n in ids)
     assert done.stderr.splitlines() == [

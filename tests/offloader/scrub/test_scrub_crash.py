@@ -7,19 +7,15 @@ to the hot copy, every object referenced or queued, and after GC only the commit
 
 from __future__ import annotations
 
-import hashlib
 import json
 import signal
 import time
 
 import pytest
 
-from fixtures.backends import (
-    crash_cases,
-    run_cli,
-    unaccounted_objects,
-    uploads_not_of_dead_attempts,
-)
+from fixtures.backends import crash_cases, unaccounted_objects, uploads_not_of_dead_attempts
+from fixtures.cli import spawn_cli
+from fixtures.inspect import entries_digest
 from fixtures.metadata import list_attempts, pending_deletions
 from fixtures.scrub import DAMAGES, offloaded_topic
 from offloader.gc.deletion_queue import process_deletions
@@ -42,10 +38,7 @@ CASES = crash_cases(POINTS)
 
 
 def digest(rt: Runtime, ledger: Ledger, source: Source) -> str:
-    h = hashlib.sha256()
-    for entry_id, payload in TopicReader(rt).read("orders", ledger.ledger_id, source=source):
-        h.update(b"%d:%d:" % (entry_id, len(payload)) + payload)
-    return h.hexdigest()
+    return entries_digest(TopicReader(rt).read("orders", ledger.ledger_id, source=source))
 
 
 def attempts_of(rt: Runtime, ledger: Ledger) -> dict[str, Attempt]:
@@ -57,7 +50,7 @@ def attempts_of(rt: Runtime, ledger: Ledger) -> dict[str, Attempt]:
 
 
 def scrub_json(rt: Runtime) -> dict[str, object]:
-    proc = run_cli(rt, "scrub", "--json")
+    proc = spawn_cli(rt.settings, "scrub", "--json")
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err.decode()
     return json.loads(out)
@@ -97,7 +90,7 @@ def test_sigkill_during_a_repair_leaves_a_state_the_next_scrub_resolves(
     victim = ledgers[0]  # two blocks: uploaded as a multipart object
     hot = digest(rt, victim, Source.HOT)
     DAMAGES["flipped-payload-byte"](rt, victim)
-    crashed = run_cli(rt, "scrub", "--json", failpoints=point)
+    crashed = spawn_cli(rt.settings, "scrub", "--json", failpoints=point)
     out, _ = crashed.communicate(timeout=300)
     assert crashed.returncode == -signal.SIGKILL, f"{point} was never reached"
     assert out == b""

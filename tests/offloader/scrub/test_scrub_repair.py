@@ -5,11 +5,10 @@ nothing changes."""
 
 from __future__ import annotations
 
-import hashlib
-
 import pytest
 
 from fixtures.backends import unaccounted_objects
+from fixtures.inspect import entries_digest
 from fixtures.metadata import list_attempts, pending_deletions
 from fixtures.scrub import DAMAGES, offloaded_topic
 from offloader.exceptions import ScrubFailedError
@@ -19,13 +18,6 @@ from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.read.topic_reader import Source, TopicReader
 from offloader.runtime import Runtime
 from offloader.scrub import Action, run_scrub
-
-
-def digest(entries: object) -> str:
-    h = hashlib.sha256()
-    for entry_id, payload in entries:  # type: ignore[attr-defined]
-        h.update(b"%d:%d:" % (entry_id, len(payload)) + payload)
-    return h.hexdigest()
 
 
 def committed(rt: Runtime, ledger: Ledger) -> list[str]:
@@ -43,7 +35,7 @@ def test_a_damaged_ledger_with_a_hot_copy_is_offloaded_again(runtime: Runtime, k
     rt = runtime
     ledgers = offloaded_topic(rt)
     victim = ledgers[0]
-    hot = digest(rt.hot.read(victim.topic, victim.ledger_id))
+    hot = entries_digest(rt.hot.read(victim.topic, victim.ledger_id))
     DAMAGES[kind](rt, victim)
     report = run_scrub(rt)
     (verdict,) = report.damaged
@@ -61,7 +53,7 @@ def test_a_damaged_ledger_with_a_hot_copy_is_offloaded_again(runtime: Runtime, k
     assert set(queued) == {victim.data_key, victim.index_key}
     assert all(d.reason.startswith("replaced: scrub: ") for d in queued.values())
     tiered = TopicReader(rt).read("orders", victim.ledger_id, source=Source.TIERED)
-    assert digest(tiered) == hot
+    assert entries_digest(tiered) == hot
     # the other ledgers were not touched, and a second scrub finds nothing
     for other in ledgers[1:]:
         assert rt.metadata.get_ledger("orders", other.ledger_id) == other

@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from fixtures.backends import crash_cases, run_cli, tiered_digests, unaccounted_objects
+from fixtures.backends import crash_cases, tiered_digests, unaccounted_objects
+from fixtures.cli import spawn_cli
 from fixtures.metadata import list_attempts, pending_deletions
 from fixtures.streamed import (
     flip_a_payload_byte,
@@ -32,7 +33,7 @@ CASES = crash_cases(POINTS)
 
 
 def scrub(rt: Runtime, failpoints: str = "") -> tuple[int, bytes]:
-    proc = run_cli(rt, "scrub", "--json", T, failpoints=failpoints)
+    proc = spawn_cli(rt.settings, "scrub", "--json", T, failpoints=failpoints)
     out, _ = proc.communicate(timeout=300)
     return proc.returncode, out
 

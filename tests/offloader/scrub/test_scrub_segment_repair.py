@@ -12,11 +12,11 @@ import re
 import pytest
 
 from fixtures.backends import make_topic, produce_ledgers, tiered_digests, unaccounted_objects
+from fixtures.inspect import table_rows
 from fixtures.metadata import list_attempts, pending_deletions
 from fixtures.streamed import (
     flip_a_payload_byte,
     ledgers_by_segment,
-    metadata_rows,
     shared_segment,
     streamed_open_ledger,
     streamed_topic,
@@ -106,7 +106,7 @@ def test_without_hot_copies_the_ledgers_are_named_and_nothing_changes(
     victim = shared_segment(rt, T)
     ids = ledgers_of(rt, victim)
     flip_a_payload_byte(rt, victim)
-    rows = metadata_rows(rt)
+    rows = table_rows(rt.metadata)
     objects = {info.key: rt.objects.get(info.key) for info in rt.objects.list()}
 
     with caplog.at_level(logging.WARNING, logger="offloader.scrub.run"):
@@ -122,7 +122,7 @@ def test_without_hot_copies_the_ledgers_are_named_and_nothing_changes(
         report.raise_for_failure()
     for n in ids:
         assert f"ledger {T}/{n} has entries in DAMAGED streaming segment" in caplog.text
-    assert metadata_rows(rt) == rows
+    assert table_rows(rt.metadata) == rows
     assert {info.key: rt.objects.get(info.key) for info in rt.objects.list()} == objects
 
 

@@ -12,11 +12,11 @@ from dataclasses import replace
 import pytest
 
 from fixtures.damage import flip, overwrite_object
+from fixtures.inspect import table_rows
 from fixtures.scrub import DAMAGES, offloaded_topic
 from fixtures.streamed import (
     flip_a_payload_byte,
     ledgers_by_segment,
-    metadata_rows,
     shared_segment,
     streamed_topic,
 )
@@ -247,13 +247,13 @@ def test_an_unreadable_segment_and_a_damaged_one_without_repair_change_nothing(
         for t in plan_scrub(rt.metadata, [T])
     ]
     results = scrub_partition(targets, rt.settings.for_object_stores())
-    before = metadata_rows(rt)
+    before = table_rows(rt.metadata)
 
     with caplog.at_level(logging.WARNING, logger="offloader.scrub.run"):
         report = finish_scrub(rt, results, topics=[T], repair=False, started_ms=started)
 
     _check_run_fields(rt, report, started, repair=False, topics=[T])
-    assert metadata_rows(rt) == before
+    assert table_rows(rt.metadata) == before
     unread = _findings_of(results, other.segment_id)
     assert [f.kind for f in unread] == [FindingKind.UNREADABLE]
     (finding,) = damage = _findings_of(results, victim.segment_id)

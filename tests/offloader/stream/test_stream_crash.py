@@ -13,7 +13,6 @@ pass) woken with SIGCONT is fenced and changes nothing.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -23,7 +22,9 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from fixtures.backends import BACKENDS, crash_cases, run_cli, settings_env
+from fixtures.backends import BACKENDS, crash_cases
+from fixtures.cli import child_env, is_stopped, spawn_cli
+from fixtures.inspect import stored_keys, table_rows, uploads
 from fixtures.metadata import pending_deletions
 from fixtures.streams import (
     check_sealed_ledgers_streamed,
@@ -57,21 +58,13 @@ def setup_topic(rt: Runtime) -> None:
     produce(rt, T, int(1.5 * p.segment_max / p.ledger_bytes) + 1)
 
 
-def uploads(rt: Runtime) -> set[tuple[str, str]]:
-    return {(u.key, u.upload_id) for u in rt.objects.list_multipart_uploads()}
-
-
-def objects(rt: Runtime) -> set[str]:
-    return {o.key for o in rt.objects.list()}
-
-
 def stream_lease_until(rt: Runtime) -> int | None:
     with rt.metadata.engine.connect() as conn:
         return conn.execute(sa.select(schema.streams.c.lease_until_ms)).scalar_one()
 
 
 def kill_at(rt: Runtime, point: str) -> None:
-    crashed = run_cli(rt, "stream", T, "--json", failpoints=point)
+    crashed = spawn_cli(rt.settings, "stream", T, "--json", failpoints=point)
     out, err = crashed.communicate(timeout=180)
     assert crashed.returncode == -signal.SIGKILL, f"{point} was never reached: {err.decode()}"
     assert out == b""
@@ -87,7 +80,7 @@ def check_killed_state(rt: Runtime, point: str) -> None:
     state = SegmentState.OFFLOADED if stage == 7 else expected_state.get(stage)
     assert segment.state is (state or SegmentState.ASSIGNED)
     # the upload: created at stage 1, recorded from stage 2, completed at stage 5
-    open_uploads = {u for u in uploads(rt) if u[0] == segment.data_key}
+    open_uploads = {u for u in uploads(rt.objects) if u[0] == segment.data_key}
     if stage == 0:
         assert segment.upload_id is None and open_uploads == set()
     elif stage == 1:
@@ -108,7 +101,7 @@ def check_killed_state(rt: Runtime, point: str) -> None:
         assert sum(p.length for p in parts) == segment.data_len
         assert segment.end == segment.planned_end == parts[-1].last_position
     # the objects
-    present = objects(rt)
+    present = stored_keys(rt.objects)
     assert (segment.data_key in present) is (stage >= 5)
     assert (segment.index_key in present) is (stage >= 6)
     assert present <= {segment.data_key, segment.index_key}
@@ -141,8 +134,8 @@ def check_clean_store(rt: Runtime) -> None:
     assert not swept.errors
     gc = process_deletions(rt.metadata, rt.stores, rt.settings)
     assert (gc.failed, gc.remaining) == (0, 0)
-    assert objects(rt) == segment_keys(rt, T, (SegmentState.OFFLOADED,))
-    assert uploads(rt) == set()
+    assert stored_keys(rt.objects) == segment_keys(rt, T, (SegmentState.OFFLOADED,))
+    assert uploads(rt.objects) == set()
 
 
 @pytest.mark.parametrize(("backend_settings", "point"), CASES, indirect=["backend_settings"])
@@ -184,17 +177,10 @@ print(json.dumps(result.as_dict()))
 """
 
 
-def _is_stopped(pid: int) -> bool:
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0] == "T"
-
-
 def snapshot(rt: Runtime) -> dict[str, Any]:
-    tables = (schema.streams, schema.segments, schema.segment_parts, schema.pieces)
-    with rt.metadata.engine.connect() as conn:
-        rows = {
-            t.name: sorted(map(tuple, conn.execute(sa.select(t)).all()), key=repr) for t in tables
-        }
+    rows: dict[str, Any] = table_rows(
+        rt.metadata, schema.streams, schema.segments, schema.segment_parts, schema.pieces
+    )
     rows["ledgers"] = rt.metadata.list_ledgers(T)
     rows["deletions"] = pending_deletions(rt.metadata)
     return rows
@@ -204,17 +190,13 @@ def snapshot(rt: Runtime) -> dict[str, Any]:
 def test_a_zombie_woken_after_takeover_is_fenced_and_changes_nothing(runtime: Runtime) -> None:
     rt = runtime
     setup_topic(rt)
-    env = {
-        **os.environ,
-        **settings_env(rt.settings),
-        "OFFLOADER_FAILPOINTS": "stream-after-part-upload:stop",
-    }
+    env = child_env(rt.settings, failpoints="stream-after-part-upload:stop")
     zombie = subprocess.Popen(
         [sys.executable, "-c", ZOMBIE], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     try:
         deadline = time.monotonic() + 120
-        while not _is_stopped(zombie.pid):
+        while not is_stopped(zombie):
             assert zombie.poll() is None, zombie.communicate()[1].decode()
             assert time.monotonic() < deadline, "the zombie never reached its stop point"
             time.sleep(0.02)
@@ -231,7 +213,7 @@ def test_a_zombie_woken_after_takeover_is_fenced_and_changes_nothing(runtime: Ru
         assert taken.epoch == 2 and segment.segment_id in taken.committed
         converge(rt)
         check_sealed_ledgers_streamed(rt)
-        before, present = snapshot(rt), objects(rt)
+        before, present = snapshot(rt), stored_keys(rt.objects)
 
         zombie.send_signal(signal.SIGCONT)
         out, err = zombie.communicate(timeout=120)
@@ -242,7 +224,7 @@ def test_a_zombie_woken_after_takeover_is_fenced_and_changes_nothing(runtime: Ru
     assert zombie.returncode != 0 and out == b""
     assert "StreamFencedError" in err.decode() and "lost the stream" in err.decode()
     assert snapshot(rt) == before
-    assert objects(rt) == present
+    assert stored_keys(rt.objects) == present
     assert rt.metadata.segments.get(segment.segment_id).state is SegmentState.OFFLOADED
     check_sealed_ledgers_streamed(rt)
     check_clean_store(rt)

@@ -5,18 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from fixtures.metadata import begin, pending_deletions, sealed_ledger
+from fixtures.metadata import begin, file_store_id, pending_deletions, sealed_ledger
 from offloader.metadata import AttemptState, Ledger, MetadataStore, OffloadState
 from offloader.metadata.attempts import AttemptIntent
-from offloader.objectstore.location import StoreLocation
 
 
 def intent(ledger: Ledger, attempt_id: str) -> AttemptIntent:
     return AttemptIntent(ledger, attempt_id, f"{attempt_id}-d", f"{attempt_id}-i")
-
-
-def store_id(store: MetadataStore, name: str = "/objects") -> int:
-    return store.record_location(StoreLocation("file", name))
 
 
 def test_begin_attempts_records_each_intent_and_leases_on_the_database_clock(
@@ -27,7 +22,10 @@ def test_begin_attempts_records_each_intent_and_leases_on_the_database_clock(
     before = store.db_now_ms()
     owner = "w" * 300
     started = store.attempts.begin_batch(
-        [intent(x, f"n{x.ledger_id}") for x in ledgers], owner, 60_000, store_id=store_id(store)
+        [intent(x, f"n{x.ledger_id}") for x in ledgers],
+        owner,
+        60_000,
+        store_id=file_store_id(store),
     )
     after = store.db_now_ms()
     assert sorted(started) == [x.ledger_id for x in ledgers]
@@ -59,8 +57,10 @@ def test_begin_attempts_takes_only_live_ledgers_whose_lease_is_over(store: Metad
     live, _ = begin(store, live, "live")
     intents = [intent(free, "n1"), intent(stale, "n2"), intent(live, "n3"), intent(moved, "n4")]
     intents.append(intent(trimmed, "n0"))
-    store.attempts.begin(moved, "mover", "m-d", "m-i", "other", 60_000, store_id=store_id(store))
-    started = store.attempts.begin_batch(intents, "me", 60_000, store_id=store_id(store))
+    store.attempts.begin(
+        moved, "mover", "m-d", "m-i", "other", 60_000, store_id=file_store_id(store)
+    )
+    started = store.attempts.begin_batch(intents, "me", 60_000, store_id=file_store_id(store))
     assert sorted(started) == [free.ledger_id, stale.ledger_id]
     assert started[stale.ledger_id].epoch == 2
     superseded = store.attempts.get("stale")
@@ -75,7 +75,7 @@ def test_begin_attempts_takes_only_live_ledgers_whose_lease_is_over(store: Metad
 def test_renew_leases_extends_the_owned_and_names_the_lost(store: MetadataStore) -> None:
     ledgers = [sealed_ledger(store) for _ in range(2)]
     started = store.attempts.begin_batch(
-        [intent(x, f"n{x.ledger_id}") for x in ledgers], "me", -1, store_id=store_id(store)
+        [intent(x, f"n{x.ledger_id}") for x in ledgers], "me", -1, store_id=file_store_id(store)
     )
     kept, lost = (started[x.ledger_id] for x in ledgers)
     store.attempts.begin(
@@ -85,7 +85,7 @@ def test_renew_leases_extends_the_owned_and_names_the_lost(store: MetadataStore)
         "w-i",
         "o",
         1000,
-        store_id=store_id(store),
+        store_id=file_store_id(store),
     )
     before = store.db_now_ms()
     assert store.attempts.renew_batch([kept, lost], 90_000) == {lost.attempt_id}
@@ -97,7 +97,7 @@ def test_renew_leases_extends_the_owned_and_names_the_lost(store: MetadataStore)
 
 def test_commit_offloads_records_each_ledgers_own_offload(store: MetadataStore) -> None:
     ledgers = [sealed_ledger(store) for _ in range(2)]
-    stores = [store_id(store, "/one"), store_id(store, "/two")]
+    stores = [file_store_id(store, "/one"), file_store_id(store, "/two")]
     # two attempts of one topic begun in different stores (the default changed between)
     attempts = [
         store.attempts.begin(
@@ -138,7 +138,7 @@ def test_a_batch_spans_exactly_one_topic(store: MetadataStore) -> None:
     with pytest.raises(ValueError) as committing:
         store.attempts.commit_batch([(a, 1), (b, 1)])
     with pytest.raises(ValueError) as beginning:
-        store.attempts.begin_batch(fresh, "me", 1000, store_id=store_id(store))
+        store.attempts.begin_batch(fresh, "me", 1000, store_id=file_store_id(store))
     assert str(renewing.value) == str(committing.value) == str(beginning.value) == message
     for topic in ("a", "b"):
         assert store.attempts.get(f"in-{topic}").state is AttemptState.STARTED

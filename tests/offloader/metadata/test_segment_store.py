@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 from fixtures.backends import Fresh, produce_ledgers
 from fixtures.clock import database_time_ms
+from fixtures.inspect import table_rows
 from fixtures.metadata import pending_deletions
 from fixtures.segment_rows import add_part, assign, offloaded, pos
 from offloader.exceptions import (
@@ -61,7 +62,8 @@ def ledger_ids(rt: Runtime) -> list[int]:
 
 def snapshot(rt: Runtime) -> dict[str, list[Any]]:
     """Every row the streaming metadata touches."""
-    tables = (
+    return table_rows(
+        rt.metadata,
         schema.streams,
         schema.segments,
         schema.segment_parts,
@@ -69,10 +71,6 @@ def snapshot(rt: Runtime) -> dict[str, list[Any]]:
         schema.deletion_queue,
         schema.ledgers,
     )
-    with rt.metadata.engine.connect() as conn:
-        return {
-            t.name: sorted(map(tuple, conn.execute(sa.select(t)).all()), key=repr) for t in tables
-        }
 
 
 def wait_for_lease_end(rt: Runtime, claim_ms: int, lease_ms: int) -> None:
