@@ -14,39 +14,36 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, is_dataclass
 from functools import partial
 from typing import Any, NoReturn
-
-from pydantic import BaseModel
 
 from offloader.diagnostics import describe_error
 from offloader.format import ENTRY_FRAME, HEADER_LEN
 from offloader.gc.deletion_queue import DEFAULT_PASS_LIMIT, process_deletions
 from offloader.gc.run import collect_garbage
-from offloader.gc.sweep import SweepResult, sweep
+from offloader.gc.sweep import sweep
 from offloader.hottier import MAX_ENTRY_BYTES
 from offloader.hottier.writer import ManagedLedgerWriter
-from offloader.metadata import DeletionBacklog, StreamCut
+from offloader.metadata import StreamCut
 from offloader.metadata.snapshot import import_snapshot
 from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.ledger_offloader import LedgerOffloader
 from offloader.offload.params import OffloadRunParams
-from offloader.offload.runs import plan_batches
+from offloader.offload.runs import TopicOffloadResult, plan_batches
 from offloader.params import parse_ledger_range
 from offloader.policy import OffloadPolicy
 from offloader.read.topic_reader import Source, TopicReader
 from offloader.recovery import rebuild_from_objects
+from offloader.results import RunResult, jsonable
 from offloader.retention.cuts import take_cut
 from offloader.retention.run import apply_retention
-from offloader.retention.run import describe as describe_retention
-from offloader.retention.trim import TrimResult, delete_topic, resolve_target, trim_topic
+from offloader.retention.trim import delete_topic, resolve_target, trim_topic
 from offloader.rewrite.params import COMPACT, TO_V1, TO_V2, RewriteParams
-from offloader.rewrite.report import RewriteReport
 from offloader.rewrite.run import run_rewrite
 from offloader.runtime import Runtime, check_database, export_metadata, upgrade_database
-from offloader.scrub import ScrubReport, run_scrub
+from offloader.scrub import run_scrub
 from offloader.settings import Settings
+from offloader.status import status_report
 from offloader.stream.offloader import StreamingOffloader
 from offloader.stream.runs import stream_topic
 
@@ -57,22 +54,6 @@ SettingsHandler = Callable[[argparse.Namespace, Settings], tuple[Any, str]]
 # produce generates test data in memory: one payload at a time, at most this many entries.
 PRODUCE_MAX_COUNT = 10_000_000
 PRODUCE_MAX_GENERATED = 1024 * 1024 * 1024  # one random payload held in memory
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    if isinstance(value, ScrubReport):
-        return value.to_json()
-    if isinstance(value, RewriteReport):
-        return value.as_dict()
-    if is_dataclass(value) and not isinstance(value, type):
-        return _jsonable(asdict(value))
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return value
 
 
 def _parse_settings(pairs: Sequence[str]) -> dict[str, Any]:
@@ -160,36 +141,15 @@ def cmd_offload(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     started = time.monotonic()
     results = LedgerOffloader(rt).offload_topic(args.topic, up_to=args.up_to)
     hot_deleted = delete_hot_copies(rt.metadata, rt.hot, args.topic)
-    seconds = time.monotonic() - started
-    moved = sum(r.bytes for r in results)
-    summary = {
-        "topic": args.topic,
-        "results": results,
-        "hot_deleted": hot_deleted,
-        "bytes": moved,
-        "seconds": round(seconds, 3),
-        "mb_per_second": round(moved / 1e6 / seconds, 2) if seconds > 0 else None,
-    }
-    lines = [f"ledger {r.ledger_id}: {r.outcome} ({r.bytes} bytes)" for r in results]
-    lines.append(f"hot copies deleted: {[h.ledger_id for h in hot_deleted]}")
-    return summary, "\n".join(lines)
+    result = TopicOffloadResult(args.topic, results, hot_deleted, time.monotonic() - started)
+    return result, str(result)
 
 
 def cmd_stream(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     """One streaming offload pass (PIP-76), then hot copies past their deletion lag."""
     offloader = StreamingOffloader(rt, owner=f"cli:{socket.gethostname()}:{os.getpid()}")
-    summary = stream_topic(rt, offloader, args.topic, close_now=args.close_now)
-    lines = [
-        f"epoch {summary['epoch']}: {summary['parts_uploaded']} parts, "
-        f"{summary['bytes_uploaded']} bytes",
-        f"segments committed: {summary['committed'] or '-'}; failed: {summary['failed'] or '-'}",
-        f"open segment: {summary['open_segment'] or '-'}, offloaded to "
-        f"{summary['offloaded_to'] or '-'}, {summary['waiting_bytes']} bytes waiting in the "
-        "hot tier",
-        f"ledgers offloaded: {summary['settled_ledgers'] or '-'}; "
-        f"hot copies deleted: {summary['hot_deleted'] or '-'}",
-    ]
-    return summary, "\n".join(lines)
+    result = stream_topic(rt, offloader, args.topic, close_now=args.close_now)
+    return result, str(result)
 
 
 def cmd_plan(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
@@ -202,8 +162,7 @@ def cmd_plan(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     batches = plan_batches(
         rt.metadata, params.topic, params.up_to_ledger, params.batch_size, params.batch_bytes
     )
-    lines = [f"{b.topic}: ledgers {b.ledger_ids} ({b.bytes} bytes)" for b in batches]
-    return {"params": params, "batches": batches}, _listing(lines, "(nothing due)")
+    return {"params": params, "batches": batches}, _listing(map(str, batches), "(nothing due)")
 
 
 def cmd_read(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
@@ -225,20 +184,12 @@ def cmd_read(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
 
 def cmd_checksum(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     result = TopicReader(rt).checksum(args.topic, Source(args.source))
-    return result, f"{result.digest}  {result.entries} entries, {result.bytes} bytes"
+    return result, str(result)
 
 
 def cmd_gc(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     run = collect_garbage(rt, partial(process_deletions, limit=args.limit))
-    result, finished, recovered = run.drained, run.ledgers_deleted, run.rewrites_recovered
-    text = (
-        f"deleted {result.deleted}, failed {result.failed}, pending {result.remaining} "
-        f"({result.delete_requests} delete requests); {finished} trimmed ledgers now deleted"
-    )
-    if recovered:
-        text += f"; dead rewrites recovered: {', '.join(recovered)}"
-    summary = {**_jsonable(result), "ledgers_deleted": finished, "rewrites_recovered": recovered}
-    return summary, "\n".join([text, *_backlog_lines(result.backlog)])
+    return run, str(run)
 
 
 # --- rewrites: compaction and format migration (rewrite/) -----------------------------------
@@ -255,93 +206,47 @@ def cmd_rewrite(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     owner = f"cli:{socket.gethostname()}:{os.getpid()}"
     report = run_rewrite(rt, params, owner=owner)
     report.raise_for_failure()  # the report is printed first (see main), then the error
-    return report, report.summary()
+    return report, str(report)
 
 
 # --- scrub: read every offloaded object, repair from the hot tier (scrub/) ----------------
 def cmd_scrub(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     report = run_scrub(rt, args.topics or None, repair=args.repair, report_path=args.report)
     report.raise_for_failure()  # the report is printed first (see main), then the error
-    return report, report.summary()
+    return report, str(report)
 
 
 # --- orphan sweep, metadata snapshots and rebuild (gc/, metadata/snapshot.py, recovery/) ----
 def cmd_scan(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     result = sweep(rt.metadata, rt.stores, rt.settings, dry_run=True)
     result.raise_for_errors()
-    return _sweep_json(result), result.summary()
+    return result, str(result)
 
 
 def cmd_sweep(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     result = sweep(rt.metadata, rt.stores, rt.settings)
     result.raise_for_errors()
-    return _sweep_json(result), result.summary()
-
-
-def _sweep_json(result: SweepResult) -> dict[str, Any]:
-    return {**_jsonable(result), "orphans": result.orphans}
+    return result, str(result)
 
 
 def cmd_metadata_export(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     result = export_metadata(rt)
-    s = result.snapshot
-    text = f"wrote {s.key} ({s.bytes} bytes, sha256 {s.sha256}, revision {s.revision})"
-    if result.retired:
-        text += f"; queued {len(result.retired)} older snapshot(s) for deletion"
-    return result, text
+    return result, str(result)
 
 
 def cmd_metadata_import(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
-    s = import_snapshot(rt.metadata.engine, rt.objects, args.snapshot)
-    rows = sum(s.rows.values())
-    return s, f"imported {s.key} ({rows} rows, revision {s.revision}, sha256 {s.sha256})"
+    snapshot = import_snapshot(rt.metadata.engine, rt.objects, args.snapshot)
+    return snapshot, f"imported {snapshot}"
 
 
 def cmd_metadata_rebuild(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     result = rebuild_from_objects(rt.metadata.engine, rt.objects, rt.stores.default_location)
-    text = f"rebuilt {len(result.topics)} topic(s), {result.ledgers} offloaded ledger(s)"
-    if result.skipped:
-        text += f"; skipped {len(result.skipped)} index object(s):\n  " + "\n  ".join(
-            result.skipped
-        )
-    return result, text
+    return result, str(result)
 
 
 def cmd_status(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
-    backlog = rt.metadata.deletions.backlog(rt.settings.gc_failing_tries)
-    tiers = rt.metadata.topic_tiers()
-    status = {
-        "metadata_url": _redact_url(rt.settings.resolved_metadata_url),
-        "object_store": rt.objects.url,
-        "ledger_dir": str(rt.settings.resolved_ledger_dir),
-        **rt.metadata.counts(),
-        "deletion_backlog": backlog,
-        "tiers": tiers,  # per topic, as the Airflow UI's tiered-storage view shows them
-    }
-    lines = [f"{k}: {v}" for k, v in status.items() if k not in ("deletion_backlog", "tiers")]
-    lines += [
-        f"topic {t.topic}: hot {t.hot_ledgers} ledger(s) {t.hot_bytes} B, offloaded "
-        f"{t.offloaded_ledgers} ledger(s) {t.offloaded_bytes} B, {t.pending_deletions} "
-        "deletion(s) pending"
-        for t in tiers
-    ]
-    return status, "\n".join(lines + _backlog_lines(backlog))
-
-
-def _backlog_lines(backlog: DeletionBacklog) -> list[str]:
-    """The deletion queue for people: backlog, oldest item's age, keys that keep failing."""
-    age = "-" if backlog.oldest_age_ms is None else f"{backlog.oldest_age_ms / 1000:.0f}s"
-    lines = [
-        f"deletion backlog: {backlog.pending} pending ({backlog.due} due), oldest {age}, "
-        f"{backlog.failing_count} failing (>= {backlog.failing_tries} tries)"
-    ]
-    lines += [
-        f"  failing: {d.object_key} (store {d.store_id}, {d.tries} tries): {d.last_error}"
-        for d in backlog.failing
-    ]
-    if backlog.failing_count > len(backlog.failing):
-        lines.append(f"  ... and {backlog.failing_count - len(backlog.failing)} more")
-    return lines
+    report = status_report(rt)
+    return report, str(report)
 
 
 # --- retention: cuts, trim, topic delete (R1) ------------------------------------------------
@@ -361,33 +266,21 @@ def _cut_line(cut: StreamCut) -> str:
     )
 
 
-def _trim_text(result: TrimResult) -> str:
-    verb = "would mark" if result.dry_run else "marked"
-    return (
-        f"topic {result.topic}: start {result.start_before} -> {result.start_after}; "
-        f"{verb} {len(result.ledgers_deleting)} ledgers deleting "
-        f"{result.ledgers_deleting[:20]}{' ...' if len(result.ledgers_deleting) > 20 else ''}, "
-        f"{result.queued_keys} object keys queued"
-        + ("" if result.dry_run else f", {len(result.hot_deleted)} hot copies removed")
-        + ("" if result.changed or result.dry_run else " (nothing to do)")
-    )
-
-
 def cmd_trim(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     target = resolve_target(rt, args.topic, cut_id=args.cut, position=args.position)
     result = trim_topic(rt, args.topic, target, dry_run=args.dry_run)
-    return result, _trim_text(result)
+    return result, str(result)
 
 
 def cmd_topic_delete(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     result = delete_topic(rt, args.name)
-    return result, f"deleted topic {args.name}: " + _trim_text(result).split(": ", 1)[1]
+    return result, f"deleted topic {args.name}: " + str(result).split(": ", 1)[1]
 
 
 # --- retention: apply a topic's policy once (R2) ----------------------------------------
 def cmd_retention(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     result = apply_retention(rt, args.topic, dry_run=args.dry_run)
-    return result, f"{args.topic}: {describe_retention(result)}"
+    return result, f"{args.topic}: {result}"
 
 
 def cmd_db_upgrade(args: argparse.Namespace, settings: Settings) -> tuple[Any, str]:
@@ -401,12 +294,6 @@ def cmd_db_upgrade(args: argparse.Namespace, settings: Settings) -> tuple[Any, s
 def cmd_db_check(args: argparse.Namespace, settings: Settings) -> tuple[Any, str]:
     revision = check_database(settings)  # SchemaOutOfDateError -> exit status 2
     return {"revision": revision}, f"metadata database at revision {revision} (head)"
-
-
-def _redact_url(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)
 
 
 # --- parser --------------------------------------------------------------------------------
@@ -648,16 +535,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             traceback.print_exc()
         report = getattr(exc, "report", None)
-        if isinstance(report, ScrubReport | RewriteReport):  # a run that did its work and
-            print(  # failed: its report
-                json.dumps(_jsonable(report), indent=2, sort_keys=True)
-                if args.json
-                else report.summary()
-            )
+        if isinstance(report, RunResult):  # a run that did its work and failed: its report
+            print(json.dumps(jsonable(report), indent=2, sort_keys=True) if args.json else report)
         print(f"error: {describe_error(exc, settings)}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(_jsonable(result), indent=2, sort_keys=True))
+        print(json.dumps(jsonable(result), indent=2, sort_keys=True))
     else:
         print(text)
     return 0

@@ -1,6 +1,6 @@
 """The state of the tiers for people: per topic the hot and offloaded bytes and ledgers and
 the deletions still queued for it, the global deletion backlog (``offloader status``'s), and
-the bytes per tier over time.
+the bytes per tier over time (the tiered-storage view's).
 
 The metadata store reads the totals and the changes (metadata/totals.py says how the
 history is derived from the ledger and segment rows); this module shapes them.
@@ -9,9 +9,17 @@ history is derived from the ledger and segment rows); this module shapes them.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.engine import make_url
 
 from offloader.metadata import MetadataStore
 from offloader.metadata.records import DeletionBacklog, Record, TopicTiers
+from offloader.results import jsonable
+
+if TYPE_CHECKING:  # the tiered-storage view reads the metadata alone: no Runtime imported
+    from offloader.runtime import Runtime
 
 #: The most points a history holds; longer ones keep evenly spread change points.
 HISTORY_POINTS = 200
@@ -30,6 +38,76 @@ class TiersReport(Record):
     topics: list[TopicTiers]
     deletion_backlog: DeletionBacklog
     history: list[TierSample]
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    """`offloader status`: where the metadata, objects and hot tier are, rows by state, the
+    tiers of each topic and the deletion backlog."""
+
+    metadata_url: str  # without its password
+    object_store: str
+    ledger_dir: str
+    counts: dict[str, object]  # MetadataStore.counts
+    deletion_backlog: DeletionBacklog
+    tiers: list[TopicTiers]  # per topic, as the Airflow UI's tiered-storage view shows them
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "metadata_url": self.metadata_url,
+            "object_store": self.object_store,
+            "ledger_dir": self.ledger_dir,
+            **jsonable(self.counts),
+            "deletion_backlog": jsonable(self.deletion_backlog),
+            "tiers": jsonable(self.tiers),
+        }
+
+    def __str__(self) -> str:
+        places = {
+            "metadata_url": self.metadata_url,
+            "object_store": self.object_store,
+            "ledger_dir": self.ledger_dir,
+        }
+        lines = [f"{k}: {v}" for k, v in {**places, **self.counts}.items()]
+        lines += [
+            f"topic {t.topic}: hot {t.hot_ledgers} ledger(s) {t.hot_bytes} B, offloaded "
+            f"{t.offloaded_ledgers} ledger(s) {t.offloaded_bytes} B, {t.pending_deletions} "
+            "deletion(s) pending"
+            for t in self.tiers
+        ]
+        return "\n".join(lines + backlog_lines(self.deletion_backlog))
+
+
+def status_report(rt: Runtime) -> StatusReport:
+    """What `offloader status` shows of ``rt``: no password in it."""
+    return StatusReport(
+        metadata_url=_redact_url(rt.settings.resolved_metadata_url),
+        object_store=rt.objects.url,
+        ledger_dir=str(rt.settings.resolved_ledger_dir),
+        counts=rt.metadata.counts(),
+        deletion_backlog=rt.metadata.deletions.backlog(rt.settings.gc_failing_tries),
+        tiers=rt.metadata.topic_tiers(),
+    )
+
+
+def backlog_lines(backlog: DeletionBacklog) -> list[str]:
+    """The deletion queue for people: backlog, oldest item's age, keys that keep failing."""
+    age = "-" if backlog.oldest_age_ms is None else f"{backlog.oldest_age_ms / 1000:.0f}s"
+    lines = [
+        f"deletion backlog: {backlog.pending} pending ({backlog.due} due), oldest {age}, "
+        f"{backlog.failing_count} failing (>= {backlog.failing_tries} tries)"
+    ]
+    lines += [
+        f"  failing: {d.object_key} (store {d.store_id}, {d.tries} tries): {d.last_error}"
+        for d in backlog.failing
+    ]
+    if backlog.failing_count > len(backlog.failing):
+        lines.append(f"  ... and {backlog.failing_count - len(backlog.failing)} more")
+    return lines
+
+
+def _redact_url(url: str) -> str:
+    return make_url(url).render_as_string(hide_password=True)
 
 
 def tiers_report(metadata: MetadataStore, failing_tries: int) -> TiersReport:

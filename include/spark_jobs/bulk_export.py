@@ -16,6 +16,7 @@ import logging
 from offloader_app import AppArgs, main, spark_context, spread
 
 from offloader.bulk.export import export_slices, publish_export
+from offloader.bulk.manifest import BulkExportResult
 from offloader.bulk.output import ExportTarget
 from offloader.bulk.params import ExportParams
 from offloader.bulk.plan import plan_export
@@ -33,7 +34,7 @@ def export(args: AppArgs, settings: Settings) -> int:
     params = params.with_defaults(export_id, settings.resolved_object_store_url)
     with Runtime.open(settings) as runtime:
         plan = plan_export(runtime.metadata, params)
-    log.info("export %s to %s: %s", params.export_id, params.output, json.dumps(plan.summary()))
+    log.info("export %s to %s: %s", params.export_id, params.output, json.dumps(plan.to_json()))
     if params.dry_run:
         log.info("dry run: nothing written")
         return 0
@@ -43,7 +44,7 @@ def export(args: AppArgs, settings: Settings) -> int:
     with spark_context(f"bulk_export {params.export_id}", args.library_zip) as sc:
         files = spread(sc, plan.slices, lambda parts: export_slices(parts, target, closure))
     manifest = publish_export(target, settings, params, files)
-    log.info("published %s", json.dumps(manifest.summary()))
+    log.info("published %s", json.dumps(BulkExportResult(manifest).to_json()))
     return 0
 
 

@@ -57,9 +57,9 @@ def bulk_rewrite(args: AppArgs, settings: Settings) -> int:
 def finish(report: RewriteReport, result_file: str | None) -> int:
     """Log and hand over the report; a failed group is RewriteFailedError naming it (exit
     status 2, offloader_app.run)."""
-    log.info("rewrite report:\n%s", report.summary())
+    log.info("rewrite report:\n%s", report)
     if result_file is not None:
-        Path(result_file).write_text(json.dumps(report.as_dict()))
+        Path(result_file).write_text(json.dumps(report.to_json()))
     report.raise_for_failure()
     return 0
 

@@ -56,7 +56,7 @@ def scrub(args: AppArgs, settings: Settings) -> int:
             runtime, results, topics=params.topics, repair=params.repair, started_ms=started_ms
         )
     write_report_at(report, params.report, settings)
-    log.info("scrub report at %s:\n%s", params.report, report.summary())
+    log.info("scrub report at %s:\n%s", params.report, report)
     try:
         report.raise_for_failure()
     except ScrubFailedError as err:

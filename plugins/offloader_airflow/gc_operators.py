@@ -8,7 +8,6 @@ open a Runtime from the connection, call it and log what happened.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict
 from functools import partial
 from typing import Any
 
@@ -57,22 +56,8 @@ class DrainDeletionQueueOperator(OffloaderBaseOperator):
         )
         with self.hook.get_runtime() as rt:
             run = collect_garbage(rt, drain, dry_run=params.dry_run)
-        result = run.drained
-        self.log.info(
-            "%d passes: deleted %d, failed %d in %d delete requests, %.1fs (stopped: %s)",
-            result.passes,
-            result.deleted,
-            result.failed,
-            result.delete_requests,
-            result.seconds,
-            result.stopped,
-        )
-        return {
-            **asdict(result),
-            "backlog": result.backlog.model_dump(mode="json"),
-            "ledgers_deleted": run.ledgers_deleted,
-            "rewrites_recovered": run.rewrites_recovered,
-        }
+        self.log.info("%s", run.drained)
+        return run.to_json()
 
 
 class DeletionQueueSummaryOperator(OffloaderBaseOperator):

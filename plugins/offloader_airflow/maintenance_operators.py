@@ -8,7 +8,6 @@ referenced by the queue) or writes one more snapshot.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict
 from typing import Any
 
 from airflow.sdk import Context
@@ -39,14 +38,15 @@ class SweepOrphansOperator(OffloaderBaseOperator):
         dry_run = _bool(self.dry_run, "dry_run")
         with self.hook.get_runtime() as runtime:
             result = sweep(runtime.metadata, runtime.stores, runtime.settings, dry_run=dry_run)
-        self.log.info("%s", result.summary())
+        self.log.info("%s", result)
         result.raise_for_errors()
+        swept = result.to_json()
         return {
             "dry_run": dry_run,
-            "orphans": result.orphans,
+            "orphans": swept["orphans"],
             "stores": [
-                {k: v for k, v in asdict(s).items() if k not in ("objects", "uploads")}
-                for s in result.stores
+                {k: v for k, v in s.items() if k not in ("objects", "uploads")}
+                for s in swept["stores"]
             ],
         }
 
@@ -74,4 +74,4 @@ class ExportMetadataOperator(OffloaderBaseOperator):
         with self.hook.get_runtime() as runtime:
             result = export_metadata(runtime)
         self.log.info("wrote metadata snapshot %s", result.snapshot.key)
-        return asdict(result)
+        return result.to_json()

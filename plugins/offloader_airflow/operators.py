@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
@@ -17,6 +16,7 @@ from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.params import OffloadRunParams
 from offloader.offload.planner import CreationWindow
 from offloader.offload.runs import offload_batch, plan_batches, summarize
+from offloader.results import jsonable
 from offloader_airflow.assets import DELETION_QUEUE, OFFLOADED_LEDGERS
 from offloader_airflow.base import OffloaderBaseOperator, offloader_template_fields
 from offloader_airflow.links import OffloadedObjectsLink
@@ -82,7 +82,7 @@ class PlanOffloadOperator(OffloaderBaseOperator):
             topics = (
                 [params.topic] if params.topic else [t.name for t in runtime.metadata.list_topics()]
             )
-        plan = [b.to_dict() for b in batches]
+        plan = [b.to_json() for b in batches]
         ledgers = sum(len(b.ledger_ids) for b in batches)
         self.log.info(
             "%d ledgers due (%d bytes) in %d batches%s",
@@ -145,7 +145,7 @@ class OffloadLedgersOperator(OffloaderBaseOperator):
                 r.bytes,
                 r.seconds,
             )
-        return [asdict(r) for r in results]
+        return [r.to_json() for r in results]
 
 
 def offload_each_batch(plan: PlanOffloadOperator) -> Any:
@@ -179,7 +179,7 @@ class DeleteHotCopiesOperator(OffloaderBaseOperator):
         dry_run = _bool(self.dry_run, "dry_run")
         with self.hook.get_runtime() as runtime:
             done = [
-                asdict(d)
+                jsonable(d)
                 for topic in topics
                 for d in delete_hot_copies(runtime.metadata, runtime.hot, topic, dry_run=dry_run)
             ]

@@ -8,13 +8,12 @@ what a killed one left), so retrying or clearing a task converges.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import asdict, is_dataclass
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
+from offloader.results import jsonable
 from offloader.retention.params import RetentionParams
 from offloader_airflow.base import OffloaderBaseOperator, offloader_template_fields
 from offloader_airflow.operators import raise_if_failed
@@ -22,12 +21,6 @@ from offloader_airflow.operators import raise_if_failed
 # The rest of the library is imported in ``execute``: its metadata layer (SQLAlchemy,
 # Alembic) would add to every DAG parse.
 _DEFAULTS = RetentionParams()
-
-
-def _jsonable(value: Any) -> Any:
-    """A result as XCom holds it: plain JSON (positions as 'L:E')."""
-    plain = asdict(value) if is_dataclass(value) and not isinstance(value, type) else value
-    return json.loads(json.dumps(plain, default=str))
 
 
 class PlanRetentionOperator(OffloaderBaseOperator):
@@ -105,7 +98,7 @@ class ApplyRetentionOperator(OffloaderBaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from offloader.retention.request import run_request
-        from offloader.retention.run import RetentionResult, describe
+        from offloader.retention.run import RetentionResult
 
         work = self.work
         if not isinstance(work, dict) or not {"topic", "cut_id", "request"} <= set(work):
@@ -117,17 +110,17 @@ class ApplyRetentionOperator(OffloaderBaseOperator):
                 end = runtime.metadata.retention.get_cut(work["topic"], work["cut_id"])
             result = run_request(runtime, request, work["topic"], end)
         if isinstance(result, RetentionResult):
-            self.log.info("%s: %s", work["topic"], describe(result))
+            self.log.info("%s: %s", work["topic"], result)
             trim = result.trim
         else:
-            self.log.info("%s: trim %s", work["topic"], result)
+            self.log.info("%s: trim %r", work["topic"], result)
             trim = result
         return {
             "topic": work["topic"],
             "mode": request.mode,
             "dry_run": request.dry_run,
             "changed": bool(trim and trim.changed),
-            "result": _jsonable(result),
+            "result": jsonable(result),
         }
 
 

@@ -192,6 +192,7 @@ class BulkExportOperator(OffloaderSparkOperator):
     # the result is the task's XCom; the provider's SparkSubmitOperator.execute says -> None
     def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]
         from offloader.bulk.export import published_manifest  # pyarrow: not at parse time
+        from offloader.bulk.manifest import BulkExportResult
 
         params = ExportParams.parse(self.export_params or {})
         settings = self.portable_settings()
@@ -203,7 +204,7 @@ class BulkExportOperator(OffloaderSparkOperator):
         manifest = published_manifest(params.output, params.export_id, settings)
         if manifest is None:
             raise RuntimeError(f"the job ended but export {params.export_id} is not published")
-        summary = {**manifest.summary(), "output": params.output}
+        summary = BulkExportResult(manifest, params.output).to_json()
         self.log.info("export published: %s", summary)
         return summary
 

@@ -4,6 +4,7 @@ in one atomic step; a reader reads it first and then only the files it lists."""
 from __future__ import annotations
 
 import builtins
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -59,12 +60,30 @@ class ExportManifest(BaseModel):
         except ValueError as exc:
             raise ValueError(f"{where} is not an export manifest: {exc}") from None
 
-    def summary(self) -> dict[str, Any]:
-        return {
-            "export_id": self.export_id,
-            "attempt": self.attempt,
-            "files": len(self.files),
-            "rows": self.rows,
-            "bytes": self.bytes,
-            "ledgers": len({(f.topic, f.ledger_id) for f in self.files}),
+
+@dataclass(frozen=True)
+class BulkExportResult:
+    """A published export: what the bulk_export DAG's task returns, with ``output`` (where
+    it was published, when the caller names it) and what its Spark job logs."""
+
+    manifest: ExportManifest
+    output: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        m = self.manifest
+        published = {
+            "export_id": m.export_id,
+            "attempt": m.attempt,
+            "files": len(m.files),
+            "rows": m.rows,
+            "bytes": m.bytes,
+            "ledgers": len({(f.topic, f.ledger_id) for f in m.files}),
         }
+        return published if self.output is None else {**published, "output": self.output}
+
+    def __str__(self) -> str:
+        m, where = self.manifest, "" if self.output is None else f" at {self.output}"
+        return (
+            f"export {m.export_id} (attempt {m.attempt}){where}: {len(m.files)} files, "
+            f"{m.rows} rows, {m.bytes} bytes"
+        )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from offloader.bulk.params import ExportParams
 from offloader.exceptions import TopicDeletedError
@@ -65,6 +66,8 @@ class ExportSlice:
 
 @dataclass(frozen=True)
 class ExportPlan:
+    """The slices to export, and what the selection holds that is not exported."""
+
     slices: list[ExportSlice]
     ledgers: int  # offloaded ledgers selected
     bytes: int  # their payload bytes (estimate of what is read)
@@ -75,7 +78,7 @@ class ExportPlan:
     def entries(self) -> int:
         return sum(s.entries for s in self.slices)
 
-    def summary(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, Any]:
         return {
             "ledgers": self.ledgers,
             "slices": len(self.slices),
@@ -84,6 +87,15 @@ class ExportPlan:
             "not_offloaded": [f"{t}/{ledger}" for t, ledger in self.not_offloaded],
             "streamed": len(self.streamed),
         }
+
+    def __str__(self) -> str:
+        text = (
+            f"{self.ledgers} ledgers ({len(self.streamed)} streamed) in {len(self.slices)} "
+            f"slices: {self.entries} entries, {self.bytes} bytes"
+        )
+        if self.not_offloaded:
+            text += f"; {len(self.not_offloaded)} selected ledgers not offloaded"
+        return text
 
 
 def plan_export(metadata: MetadataStore, params: ExportParams) -> ExportPlan:

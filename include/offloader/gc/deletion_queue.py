@@ -14,13 +14,15 @@ import logging
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from offloader import failpoints
 from offloader.exceptions import StoreUnavailableError
 from offloader.metadata import Deletion, DeletionBacklog, MetadataStore
 from offloader.objectstore import ObjectStore
+from offloader.results import fields_json
 from offloader.settings import Settings
+from offloader.status import backlog_lines
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,17 @@ class DeletionPass:
     remaining: int
     delete_requests: int
     backlog: DeletionBacklog
+
+    def to_json(self) -> dict[str, Any]:
+        return fields_json(self)
+
+    def __str__(self) -> str:
+        """What it did, then the backlog for people (:func:`~offloader.status.backlog_lines`)."""
+        done = (
+            f"deleted {self.deleted}, failed {self.failed}, pending {self.remaining} "
+            f"({self.delete_requests} delete requests)"
+        )
+        return "\n".join([done, *backlog_lines(self.backlog)])
 
 
 def backoff_ms(tries: int, settings: Settings) -> int:
@@ -155,6 +168,15 @@ class DrainResult:
     stopped: str  # drained | max items | time budget | dry run
     dry_run: bool
     backlog: DeletionBacklog
+
+    def to_json(self) -> dict[str, Any]:
+        return fields_json(self)
+
+    def __str__(self) -> str:
+        return (
+            f"{self.passes} passes: deleted {self.deleted}, failed {self.failed} in "
+            f"{self.delete_requests} delete requests, {self.seconds:.1f}s (stopped: {self.stopped})"
+        )
 
 
 def drain_queue(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from offloader.gc.deletion_queue import DeletionPass, DrainResult, Stores
 from offloader.metadata import MetadataStore, Segment
@@ -36,6 +36,21 @@ class GcRun(Generic[Drained]):
     drained: Drained
     ledgers_deleted: int
     rewrites_recovered: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.drained.to_json(),
+            "ledgers_deleted": self.ledgers_deleted,
+            "rewrites_recovered": self.rewrites_recovered,
+        }
+
+    def __str__(self) -> str:
+        """The drain's first line with what the run added to it, then the drain's others."""
+        first, *more = str(self.drained).split("\n")
+        text = f"{first}; {self.ledgers_deleted} trimmed ledgers now deleted"
+        if self.rewrites_recovered:
+            text += f"; dead rewrites recovered: {', '.join(self.rewrites_recovered)}"
+        return "\n".join([text, *more])
 
 
 def collect_garbage(

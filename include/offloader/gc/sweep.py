@@ -47,6 +47,7 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from offloader import failpoints
 from offloader.exceptions import ObjectNotFoundError, StoreUnavailableError
@@ -63,6 +64,7 @@ from offloader.metadata.snapshot import read_manifest
 from offloader.objectstore import MultipartUpload, ObjectInfo, ObjectStore
 from offloader.objectstore.location import StoreLocation
 from offloader.objectstore.registry import StoreRegistry
+from offloader.results import fields_json
 from offloader.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -111,6 +113,8 @@ class StoreSweep:
 
 @dataclass
 class SweepResult:
+    """What the sweep (or, ``dry_run``, the scan) found and did, store by store."""
+
     dry_run: bool
     grace_seconds: float
     multipart_max_age_seconds: float
@@ -129,7 +133,10 @@ class SweepResult:
         if self.errors:
             raise StoreUnavailableError(f"not swept: {'; '.join(self.errors)}")
 
-    def summary(self) -> str:
+    def to_json(self) -> dict[str, Any]:
+        return {**fields_json(self), "orphans": self.orphans}
+
+    def __str__(self) -> str:
         queue, abort = ("would queue", "would abort") if self.dry_run else ("queued", "aborted")
         lines = []
         for s in self.stores:

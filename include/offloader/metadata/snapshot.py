@@ -41,6 +41,7 @@ from offloader.metadata import schema
 from offloader.metadata.clock import db_now_ms
 from offloader.metadata.migrate import head_revision
 from offloader.objectstore import ObjectStore, PartInfo
+from offloader.results import fields_json
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +66,32 @@ class SnapshotInfo:
     bytes: int
     rows: dict[str, int]
 
+    def to_json(self) -> dict[str, Any]:
+        return fields_json(self)
+
+    def __str__(self) -> str:
+        """What `offloader metadata import` says it imported."""
+        rows = sum(self.rows.values())
+        return f"{self.key} ({rows} rows, revision {self.revision}, sha256 {self.sha256})"
+
 
 @dataclass(frozen=True)
 class ExportResult:
+    """The snapshot written, and the older ones kept or retired by the export."""
+
     snapshot: SnapshotInfo
     kept: list[str]
     retired: list[str]  # queued for deletion
+
+    def to_json(self) -> dict[str, Any]:
+        return fields_json(self)
+
+    def __str__(self) -> str:
+        s = self.snapshot
+        text = f"wrote {s.key} ({s.bytes} bytes, sha256 {s.sha256}, revision {s.revision})"
+        if self.retired:
+            text += f"; queued {len(self.retired)} older snapshot(s) for deletion"
+        return text
 
 
 # --- the manifest --------------------------------------------------------------------------

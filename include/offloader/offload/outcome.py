@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
+
+from offloader.results import fields_json
 
 
 class Outcome(StrEnum):
@@ -26,3 +29,9 @@ class OffloadResult:
     attempt_id: str | None = None
     bytes: int = 0
     seconds: float = 0.0  # batched: the whole window's time, its ledgers moved together
+
+    def to_json(self) -> dict[str, Any]:
+        return fields_json(self)
+
+    def __str__(self) -> str:
+        return f"ledger {self.ledger_id}: {self.outcome} ({self.bytes} bytes)"

@@ -7,24 +7,63 @@ one topic so a task touches one topic's policy.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from typing import Any
 
 from offloader.metadata import MetadataStore
 from offloader.offload.batch import DEFAULT_WINDOW, BatchOffloader
+from offloader.offload.hot_deletion import HotDeletion
 from offloader.offload.ledger_offloader import LedgerOffloader, OffloadResult, Outcome
 from offloader.offload.params import OffloadRunParams
 from offloader.offload.planner import CreationWindow, due_ledgers
+from offloader.results import fields_json, jsonable
 from offloader.runtime import Runtime
 
 
 @dataclass(frozen=True)
 class Batch:
+    """One task's share of a plan: ledgers of one topic (a plain dict for XCom)."""
+
     topic: str
     ledger_ids: list[int]
     bytes: int
 
-    def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+    def to_json(self) -> dict[str, Any]:
+        return fields_json(self)
+
+    def __str__(self) -> str:
+        return f"{self.topic}: ledgers {self.ledger_ids} ({self.bytes} bytes)"
+
+
+@dataclass(frozen=True)
+class TopicOffloadResult:
+    """`offloader offload`: a topic's due ledgers offloaded, then its hot copies past their
+    deletion lag, in ``seconds``."""
+
+    topic: str
+    results: list[OffloadResult]
+    hot_deleted: list[HotDeletion]
+    seconds: float
+
+    @property
+    def bytes(self) -> int:
+        return sum(r.bytes for r in self.results)
+
+    def to_json(self) -> dict[str, Any]:
+        moved, seconds = self.bytes, self.seconds
+        return {
+            "topic": self.topic,
+            "results": jsonable(self.results),
+            "hot_deleted": jsonable(self.hot_deleted),
+            "bytes": moved,
+            "seconds": round(seconds, 3),
+            "mb_per_second": round(moved / 1e6 / seconds, 2) if seconds > 0 else None,
+        }
+
+    def __str__(self) -> str:
+        lines = [str(r) for r in self.results]
+        lines.append(f"hot copies deleted: {[h.ledger_id for h in self.hot_deleted]}")
+        return "\n".join(lines)
 
 
 def plan_batches(
@@ -89,7 +128,7 @@ def offload_batch(
 
 def summarize(results: Iterable[OffloadResult | dict], seconds: float | None = None) -> dict:
     """Counts by outcome, bytes moved and throughput (what the run's summary task returns)."""
-    rows = [r if isinstance(r, dict) else asdict(r) for r in results]
+    rows = [r if isinstance(r, dict) else r.to_json() for r in results]
     moved = [r for r in rows if r["outcome"] in (Outcome.OFFLOADED, Outcome.RECOVERED)]
     total = sum(r["bytes"] for r in moved)
     upload_seconds = sum(r["seconds"] for r in moved)

@@ -7,6 +7,7 @@ import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from offloader.exceptions import (
     HotLedgerMissingError,
@@ -20,6 +21,7 @@ from offloader.objectstore import ObjectStore
 from offloader.policy import ReadPriority
 from offloader.read.segmented import PieceSource, SegmentedLedgerReader
 from offloader.read.tiered import TieredLedgerReader
+from offloader.results import fields_json
 from offloader.runtime import Runtime
 
 
@@ -31,9 +33,17 @@ class Source(StrEnum):
 
 @dataclass(frozen=True)
 class Checksum:
+    """One digest over every readable entry of a topic (`offloader checksum`)."""
+
     digest: str
     entries: int
     bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return fields_json(self)
+
+    def __str__(self) -> str:
+        return f"{self.digest}  {self.entries} entries, {self.bytes} bytes"
 
 
 def _refuse_deleted(topic: Topic) -> None:

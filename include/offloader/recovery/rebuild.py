@@ -27,6 +27,7 @@ from offloader.policy import OffloadPolicy
 from offloader.recovery.ledgers import FoundLedger, read_ledger
 from offloader.recovery.rows import attempt_row, ledger_row, stream_rows
 from offloader.recovery.segments import FoundSegment, read_segment, without_overlaps
+from offloader.results import fields_json
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,16 @@ class RebuildResult:
     skipped: list[str]  # index objects (or streamed ledgers) not used, each with the reason
     segments: int = 0  # offloaded streaming segments recorded (those some ledger needs)
     streamed_ledgers: int = 0  # of ``ledgers``, those recorded in stream mode
+
+    def to_json(self) -> dict[str, Any]:
+        return fields_json(self)
+
+    def __str__(self) -> str:
+        text = f"rebuilt {len(self.topics)} topic(s), {self.ledgers} offloaded ledger(s)"
+        if self.skipped:
+            skipped = "\n  ".join(self.skipped)
+            text += f"; skipped {len(self.skipped)} index object(s):\n  {skipped}"
+        return text
 
 
 def rebuild_from_objects(engine: Engine, store: ObjectStore, location: Any) -> RebuildResult:

@@ -17,10 +17,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 from offloader import failpoints
 from offloader.metadata import StreamCut
 from offloader.policy import OffloadPolicy
+from offloader.results import fields_json
 from offloader.retention.cuts import take_cut
 from offloader.retention.policy import RetentionBounds, choose_cut, retention_bounds
 from offloader.retention.trim import TrimResult, trim_topic
@@ -44,6 +46,25 @@ class RetentionResult:
     @property
     def changed(self) -> bool:
         return self.trim is not None and self.trim.changed
+
+    def to_json(self) -> dict[str, Any]:
+        return fields_json(self)
+
+    def __str__(self) -> str:
+        """One line for logs and the CLI."""
+        if self.chosen is None:
+            why = "no retention rule set" if not self.bounds.active else "no cut old enough"
+            return (
+                f"keeps everything ({why}; end {self.end.position}, {self.end.offset_bytes} bytes)"
+            )
+        assert self.trim is not None
+        verb = "would trim" if self.dry_run else "trimmed"
+        return (
+            f"{verb} at cut {self.chosen.cut_id} ({self.chosen.position}), keeping "
+            f"{self.retained_bytes} bytes; start {self.trim.start_before} -> "
+            f"{self.trim.start_after}, ledgers deleting {self.trim.ledgers_deleting}, "
+            f"{self.trim.queued_keys} keys queued"
+        )
 
 
 def apply_retention(
@@ -79,22 +100,5 @@ def apply_retention(
         trim=trim,
         dry_run=dry_run,
     )
-    log.info("retention of %s: %s", topic, describe(result))
+    log.info("retention of %s: %s", topic, result)
     return result
-
-
-def describe(result: RetentionResult) -> str:
-    """One line for logs and the CLI."""
-    if result.chosen is None:
-        why = "no retention rule set" if not result.bounds.active else "no cut old enough"
-        return (
-            f"keeps everything ({why}; end {result.end.position}, {result.end.offset_bytes} bytes)"
-        )
-    assert result.trim is not None
-    verb = "would trim" if result.dry_run else "trimmed"
-    return (
-        f"{verb} at cut {result.chosen.cut_id} ({result.chosen.position}), keeping "
-        f"{result.retained_bytes} bytes; start {result.trim.start_before} -> "
-        f"{result.trim.start_after}, ledgers deleting {result.trim.ledgers_deleting}, "
-        f"{result.trim.queued_keys} keys queued"
-    )

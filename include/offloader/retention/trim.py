@@ -12,10 +12,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from offloader import failpoints
 from offloader.exceptions import CommitFailedError, TopicDeletedError
 from offloader.metadata import LedgerState, MetadataStore, Position, Topic
+from offloader.results import fields_json
 from offloader.retention.deletion import Marked, delete_marked_hot_copies, mark_below_start
 from offloader.runtime import Runtime
 
@@ -34,6 +36,21 @@ class TrimResult:
     hot_deleted: list[int]
     changed: bool
     dry_run: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return fields_json(self)
+
+    def __str__(self) -> str:
+        verb = "would mark" if self.dry_run else "marked"
+        deleting = self.ledgers_deleting
+        return (
+            f"topic {self.topic}: start {self.start_before} -> {self.start_after}; "
+            f"{verb} {len(deleting)} ledgers deleting "
+            f"{deleting[:20]}{' ...' if len(deleting) > 20 else ''}, "
+            f"{self.queued_keys} object keys queued"
+            + ("" if self.dry_run else f", {len(self.hot_deleted)} hot copies removed")
+            + ("" if self.changed or self.dry_run else " (nothing to do)")
+        )
 
 
 def trim_topic(rt: Runtime, topic: str, position: Position, *, dry_run: bool = False) -> TrimResult:

@@ -3,10 +3,11 @@ log and XCom (no credentials in it)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from offloader.exceptions import RewriteFailedError
+from offloader.results import fields_json
 from offloader.rewrite.plan import RewriteGroup
 
 REWRITTEN = "rewritten"  # the output committed, the sources swapped onto it
@@ -17,6 +18,8 @@ PLANNED = "planned"  # a dry run: what would be rewritten
 
 @dataclass
 class GroupResult:
+    """What became of one group: its sources, the outcome, the output segment."""
+
     topic: str
     kind: str  # of its sources: ledger (v1 objects) or segment
     ledgers: list[int]  # the ledger ids its sources hold
@@ -42,7 +45,10 @@ class GroupResult:
             **values,
         )
 
-    def line(self) -> str:
+    def to_json(self) -> dict[str, Any]:
+        return fields_json(self)
+
+    def __str__(self) -> str:
         ids = f"{self.ledgers[0]}..{self.ledgers[-1]}" if self.ledgers else "-"
         text = (
             f"{self.topic}: {self.sources} {self.kind} object(s) of ledgers {ids} "
@@ -59,6 +65,8 @@ class GroupResult:
 
 @dataclass
 class RewriteReport:
+    """A run's groups, the groups left for the next run and the dead rewrites it failed."""
+
     mode: str
     dry_run: bool
     groups: list[GroupResult] = field(default_factory=list)
@@ -76,11 +84,11 @@ class RewriteReport:
             "bytes_after": sum(g.bytes_after for g in done),
         }
 
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "totals": self.totals()}
+    def to_json(self) -> dict[str, Any]:
+        return {**fields_json(self), "totals": self.totals()}
 
-    def summary(self) -> str:
-        lines = [g.line() for g in self.groups] or ["(nothing to rewrite)"]
+    def __str__(self) -> str:
+        lines = [str(g) for g in self.groups] or ["(nothing to rewrite)"]
         t = self.totals()
         verb = "would rewrite" if self.dry_run else "rewrote"
         after = "" if self.dry_run else f" -> {t['bytes_after']}"

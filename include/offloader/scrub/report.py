@@ -157,7 +157,7 @@ class ScrubReport:
             ],
         }
 
-    def summary(self) -> str:
+    def __str__(self) -> str:
         c = self.counts
         lines = [
             f"scrubbed {c.ledgers} ledgers: {c.objects} objects, {c.blocks} blocks, "

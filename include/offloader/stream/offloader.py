@@ -25,6 +25,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from offloader import failpoints
 from offloader.exceptions import (
@@ -52,6 +53,7 @@ from offloader.metadata.records import (
 )
 from offloader.objectstore import MultipartUpload, ObjectStore, PartInfo
 from offloader.policy import OffloadPolicy
+from offloader.results import fields_json
 from offloader.runtime import Runtime
 from offloader.stream.blocks_json import dump_blocks, load_blocks
 from offloader.stream.history import SealedSpan, plan_segment_end
@@ -78,20 +80,19 @@ class StreamPassResult:
     waiting_bytes: int = 0  # the tail left in the hot tier (smaller than a part)
     over_budget: bool = False  # the pass stopped at its time budget; the next goes on
 
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "topic": self.topic,
-            "epoch": self.epoch,
-            "committed": self.committed,
-            "failed": self.failed,
-            "parts_uploaded": self.parts_uploaded,
-            "bytes_uploaded": self.bytes_uploaded,
-            "settled_ledgers": self.settled_ledgers,
-            "open_segment": self.open_segment,
-            "offloaded_to": self.offloaded_to,
-            "waiting_bytes": self.waiting_bytes,
-            "over_budget": self.over_budget,
-        }
+    def to_json(self) -> dict[str, Any]:
+        return fields_json(self)
+
+    def __str__(self) -> str:
+        return "\n".join(
+            [
+                f"epoch {self.epoch}: {self.parts_uploaded} parts, {self.bytes_uploaded} bytes",
+                f"segments committed: {self.committed or '-'}; failed: {self.failed or '-'}",
+                f"open segment: {self.open_segment or '-'}, offloaded to "
+                f"{self.offloaded_to or '-'}, {self.waiting_bytes} bytes waiting in the hot tier",
+                f"ledgers offloaded: {self.settled_ledgers or '-'}",
+            ]
+        )
 
 
 class SegmentUploadFailed(OffloaderError):

@@ -10,18 +10,33 @@ task fails, so the run shows it and retries).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from offloader.exceptions import StreamBusyError, TopicDeletedError
 from offloader.metadata import MetadataStore
 from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.runtime import Runtime
-from offloader.stream.offloader import StreamingOffloader
+from offloader.stream.offloader import StreamingOffloader, StreamPassResult
 from offloader.stream.params import StreamRunParams
 
 log = logging.getLogger(__name__)
 
 DONE, BUSY, FAILED = "done", "busy", "failed"
+
+
+@dataclass(frozen=True)
+class StreamTopicResult:
+    """One topic's step: its streaming pass, then its hot copies deleted (ledger ids)."""
+
+    passed: StreamPassResult
+    hot_deleted: list[int]
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.passed.to_json(), "hot_deleted": self.hot_deleted}
+
+    def __str__(self) -> str:
+        return f"{self.passed}; hot copies deleted: {self.hot_deleted or '-'}"
 
 
 def streaming_topics(metadata: MetadataStore, topic: str | None = None) -> list[str]:
@@ -49,7 +64,7 @@ def run_streaming(runtime: Runtime, params: StreamRunParams, owner: str) -> list
 
     Each dict holds ``topic``, ``status`` (done, busy or failed), ``detail`` (why busy or
     failed, else None), ``hot_deleted`` (ledger ids) and, when done, the pass's result
-    (:meth:`StreamPassResult.as_dict`). The topics are resolved before any pass, so a bad
+    (:meth:`StreamTopicResult.to_json`). The topics are resolved before any pass, so a bad
     topic changes nothing.
     """
     topics = streaming_topics(runtime.metadata, params.topic)
@@ -59,13 +74,12 @@ def run_streaming(runtime: Runtime, params: StreamRunParams, owner: str) -> list
 
 def stream_topic(
     runtime: Runtime, offloader: StreamingOffloader, topic: str, *, close_now: bool = False
-) -> dict[str, Any]:
-    """One pass over ``topic`` (PIP-76), then its hot copies past their deletion lag: the
-    pass's result (:meth:`StreamPassResult.as_dict`) with ``hot_deleted`` (ledger ids).
+) -> StreamTopicResult:
+    """One pass over ``topic`` (PIP-76), then its hot copies past their deletion lag.
     What `offloader stream` runs, and each topic's step of :func:`run_streaming`; raises
     what the pass raises (StreamBusyError: another pass holds the topic)."""
     passed = offloader.run_pass(topic, close_now=close_now)
-    return {**passed.as_dict(), "hot_deleted": _delete_hot_copies(runtime, topic)}
+    return StreamTopicResult(passed, _delete_hot_copies(runtime, topic))
 
 
 def _stream_topic(
@@ -74,7 +88,7 @@ def _stream_topic(
     try:
         try:
             passed = stream_topic(runtime, offloader, topic, close_now=close_now)
-            outcome: dict[str, Any] = {"status": DONE, "detail": None, **passed}
+            outcome: dict[str, Any] = {"status": DONE, "detail": None, **passed.to_json()}
         except StreamBusyError as busy:
             outcome = {"topic": topic, "status": BUSY, "detail": str(busy)}
             outcome["hot_deleted"] = _delete_hot_copies(runtime, topic)

@@ -33,6 +33,7 @@ from fixtures.seaweedfs import SeaweedS3
 from offloader.bulk import export as export_module
 from offloader.bulk import output as output_module
 from offloader.bulk.export import export_slices, published_manifest
+from offloader.bulk.manifest import BulkExportResult
 from offloader.bulk.output import ExportTarget, open_output
 from offloader.bulk.params import ExportParams
 from offloader.bulk.parquet import SCHEMA, slice_table
@@ -115,7 +116,7 @@ def test_plan_selects_by_topic_ledger_range_and_creation_time(runtime: Runtime) 
     chosen = {"topics": ["a"], "first_ledger": ids[1], "slice_bytes": 300}
     plan = plan_export(runtime.metadata, ExportParams.parse(chosen))
     assert {(s.topic, s.ledger_id) for s in plan.slices} == {("a", ids[1]), ("a", ids[2])}
-    assert plan.summary()["not_offloaded"] == [f"a/{ids[3]}"]
+    assert plan.to_json()["not_offloaded"] == [f"a/{ids[3]}"]
     assert len(plan.slices) > 2
     for ledger in ids[1:3]:  # slices of a ledger cover its entries once, in order
         ranges = [(s.first_entry_id, s.last_entry_id) for s in plan.slices if s.ledger_id == ledger]
@@ -228,7 +229,8 @@ def test_the_manifest_is_what_publish_returns_and_sums_up_the_export(
     assert manifest.params["created_from"] == "2000-01-01T00:00:00Z"
     assert ExportParams.parse(manifest.params) == params
     table = export_table(files)
-    assert manifest.summary() == {
+    published = BulkExportResult(manifest).to_json()
+    assert published == {
         "export_id": "e1",
         "attempt": staged_attempts(runtime, url, "e1").pop(),
         "files": len(files),
@@ -236,7 +238,7 @@ def test_the_manifest_is_what_publish_returns_and_sums_up_the_export(
         "bytes": sum(len(data) for data in files.values()),
         "ledgers": len(parquet_digests(table)),  # (topic, ledger) pairs in the rows
     }
-    assert len(files) > plan.ledgers == manifest.summary()["ledgers"]  # ledgers != files
+    assert len(files) > plan.ledgers == published["ledgers"]  # ledgers != files
     for data in files.values():  # one Parquet file per slice, zstd (docs/OPERATIONS.md)
         meta = pq.ParquetFile(io.BytesIO(data)).metadata
         codecs = {

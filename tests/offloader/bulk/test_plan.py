@@ -51,7 +51,7 @@ def test_the_summary_counts_what_the_plan_exports(runtime: Runtime) -> None:
     ids = offloaded(runtime, "a", [(10, 100), (20, 50), (5, 10), (5, 10)], hot=2)
     plan = plan_export(runtime.metadata, ExportParams(slice_bytes=300))
     ledgers = [runtime.metadata.get_ledger("a", i) for i in ids[:2]]
-    assert plan.summary() == {
+    assert plan.to_json() == {
         "ledgers": 2,
         "slices": len(plan.slices),
         "entries": sum(x.entry_count for x in ledgers),

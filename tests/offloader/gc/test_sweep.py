@@ -133,7 +133,7 @@ def test_keys_the_offloader_does_not_write_are_never_touched(swept: Runtime) -> 
     (store,) = scan.stores
     assert store.foreign == 3 and [o.key for o in store.objects] == list(planted)
     assert store.uploads == []
-    assert "foreign 3" in scan.summary()
+    assert "foreign 3" in str(scan)
 
     done = sweep(rt.metadata, rt.stores, rt.settings)
     assert (done.stores[0].queued, done.stores[0].aborted_uploads) == (1, 0)
@@ -526,7 +526,7 @@ def test_the_summary_says_what_was_done_or_would_be_per_store() -> None:
         uploads=[StaleUpload("k3", "u-1", 7.5)],
     )  # fmt: skip
     scan = SweepResult(True, 1.0, 1.0, [unswept, scanned])
-    assert scan.summary() == "\n".join(
+    assert str(scan) == "\n".join(
         [
             "s3://b/x: NOT SWEPT: OSError: not reachable",
             "file:///a: listed 9, referenced 4, young 1, foreign 1, orphans 2 (30 bytes, "
@@ -540,14 +540,14 @@ def test_the_summary_says_what_was_done_or_would_be_per_store() -> None:
         store_id=1, store="file:///a", listed=9, referenced=4, orphans=3, orphan_bytes=30,
         queued=2, stale_uploads=3, aborted_uploads=1,
     )  # fmt: skip
-    assert SweepResult(False, 1.0, 1.0, [unswept, swept]).summary() == "\n".join(
+    assert str(SweepResult(False, 1.0, 1.0, [unswept, swept])) == "\n".join(
         [
             "s3://b/x: NOT SWEPT: OSError: not reachable",
             "file:///a: listed 9, referenced 4, young 0, foreign 0, orphans 3 (30 bytes, "
             "queued 2), stale uploads 3 (aborted 1)",
         ]
     )
-    assert SweepResult(False, 1.0, 1.0, []).summary() == "(no stores recorded)"
+    assert str(SweepResult(False, 1.0, 1.0, [])) == "(no stores recorded)"
 
 
 def test_uploads_are_looked_up_a_page_at_a_time(

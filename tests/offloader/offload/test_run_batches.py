@@ -71,7 +71,7 @@ def test_the_age_rule_plans_with_the_current_time(rt: Runtime) -> None:
 
 
 def test_a_batch_is_a_plain_dict_for_xcom() -> None:
-    assert Batch("a", [1, 2], 300).to_dict() == {"topic": "a", "ledger_ids": [1, 2], "bytes": 300}
+    assert Batch("a", [1, 2], 300).to_json() == {"topic": "a", "ledger_ids": [1, 2], "bytes": 300}
 
 
 def test_offload_batch_offloads_each_ledger_in_order(runtime: Runtime) -> None:

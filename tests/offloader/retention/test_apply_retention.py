@@ -17,7 +17,7 @@ from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.ledger_offloader import LedgerOffloader
 from offloader.retention.cuts import take_cut
 from offloader.retention.policy import choose_cut, in_list, retention_bounds
-from offloader.retention.run import apply_retention, describe
+from offloader.retention.run import apply_retention
 from offloader.runtime import Runtime
 
 TOPIC = "orders"
@@ -285,15 +285,15 @@ def test_what_retention_did_is_one_line_and_logged(
     for kept in (plain, none_old_enough):
         assert (kept.topic, kept.chosen, kept.trim, kept.changed) == (TOPIC, None, None, False)
     ending = f"end {end.position}, {end.offset_bytes} bytes)"
-    assert describe(plain) == f"keeps everything (no retention rule set; {ending}"
-    assert describe(none_old_enough) == f"keeps everything (no cut old enough; {ending}"
+    assert str(plain) == f"keeps everything (no retention rule set; {ending}"
+    assert str(none_old_enough) == f"keeps everything (no cut old enough; {ending}"
     chosen = cuts[5]
     assert (done.topic, done.chosen, done.changed) == (TOPIC, chosen, True)
     what = (
         f"at cut {chosen.cut_id} ({chosen.position}), keeping 1300 bytes; start 0:0 -> "
         f"{chosen.position}, ledgers deleting {ids[:5]}, 6 keys queued"
     )
-    assert describe(dry) == f"would trim {what}"
-    assert describe(done) == f"trimmed {what}"
+    assert str(dry) == f"would trim {what}"
+    assert str(done) == f"trimmed {what}"
     logged = [r.getMessage() for r in caplog.records if r.name == "offloader.retention.run"]
-    assert logged == [f"retention of {TOPIC}: {describe(r)}" for r in results]
+    assert logged == [f"retention of {TOPIC}: {r}" for r in results]

@@ -132,7 +132,7 @@ def test_the_report_reads_as_one_line_a_group_and_fails_naming_the_first_failure
     )
     done = GroupResult.of(group, REWRITTEN, segment_id="s", objects_after=2, bytes_after=190)
     report = RewriteReport("compact", False, [done], left=2, recovered=["dead"])
-    assert report.summary().splitlines() == [
+    assert str(report).splitlines() == [
         "orders: 2 ledger object(s) of ledgers 3..4 (4 objects, 200 bytes) -> segment s "
         "(2 objects, 190 bytes): rewritten",
         "compact: rewrote 1 group(s): objects 4 -> 2, bytes 200 -> 190",
@@ -149,10 +149,10 @@ def test_the_report_reads_as_one_line_a_group_and_fails_naming_the_first_failure
         report.raise_for_failure()
     assert caught.value.report is report
     dry = RewriteReport("to-v2", True, [GroupResult.of(group, PLANNED)])
-    assert dry.summary().splitlines()[-1] == (
+    assert str(dry).splitlines()[-1] == (
         "to-v2: would rewrite 1 group(s): objects 4 -> 2, bytes 200"
     )
-    assert dry.as_dict()["totals"] == {
+    assert dry.to_json()["totals"] == {
         "groups": 1,
         "objects_before": 4,
         "objects_after": 2,

@@ -33,7 +33,7 @@ def _group(*ledger_ids: int) -> RewriteGroup:
 def test_a_dry_run_names_each_group_it_would_rewrite_by_its_first_and_last_ledger() -> None:
     """Three ledgers: the line names the first and the last, not the second."""
     dry = RewriteReport("compact", True, [GroupResult.of(_group(5, 6, 9), PLANNED)])
-    assert dry.summary().splitlines() == [
+    assert str(dry).splitlines() == [
         "orders: 3 ledger object(s) of ledgers 5..9 (6 objects, 300 bytes): would be rewritten",
         "compact: would rewrite 1 group(s): objects 6 -> 2, bytes 300",
     ]
@@ -43,16 +43,16 @@ def test_a_group_line_says_why_it_was_not_rewritten() -> None:
     """The detail (the error, or why a source moved) follows the outcome; a group without
     ledgers (nothing left to name) still gets its line."""
     changed = GroupResult.of(_group(1, 2), CHANGED, detail="source 2 moved")
-    assert changed.line().endswith(": changed (source 2 moved)")
+    assert str(changed).endswith(": changed (source 2 moved)")
     plain = GroupResult.of(_group(1, 2), CHANGED)
-    assert plain.line().endswith(": changed")
+    assert str(plain).endswith(": changed")
     empty = GroupResult("orders", SEGMENT, [], 1, 2, 10, CHANGED)
-    assert empty.line() == "orders: 1 segment object(s) of ledgers - (2 objects, 10 bytes): changed"
+    assert str(empty) == "orders: 1 segment object(s) of ledgers - (2 objects, 10 bytes): changed"
 
 
 def test_an_empty_run_says_so_and_lists_every_recovered_rewrite() -> None:
     report = RewriteReport("to-v2", False, recovered=["seg-a", "seg-b"])
-    assert report.summary().splitlines() == [
+    assert str(report).splitlines() == [
         "(nothing to rewrite)",
         "to-v2: rewrote 0 group(s): objects 0 -> 0, bytes 0 -> 0",
         "dead rewrites recovered: seg-a, seg-b",

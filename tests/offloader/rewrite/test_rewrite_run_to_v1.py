@@ -30,7 +30,7 @@ T, OTHER = "s", "other"
 def to_v1_run(rt: Runtime, **values: Any) -> dict[str, Any]:
     """One to-v1 run as the DAG's driver starts it; the report's dict form."""
     params = RewriteParams(mode="to-v1", **values)
-    return run_rewrite(rt, params, owner="test").as_dict()
+    return run_rewrite(rt, params, owner="test").to_json()
 
 
 def segment_group(rt: Runtime, ledger_id: int, outcome: str, **after: Any) -> dict[str, Any]:

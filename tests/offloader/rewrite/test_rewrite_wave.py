@@ -74,6 +74,6 @@ def test_leases_are_renewed_while_the_executors_write(runtime: Runtime) -> None:
     v1_topic(rt, 5)
     before = checksum(rt, T)
     report = rewrite(rt, spread=here(rt, pause=2.5), mode=TO_V2, wave=10, lease_seconds=1.0)
-    assert report.groups and {g.outcome for g in report.groups} == {REWRITTEN}, report.summary()
+    assert report.groups and {g.outcome for g in report.groups} == {REWRITTEN}, str(report)
     assert checksum(rt, T) == before
     check_one_copy(rt)

@@ -356,7 +356,7 @@ def test_the_summary_has_the_counts_then_a_line_per_damaged_entry_finding_and_le
     gone = Finding("orders", 5, "k-ledger-5", 0, FindingKind.DAMAGED_INDEX, "bad magic")
     trimmed = LedgerVerdict("orders", 5, "u-6", Action.CHANGED, "trimmed", (gone,))
     report = dataclasses.replace(report, damaged=[report.damaged[0], trimmed, segment])
-    assert report.summary() == "\n".join(
+    assert str(report) == "\n".join(
         [
             "scrubbed 3 ledgers: 6 objects, 9 blocks, 4096 bytes, 30 entries; "
             "3 damaged, 2 settled, 1 failed",

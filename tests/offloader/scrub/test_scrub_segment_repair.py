@@ -56,7 +56,7 @@ def test_a_damaged_segment_with_hot_copies_is_repaired_and_released(runtime: Run
     assert victim.segment_id in released and len(released) < len(held)
 
     report = run_scrub(rt, [T])
-    assert not report.failed, report.summary()
+    assert not report.failed, str(report)
     report.raise_for_failure()
     action, ledgers = verdict_of(report, victim)
     assert action is Action.REPAIRED and ledgers == dict.fromkeys(ids, Action.REPAIRED)
@@ -148,7 +148,7 @@ def test_mixed_repairs_what_it_can_and_fails_for_the_rest(runtime: Runtime) -> N
     assert rt.metadata.segments.get(victim.segment_id).state is SegmentState.OFFLOADED
     assert rt.metadata.get_ledger(T, lost).offload_mode is OffloadMode.STREAM
     assert all(rt.metadata.get_ledger(T, n).offload_mode is OffloadMode.LEDGER for n in kept)
-    summary = report.summary()
+    summary = str(report)
     assert f"ledger {T}/{lost}: no-hot-copy" in summary
     assert all(f"ledger {T}/{n}: repaired" in summary for n in kept)
     hot.pop((T, lost))

@@ -113,7 +113,7 @@ def test_damaged_segment_is_reported_with_its_id_without_repair(runtime: Runtime
 
     with pytest.raises(ScrubFailedError, match="1 damaged"):
         report.raise_for_failure()
-    assert f"segment {victim.segment_id}" in report.summary()
+    assert f"segment {victim.segment_id}" in str(report)
 
 
 @pytest.mark.parametrize("damage", ["magic", "missing-index", "truncated", "ranges"])

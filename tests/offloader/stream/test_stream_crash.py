@@ -173,7 +173,7 @@ from offloader.stream.offloader import StreamingOffloader
 
 with Runtime.open(Settings()) as rt:
     result = StreamingOffloader(rt, owner="zombie", lease_seconds=1.0).run_pass("s")
-print(json.dumps(result.as_dict()))
+print(json.dumps(result.to_json()))
 """
 
 
