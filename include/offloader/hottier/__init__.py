@@ -1,7 +1,8 @@
 """The hot-tier interface: where ledgers live before (and until a while after) offload.
 
 A ledger is an append-only sequence of entries with ids 0, 1, 2, ...; once sealed it never
-changes. Bindings live in their own modules (``filestore``). The managed-ledger writer
+changes. Bindings live in their own modules (``filestore``, with its files in
+``ledger_files`` and its topic folder names in ``names``). The managed-ledger writer
 (:mod:`offloader.hottier.writer`) rolls ledgers over on top of any binding.
 """
 

@@ -20,7 +20,8 @@ from offloader.exceptions import (
     LedgerSealedError,
 )
 from offloader.hottier import LedgerInfo
-from offloader.hottier.filestore import FileLedgerStore, decode_topic, encode_topic
+from offloader.hottier.filestore import FileLedgerStore
+from offloader.hottier.names import decode_topic, encode_topic
 
 TOPIC = "persistent://tenant/ns/topic"
 RECORD = struct.Struct(">IqI")

@@ -238,7 +238,7 @@ CHILD_SEAL = PAYLOAD_SRC + textwrap.dedent(
 
 def test_sigkill_after_idx_before_marker(tmp_path: Path) -> None:
     root = tmp_path / "hot"
-    child = run_child(CHILD_SEAL, str(root), TOPIC, "_publish_marker")
+    child = run_child(CHILD_SEAL, str(root), TOPIC, "publish_marker")
     assert child.wait(timeout=60) == -signal.SIGKILL
     assert child.stdout is not None
     child.stdout.close()
@@ -260,7 +260,7 @@ def test_sigkill_after_idx_before_marker(tmp_path: Path) -> None:
 
 def test_sigkill_after_marker_before_chmod(tmp_path: Path) -> None:
     root = tmp_path / "hot"
-    child = run_child(CHILD_SEAL, str(root), TOPIC, "_make_read_only")
+    child = run_child(CHILD_SEAL, str(root), TOPIC, "make_read_only")
     assert child.wait(timeout=60) == -signal.SIGKILL
     assert child.stdout is not None
     child.stdout.close()
@@ -280,7 +280,7 @@ def test_seal_failing_before_marker_leaves_ledger_appendable(
     def fail(*args: object) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(filestore, "_publish_marker", fail)
+    monkeypatch.setattr(filestore, "publish_marker", fail)
     writer = store.create(TOPIC, 1)
     for i in range(20):
         writer.append(payload(i))

@@ -12,7 +12,7 @@ import pytest
 from fixtures.backends import make_topic
 from fixtures.cli import child_env
 from offloader.exceptions import CommitFailedError
-from offloader.hottier import filestore
+from offloader.hottier import filestore, ledger_files
 from offloader.hottier.writer import ManagedLedgerWriter
 from offloader.metadata import LedgerState
 from offloader.read.topic_reader import TopicReader
@@ -77,7 +77,7 @@ def test_a_new_writer_fences_the_old_one(rt: Runtime) -> None:
 
 READY_AT = 2000
 # a SIGKILL loses at most the writer's unflushed buffer: entries of 800 bytes plus a header
-AT_MOST_LOST = filestore._WRITE_BUFFER // (filestore.RECORD_HEADER.size + 800)
+AT_MOST_LOST = filestore._WRITE_BUFFER // (ledger_files.RECORD_HEADER.size + 800)
 WRITER = f"""
 READY_AT = {READY_AT}
 from offloader.hottier.writer import ManagedLedgerWriter
