@@ -10,8 +10,11 @@ them. ``seed`` writes ``.meta`` files from it into an empty staging directory, s
 itself decides what is still valid; ``record`` folds a run's verdicts back in.
 
 A kept verdict is valid as long as the function's source is unchanged, the rule mutmut
-applies itself. Tests that got weaker are not detected: ``make mutate FRESH=1`` ignores
-the file and starts over.
+applies itself. mutmut keys it by module and function, so a function moved unchanged to
+another module or class would lose it; ``carry_moved`` hands it over, by the same hash (a
+function's mutants depend on nothing but its syntax tree), and drops the verdicts of
+modules and functions that are gone. Tests that got weaker are not detected: ``make mutate
+FRESH=1`` ignores the file and starts over.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import os
 import platform
 import re
 import subprocess
+import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import Path
@@ -72,12 +77,10 @@ class Cache:
 def without_stale(cache: Cache, source: Path) -> Cache:
     """``cache`` with the verdicts of every function whose source under ``source`` has
     changed (or is gone) set to None, by mutmut's own function hash."""
-    from mutmut.mutation.file_mutation import compute_function_hashes
-
     modules: Functions = {}
     for module, funcs in cache.modules.items():
         path = source / module
-        current = compute_function_hashes(path.read_text()) if path.exists() else {}
+        current = compute_hashes(path) if path.exists() else {}
         modules[module] = {
             func: entry
             if current.get(func) == entry["hash"]
@@ -85,6 +88,94 @@ def without_stale(cache: Cache, source: Path) -> Cache:
             for func, entry in funcs.items()
         }
     return Cache(cache.runs, modules)
+
+
+@dataclass(frozen=True)
+class Moves:
+    """What :func:`carry_moved` did: the cache after it, the mutant-name prefixes it renamed
+    (``<old module>.<old function>__mutmut_`` -> the new one) and what it dropped."""
+
+    cache: Cache
+    renamed: dict[str, str]
+    dropped: list[str]
+
+
+def mutated_modules(source: Path, pyproject: Path = ROOT / "pyproject.toml") -> list[str]:
+    """The module paths under ``source`` that ``[tool.mutmut] only_mutate`` names."""
+    globs = tomllib.loads(pyproject.read_text())["tool"]["mutmut"]["only_mutate"]
+    return sorted(
+        {
+            str(path.relative_to(source))
+            for glob in globs
+            for path in source.glob(glob.removeprefix("src/"))
+            if path.suffix == ".py"
+        }
+    )
+
+
+def carry_moved(cache: Cache, source: Path, modules: Iterable[str]) -> Moves:
+    """``cache`` with the verdicts of every function that moved unchanged handed to its new
+    place, and the verdicts of modules and functions no longer in ``source`` dropped.
+
+    A function of ``modules`` without a kept verdict for its current source takes the
+    verdicts of the kept function with the same hash (mutmut's: of the whole syntax tree,
+    name and body) that is no longer where it was kept. Where several such functions share
+    the hash with different verdicts, none is taken: the function is tested again.
+    """
+    current = {
+        module: compute_hashes(source / module)
+        for module in {*modules, *cache.modules}
+        if (source / module).exists()
+    }
+    moved_away: dict[str, list[tuple[str, str, dict]]] = {}
+    for module, funcs in cache.modules.items():
+        for func, entry in funcs.items():
+            if current.get(module, {}).get(func) != entry["hash"] and any(
+                code is not None for code in entry["codes"]
+            ):
+                moved_away.setdefault(entry["hash"], []).append((module, func, entry))
+    kept: Functions = {}
+    renamed: dict[str, str] = {}
+    for module in sorted(current):
+        for func, digest in current[module].items():
+            entry = cache.modules.get(module, {}).get(func)
+            if entry is None or entry["hash"] != digest:
+                donors = moved_away.get(digest, [])
+                if len({json.dumps(d[2]["codes"]) for d in donors}) == 1:
+                    old_module, old_func, entry = donors[0]
+                    old = f"{_module_name(old_module)}.{old_func}__mutmut_"
+                    renamed[old] = f"{_module_name(module)}.{func}__mutmut_"
+            if entry is not None:
+                kept.setdefault(module, {})[func] = entry
+    dropped = sorted(
+        f"{_module_name(module)}.{func}"
+        for module, funcs in cache.modules.items()
+        for func in funcs
+        if func not in kept.get(module, {})
+    )
+    return Moves(Cache(cache.runs, kept), renamed, dropped)
+
+
+def compute_hashes(path: Path) -> dict[str, str]:
+    """mutmut's hash of every function in ``path``, keyed as its mutant names are."""
+    from mutmut.mutation.file_mutation import compute_function_hashes
+
+    return compute_function_hashes(path.read_text())
+
+
+def rename_notes(text: str, renamed: dict[str, str]) -> str:
+    """The survivor notes' file (``["<mutant name>"]`` tables) with each table of a renamed
+    function under its new name; everything else, comments and order, as it was."""
+    lines = []
+    for line in text.splitlines(keepends=True):
+        if line.startswith('["'):
+            name = line[2 : line.index('"]')]
+            head, sep, number = name.rpartition("__mutmut_")
+            new = renamed.get(head + sep)
+            if new is not None:
+                line = line.replace(name, new + number, 1)
+        lines.append(line)
+    return "".join(lines)
 
 
 def _module_name(module: str) -> str:

@@ -32,6 +32,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 import mutation_cache
+import mutation_report
 from mutation_report import load_results, print_table  # scripts/ is on sys.path when run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -171,6 +172,24 @@ def smoke(stage: Path, max_children: int) -> None:
         sys.exit("mutation smoke failed:\n  " + "\n  ".join(problems))
 
 
+def carry_moved(cache: mutation_cache.Cache) -> mutation_cache.Cache:
+    """The kept verdicts after code moved: those of functions moved unchanged follow them
+    (their survivor notes too), those of code that is gone are dropped; saved at once."""
+    source = ROOT / "include"
+    moves = mutation_cache.carry_moved(cache, source, mutation_cache.mutated_modules(source))
+    if moves.renamed or moves.dropped:
+        moves.cache.save()
+        notes = mutation_report.NOTES
+        if notes.exists():
+            notes.write_text(mutation_cache.rename_notes(notes.read_text(), moves.renamed))
+        print(
+            f"mutation: verdicts of {len(moves.renamed)} functions moved unchanged carried over, "
+            f"{len(moves.dropped)} of functions that are gone dropped",
+            flush=True,
+        )
+    return moves.cache
+
+
 def unchecked_names(cache: mutation_cache.Cache, globs: list[str]) -> list[str]:
     """The kept mutants with no verdict (or one of a function changed since), by exact name.
 
@@ -210,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
         smoke(stage_dir("smoke", fresh=True, tests=SMOKE_TESTS), args.max_children)
         return
     stage = stage_dir("full", fresh=args.fresh)
-    cache = mutation_cache.Cache({}, {}) if args.fresh else mutation_cache.Cache.load()
+    cache = mutation_cache.Cache({}, {}) if args.fresh else carry_moved(mutation_cache.Cache.load())
     seeded = mutation_cache.seed(stage, cache)
     if seeded:
         print(f"mutation: {seeded} modules' verdicts from {CACHE_NAME}", flush=True)

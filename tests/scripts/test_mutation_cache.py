@@ -176,3 +176,80 @@ def test_unchecked_names_are_the_mutants_without_a_current_verdict() -> None:
         f"{prefix}{other}__mutmut_1",
         f"{prefix}{other}__mutmut_2",
     ]
+
+
+def _sources(root: Path, files: dict[str, str]) -> Path:
+    for module, text in files.items():
+        (root / module).parent.mkdir(parents=True, exist_ok=True)
+        (root / module).write_text(text)
+    return root
+
+
+def test_verdicts_follow_a_function_moved_unchanged_and_code_that_is_gone_drops(
+    tmp_path: Path,
+) -> None:
+    """A function moved to another module (or class) unchanged keeps its verdicts under its
+    new name; one changed on the way, and one whose hash two old places share with
+    different verdicts, are tested again; verdicts of code that is gone are dropped."""
+    from mutmut.mutation.file_mutation import compute_function_hashes
+
+    old = {
+        "offloader/a.py": "def moved():\n    return 1\n\n\ndef changed():\n    return 2\n\n\n"
+        "def twin():\n    return 3\n",
+        "offloader/c.py": "def twin():\n    return 3\n",
+    }
+    new = {
+        "offloader/b.py": "class Store:\n    def moved():\n        return 1\n\n\n"
+        "def changed():\n    return 20\n\n\ndef twin():\n    return 3\n",
+        "offloader/c.py": "def other():\n    return 4\n",
+    }
+    hashes = {m: compute_function_hashes(t) for m, t in old.items()}
+    a, c = hashes["offloader/a.py"], hashes["offloader/c.py"]
+    cache = Cache(
+        {"r": {}},
+        {
+            "offloader/a.py": {
+                "x_moved": {"hash": a["x_moved"], "codes": [1, 0], "run": "r"},
+                "x_changed": {"hash": a["x_changed"], "codes": [1], "run": "r"},
+                "x_twin": {"hash": a["x_twin"], "codes": [1], "run": "r"},
+            },
+            "offloader/c.py": {"x_twin": {"hash": c["x_twin"], "codes": [0], "run": "r"}},
+        },
+    )
+    source = _sources(tmp_path, new)
+    moves = mutation_cache.carry_moved(cache, source, ["offloader/b.py", "offloader/c.py"])
+    assert moves.cache.modules == {
+        "offloader/b.py": {"xǁStoreǁmoved": {"hash": a["x_moved"], "codes": [1, 0], "run": "r"}}
+    }
+    assert moves.renamed == {"offloader.a.x_moved__mutmut_": "offloader.b.xǁStoreǁmoved__mutmut_"}
+    assert moves.dropped == [
+        "offloader.a.x_changed",
+        "offloader.a.x_moved",
+        "offloader.a.x_twin",
+        "offloader.c.x_twin",
+    ]
+
+
+def test_survivor_notes_follow_their_function() -> None:
+    text = (
+        "# why\n\n"
+        '["offloader.a.x_moved__mutmut_3"]\nkind = "equivalent"\nreason = "r"\n\n'
+        '["offloader.a.x_stays__mutmut_1"]\nkind = "equivalent"\nreason = "x_moved__mutmut_3"\n'
+    )
+    renamed = {"offloader.a.x_moved__mutmut_": "offloader.b.xǁStoreǁmoved__mutmut_"}
+    assert mutation_cache.rename_notes(text, renamed) == text.replace(
+        '["offloader.a.x_moved__mutmut_3"]', '["offloader.b.xǁStoreǁmoved__mutmut_3"]'
+    )
+
+
+def test_mutated_modules_are_the_configured_files(tmp_path: Path) -> None:
+    source = _sources(tmp_path / "src", {"offloader/gc/sweep.py": "", "offloader/keys.py": "",
+                                         "offloader/cli.py": ""})  # fmt: skip
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(
+        '[tool.mutmut]\nonly_mutate = ["src/offloader/gc/*", "src/offloader/keys.py"]\n'
+    )
+    assert mutation_cache.mutated_modules(source, pyproject) == [
+        "offloader/gc/sweep.py",
+        "offloader/keys.py",
+    ]
