@@ -18,10 +18,8 @@ from offloader_airflow.base import OffloaderBaseOperator, offloader_template_fie
 from offloader_airflow.operators import _bool
 
 
-class SweepOrphansOperator(OffloaderBaseOperator):
-    """Queue unreferenced objects past the grace period for deletion and abort stale
-    uploads in every recorded store (``dry_run``: report only, what ``offloader scan``
-    does). Fails, after sweeping the others, if a store could not be swept."""
+class _MaintenanceOperator(OffloaderBaseOperator):
+    """A maintenance task: its one argument, ``dry_run`` (templated), is all it takes."""
 
     template_fields: Sequence[str] = offloader_template_fields("dry_run")
 
@@ -33,6 +31,12 @@ class SweepOrphansOperator(OffloaderBaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.dry_run = dry_run
+
+
+class SweepOrphansOperator(_MaintenanceOperator):
+    """Queue unreferenced objects past the grace period for deletion and abort stale
+    uploads in every recorded store (``dry_run``: report only, what ``offloader scan``
+    does). Fails, after sweeping the others, if a store could not be swept."""
 
     def execute(self, context: Context) -> dict[str, Any]:
         dry_run = _bool(self.dry_run, "dry_run")
@@ -51,21 +55,10 @@ class SweepOrphansOperator(OffloaderBaseOperator):
         }
 
 
-class ExportMetadataOperator(OffloaderBaseOperator):
+class ExportMetadataOperator(_MaintenanceOperator):
     """Write a metadata snapshot to the default store and keep the newest
     ``metadata_snapshots_keep`` (older ones go through the deletion queue). A dry run
     writes nothing."""
-
-    template_fields: Sequence[str] = offloader_template_fields("dry_run")
-
-    def __init__(
-        self,
-        *,
-        dry_run: bool = False,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.dry_run = dry_run
 
     def execute(self, context: Context) -> dict[str, Any]:
         if _bool(self.dry_run, "dry_run"):

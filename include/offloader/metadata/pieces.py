@@ -15,6 +15,7 @@ whoever wrote it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -50,6 +51,23 @@ def record_pieces(conn: Connection, segment: Segment, pieces: Sequence[PieceRang
             )
             for p in pieces
         ],
+    )
+
+
+def pieces_query(
+    topic: str, ledger_id: int, *columns: sa.ColumnElement[object] | sa.Table
+) -> sa.Select[Any]:
+    """``columns`` of a ledger's pieces in offloaded segments, in entry order: where a
+    streamed ledger's entries are, and what settling checks covers it."""
+    return (
+        sa.select(*columns)
+        .join_from(SL, G, G.c.segment_id == SL.c.segment_id)
+        .where(
+            SL.c.topic == topic,
+            SL.c.ledger_id == ledger_id,
+            G.c.state == SegmentState.OFFLOADED,
+        )
+        .order_by(SL.c.first_entry_id)
     )
 
 
@@ -100,14 +118,7 @@ def settle(conn: Connection, topic: str, ledger_ids: Sequence[int]) -> list[int]
     settled = []
     for ledger_id, version, entry_count in ledgers:
         ranges = conn.execute(
-            sa.select(SL.c.first_entry_id, SL.c.last_entry_id)
-            .join(G, G.c.segment_id == SL.c.segment_id)
-            .where(
-                SL.c.topic == topic,
-                SL.c.ledger_id == ledger_id,
-                G.c.state == SegmentState.OFFLOADED,
-            )
-            .order_by(SL.c.first_entry_id)
+            pieces_query(topic, ledger_id, SL.c.first_entry_id, SL.c.last_entry_id)
         ).all()
         if not covers(ranges, entry_count):
             continue

@@ -27,7 +27,7 @@ from offloader.metadata._rows import next_seq, read_segment
 from offloader.metadata.clock import db_now
 from offloader.metadata.deletions import queue_keys
 from offloader.metadata.engine import Database
-from offloader.metadata.pieces import record_pieces, settle, settle_topic
+from offloader.metadata.pieces import pieces_query, record_pieces, settle, settle_topic
 from offloader.metadata.records import (
     Piece,
     PieceRange,
@@ -117,16 +117,7 @@ class SegmentStore:
     def pieces(self, topic: str, ledger_id: int) -> list[Piece]:
         """Where a streamed ledger's entries are: its ranges in offloaded segments, in
         entry order."""
-        query = (
-            sa.select(G, SL.c.first_entry_id, SL.c.last_entry_id)
-            .join(SL, SL.c.segment_id == G.c.segment_id)
-            .where(
-                SL.c.topic == topic,
-                SL.c.ledger_id == ledger_id,
-                G.c.state == SegmentState.OFFLOADED,
-            )
-            .order_by(SL.c.first_entry_id)
-        )
+        query = pieces_query(topic, ledger_id, G, SL.c.first_entry_id, SL.c.last_entry_id)
         with self.db.engine.connect() as conn:
             rows = conn.execute(query).mappings().all()
         segment_columns = set(G.c.keys())

@@ -189,11 +189,7 @@ class MetadataStore(Database):
         with self.transaction() as conn:
             current = read_topic(conn, topic)
             refuse_deleted(current, "written to")
-            if current.writer_epoch != writer_epoch:
-                raise CommitFailedError(
-                    f"writer epoch {writer_epoch} of topic {topic!r} was fenced by "
-                    f"epoch {current.writer_epoch}"
-                )
+            _check_writer(current, writer_epoch)
             ledger_id = current.next_ledger_id
             cas(
                 conn,
@@ -225,12 +221,7 @@ class MetadataStore(Database):
         """Record the sealed length; ``writer_epoch`` None is recovery by a new owner."""
         with self.transaction() as conn:
             if writer_epoch is not None:
-                owner = read_topic(conn, ledger.topic).writer_epoch
-                if owner != writer_epoch:
-                    raise CommitFailedError(
-                        f"writer epoch {writer_epoch} of topic {ledger.topic!r} was fenced "
-                        f"by epoch {owner}"
-                    )
+                _check_writer(read_topic(conn, ledger.topic), writer_epoch)
             cas_ledger(
                 conn,
                 ledger,
@@ -447,3 +438,12 @@ class MetadataStore(Database):
         )
         with self.engine.connect() as conn:
             return {(key, upload_id) for key, upload_id in conn.execute(query)}
+
+
+def _check_writer(topic: Topic, writer_epoch: int) -> None:
+    """CommitFailedError unless ``writer_epoch`` still owns ``topic``'s hot tail."""
+    if topic.writer_epoch != writer_epoch:
+        raise CommitFailedError(
+            f"writer epoch {writer_epoch} of topic {topic.name!r} was fenced by "
+            f"epoch {topic.writer_epoch}"
+        )

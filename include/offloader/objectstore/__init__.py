@@ -157,13 +157,19 @@ class ObjectStore(abc.ABC):
         """Release connections."""
 
 
+def check_part_number(store: ObjectStore, part_number: int) -> None:
+    """ValueError unless ``part_number`` can number a part of ``store``'s uploads."""
+    max_parts = store.capabilities.max_parts
+    if not 1 <= part_number <= max_parts:
+        raise ValueError(f"part number {part_number}: must be 1..{max_parts}")
+
+
 def check_part_copy(
     store: ObjectStore, part_number: int, source_key: str, offset: int, length: int
 ) -> None:
     """The arguments of ``upload_part_copy`` a binding can check before any request."""
+    check_part_number(store, part_number)
     caps = store.capabilities
-    if not 1 <= part_number <= caps.max_parts:
-        raise ValueError(f"part number {part_number}: must be 1..{caps.max_parts}")
     if offset < 0 or not 1 <= length <= caps.max_part_size:
         raise ValueError(
             f"part copy of {source_key!r} at {offset}+{length}: the offset must be >= 0 and "

@@ -56,6 +56,7 @@ from offloader.objectstore import (
     ObjectStore,
     PartInfo,
     check_part_copy,
+    check_part_number,
 )
 
 _MAGIC = b"OFSO\x01"
@@ -352,8 +353,7 @@ class FilesystemObjectStore(ObjectStore):
     def upload_part(
         self, upload: MultipartUpload, part_number: int, data: bytes | bytearray
     ) -> PartInfo:
-        if not 1 <= part_number <= self.capabilities.max_parts:
-            raise ValueError(f"part number {part_number}: must be 1..{self.capabilities.max_parts}")
+        check_part_number(self, part_number)
         directory = self._existing_upload_dir(upload)
         data = bytes(data)
         etag = _atomic_write(directory / _part_name(part_number), [data])

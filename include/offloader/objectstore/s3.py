@@ -59,6 +59,7 @@ from offloader.objectstore import (
     ObjectStore,
     PartInfo,
     check_part_copy,
+    check_part_number,
 )
 
 if TYPE_CHECKING:
@@ -327,8 +328,7 @@ class S3ObjectStore(ObjectStore):
     def upload_part(
         self, upload: MultipartUpload, part_number: int, data: bytes | bytearray
     ) -> PartInfo:
-        if not 1 <= part_number <= self.capabilities.max_parts:
-            raise ValueError(f"part number {part_number}: must be 1..{self.capabilities.max_parts}")
+        check_part_number(self, part_number)
         data = bytes(data)
         try:
             response = self._client.upload_part(
@@ -386,17 +386,14 @@ class S3ObjectStore(ObjectStore):
             self._fail(err, "AbortMultipartUpload", upload.key)
 
     def list_multipart_uploads(self, prefix: str = "") -> Iterator[MultipartUpload]:
-        paginator = self._client.get_paginator("list_multipart_uploads")
-        try:
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix + prefix):
-                for item in page.get("Uploads", []):
-                    yield MultipartUpload(
-                        key=self._relative(item["Key"]),
-                        upload_id=item["UploadId"],
-                        initiated=item.get("Initiated"),
-                    )
-        except (ClientError, BotoCoreError) as err:
-            self._fail(err, "ListMultipartUploads", prefix)
+        for item in self._listed(
+            "list_multipart_uploads", "ListMultipartUploads", "Uploads", prefix
+        ):
+            yield MultipartUpload(
+                key=self._relative(item["Key"]),
+                upload_id=item["UploadId"],
+                initiated=item.get("Initiated"),
+            )
 
     def upload_part_copy(
         self, upload: MultipartUpload, part_number: int, source_key: str, offset: int, length: int
@@ -426,17 +423,24 @@ class S3ObjectStore(ObjectStore):
 
     # --- listing and deleting -------------------------------------------------------
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
-        paginator = self._client.get_paginator("list_objects_v2")
+        for item in self._listed("list_objects_v2", "ListObjectsV2", "Contents", prefix):
+            yield ObjectInfo(
+                key=self._relative(item["Key"]),
+                size=item["Size"],
+                last_modified=item.get("LastModified"),
+            )
+
+    def _listed(
+        self, api: str, operation: str, field: str, prefix: str
+    ) -> Iterator[dict[str, Any]]:
+        """Every item (``field`` of each page) the paginated listing ``api`` gives under
+        ``prefix``; a failed page raises our exception, naming ``operation``."""
+        paginator = self._client.get_paginator(api)
         try:
             for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix + prefix):
-                for item in page.get("Contents", []):
-                    yield ObjectInfo(
-                        key=self._relative(item["Key"]),
-                        size=item["Size"],
-                        last_modified=item.get("LastModified"),
-                    )
+                yield from page.get(field, [])
         except (ClientError, BotoCoreError) as err:
-            self._fail(err, "ListObjectsV2", prefix)
+            self._fail(err, operation, prefix)
 
     def delete_many(self, keys: Iterable[str]) -> DeleteResult:
         """DeleteObjects in batches of 1,000 (Quiet): only failures come back per key."""

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import abc
 import logging
 import os
 import socket
 import threading
 from collections.abc import Iterable
+from typing import ClassVar, Self
 
 from offloader.exceptions import CommitFailedError
 from offloader.metadata import Attempt
@@ -24,7 +26,39 @@ def owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-class LeaseKeeper:
+class LeaseRenewal(abc.ABC):
+    """Renews a lease every third of its length from a daemon thread while in its ``with``
+    block, until :meth:`_renew_once` says there is nothing left to renew: what an offload
+    attempt's keeper and a rewrite segment's share."""
+
+    #: the renewing thread's name
+    thread_name: ClassVar[str]
+
+    def __init__(self, lease_seconds: float) -> None:
+        self._lease_ms = int(lease_seconds * 1000)
+        self._interval = max(lease_seconds / 3, 0.05)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(self._interval + STOP_GRACE_SECONDS)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            if not self._renew_once():
+                return
+
+    @abc.abstractmethod
+    def _renew_once(self) -> bool:
+        """One renewal; whether to go on renewing."""
+
+
+class LeaseKeeper(LeaseRenewal):
     """Renews the leases of one attempt, or of a batch's attempts in one transaction, every
     third of their length from a daemon thread.
 
@@ -33,6 +67,8 @@ class LeaseKeeper:
     the other attempts of the batch carry on.
     """
 
+    thread_name = "offload-lease"
+
     def __init__(
         self, store: AttemptStore, attempts: Attempt | Iterable[Attempt], lease_seconds: float
     ) -> None:
@@ -40,19 +76,11 @@ class LeaseKeeper:
         batch = [attempts] if isinstance(attempts, Attempt) else list(attempts)
         self._attempts = {a.attempt_id: a for a in batch}
         self._single = batch[0] if isinstance(attempts, Attempt) else None
-        self._lease_ms = int(lease_seconds * 1000)
-        self._interval = max(lease_seconds / 3, 0.05)
-        self._stop = threading.Event()
         self._lost: set[str] = set()
-        self._thread = threading.Thread(target=self._run, name="offload-lease", daemon=True)
-
-    def __enter__(self) -> LeaseKeeper:
-        self._thread.start()
-        return self
+        super().__init__(lease_seconds)
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(self._interval + STOP_GRACE_SECONDS)
+        super().__exit__(*exc)
         if self._thread.is_alive():
             log.warning(
                 "lease renewal of %d attempt(s) did not stop within %.0f s; left to end on its own",
@@ -78,11 +106,9 @@ class LeaseKeeper:
         live = [a for a in self._attempts.values() if a.attempt_id not in self._lost]
         return self._store.renew_batch(live, self._lease_ms)
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            try:
-                self._lost |= self._renew()
-            except Exception:
-                continue
-            if len(self._lost) == len(self._attempts):
-                return
+    def _renew_once(self) -> bool:
+        try:
+            self._lost |= self._renew()
+        except Exception:
+            return True
+        return len(self._lost) != len(self._attempts)

@@ -8,9 +8,9 @@ from urllib.parse import unquote
 
 from offloader.format import decode_index
 from offloader.format.object_metadata import LEDGER_OBJECT_FORMAT_VERSION
-from offloader.keys import data_key_of
 from offloader.metadata.snapshot import SnapshotError
 from offloader.objectstore import ObjectStore
+from offloader.recovery._objects import whole_data_object
 
 
 @dataclass(frozen=True)
@@ -45,12 +45,7 @@ def read_ledger(store: ObjectStore, index_key: str, attempt_id: str, ledger_id: 
             f"the index says {meta.topic}/{meta.ledger_id}, the key and user metadata say "
             f"{from_user[0]}/{from_user[1] or ledger_id}"
         )
-    data_key = data_key_of(index_key)
-    data_len = store.stat(data_key).size
-    if data_len != index.data_object_len:
-        raise SnapshotError(
-            f"data object {data_key} is {data_len} bytes, the index says {index.data_object_len}"
-        )
+    data_key, data_len = whole_data_object(store, index_key, index.data_object_len)
     return FoundLedger(
         topic=meta.topic,
         ledger_id=meta.ledger_id,

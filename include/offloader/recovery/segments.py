@@ -9,9 +9,9 @@ from urllib.parse import unquote
 
 from offloader.format import decode_segment_index
 from offloader.format.object_metadata import SEGMENT_OBJECT_FORMAT_VERSION
-from offloader.keys import data_key_of
 from offloader.metadata.snapshot import SnapshotError
 from offloader.objectstore import ObjectStore
+from offloader.recovery._objects import whole_data_object
 
 
 @dataclass(frozen=True)
@@ -65,12 +65,7 @@ def read_segment(
             f"the index is of topic {index.topic!r}, segment {segment_id} by its key; its user "
             f"metadata says topic {from_user[0]!r}, segment {from_user[1]}"
         )
-    data_key = data_key_of(index_key)
-    data_len = store.stat(data_key).size
-    if data_len != index.data_object_len:
-        raise SnapshotError(
-            f"data object {data_key} is {data_len} bytes, the index says {index.data_object_len}"
-        )
+    data_key, data_len = whole_data_object(store, index_key, index.data_object_len)
     pieces = []
     for ledger in index.ledgers:
         meta = ledger.metadata

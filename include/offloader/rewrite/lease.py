@@ -9,36 +9,26 @@ raises, so the run stops instead of uploading what can never be committed.
 from __future__ import annotations
 
 import logging
-import threading
 
 from offloader.exceptions import CommitFailedError
 from offloader.metadata import MetadataStore, Segment
-from offloader.offload.lease import STOP_GRACE_SECONDS
+from offloader.offload.lease import LeaseRenewal
 
 log = logging.getLogger(__name__)
 
 
-class RewriteLease:
+class RewriteLease(LeaseRenewal):
     """Renews ``segment``'s lease from a daemon thread while in its ``with`` block."""
+
+    thread_name = "rewrite-lease"
 
     def __init__(self, metadata: MetadataStore, segment: Segment, lease_seconds: float) -> None:
         if lease_seconds <= 0:
             raise ValueError(f"lease_seconds must be positive, got {lease_seconds}")
         self._metadata = metadata
         self._segment = segment
-        self._lease_ms = int(lease_seconds * 1000)
-        self._interval = max(lease_seconds / 3, 0.05)
-        self._stop = threading.Event()
         self._lost = False
-        self._thread = threading.Thread(target=self._run, name="rewrite-lease", daemon=True)
-
-    def __enter__(self) -> RewriteLease:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(self._interval + STOP_GRACE_SECONDS)
+        super().__init__(lease_seconds)
 
     def check(self) -> None:
         """Raise CommitFailedError once a renewal found the segment lost."""
@@ -48,13 +38,11 @@ class RewriteLease:
                 "commits nothing"
             )
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            try:
-                if not self._metadata.rewrites.renew(self._segment, self._lease_ms):
-                    self._lost = True
-                    return
-            except Exception:  # a database hiccup: the next renewal tries again
-                log.warning(
-                    "renewing the lease of %s failed", self._segment.segment_id, exc_info=True
-                )
+    def _renew_once(self) -> bool:
+        try:
+            if not self._metadata.rewrites.renew(self._segment, self._lease_ms):
+                self._lost = True
+                return False
+        except Exception:  # a database hiccup: the next renewal tries again
+            log.warning("renewing the lease of %s failed", self._segment.segment_id, exc_info=True)
+        return True

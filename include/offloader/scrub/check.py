@@ -33,6 +33,7 @@ from typing import Generic, TypeVar
 
 from offloader.exceptions import FormatError, ObjectNotFoundError, ObjectStoreError
 from offloader.format import (
+    BLOCK_MAGIC,
     SEGMENT_BLOCK_MAGIC,
     BlockRef,
     LedgerIndex,
@@ -203,9 +204,22 @@ class _ObjectScrub(abc.ABC, Generic[_Index]):
         self.objects += 1
         return size
 
-    @abc.abstractmethod
     def _compare_index(self, index: _Index) -> None:
-        """The index against the metadata store's record of the target."""
+        """The index against the metadata store's record of the target: what its kind
+        compares, then the data object's length; one finding for each disagreement."""
+        t = self.target
+        disagree = self._disagreements(index)
+        if t.data_len is not None and index.data_object_len != t.data_len:
+            disagree.append(
+                f"index says the data object is {index.data_object_len} bytes, the metadata "
+                f"store recorded {t.data_len}"
+            )
+        for what in disagree:
+            self.find(t.index_key, 0, FindingKind.METADATA_MISMATCH, what)
+
+    @abc.abstractmethod
+    def _disagreements(self, index: _Index) -> list[str]:
+        """Where the index disagrees with the target in what only its kind records."""
 
     @abc.abstractmethod
     def _check_blocks(self, index: _Index, size: int) -> None:
@@ -261,7 +275,7 @@ class _LedgerScrub(_ObjectScrub[LedgerIndex]):
     def _decode(self, raw: builtins.bytes) -> LedgerIndex:
         return decode_index(raw)
 
-    def _compare_index(self, index: LedgerIndex) -> None:
+    def _disagreements(self, index: LedgerIndex) -> list[str]:
         """The index against the metadata store's record of the ledger."""
         t = self.target
         disagree: list[str] = []
@@ -280,13 +294,7 @@ class _LedgerScrub(_ObjectScrub[LedgerIndex]):
                 )
         if index.first_entry_id != 0:
             disagree.append(f"index starts at entry {index.first_entry_id}, not 0")
-        if t.data_len is not None and index.data_object_len != t.data_len:
-            disagree.append(
-                f"index says the data object is {index.data_object_len} bytes, the metadata "
-                f"store recorded {t.data_len}"
-            )
-        for what in disagree:
-            self.find(t.index_key, 0, FindingKind.METADATA_MISMATCH, what)
+        return disagree
 
     def _check_blocks(self, index: LedgerIndex, size: int) -> None:
         """Every block the object holds whole, one GET (and one block in memory) each."""
@@ -315,7 +323,7 @@ class _SegmentScrub(_ObjectScrub[SegmentIndex]):
     def _decode(self, raw: bytes) -> SegmentIndex:
         return decode_segment_index(raw)
 
-    def _compare_index(self, index: SegmentIndex) -> None:
+    def _disagreements(self, index: SegmentIndex) -> list[str]:
         t = self.target
         disagree: list[str] = []
         if index.topic != t.topic:
@@ -328,13 +336,7 @@ class _SegmentScrub(_ObjectScrub[SegmentIndex]):
             disagree.append(
                 f"index holds {_ranges(ranges)}, the metadata store recorded {_ranges(t.pieces)}"
             )
-        if t.data_len is not None and index.data_object_len != t.data_len:
-            disagree.append(
-                f"index says the data object is {index.data_object_len} bytes, the metadata "
-                f"store recorded {t.data_len}"
-            )
-        for what in disagree:
-            self.find(t.index_key, 0, FindingKind.METADATA_MISMATCH, what)
+        return disagree
 
     def _check_blocks(self, index: SegmentIndex, size: int) -> None:
         checks = (
@@ -356,16 +358,7 @@ def _check_segment_block(
 ) -> int:
     """:func:`_check_block` for a v2 block of ``ledger_id``: its chunks, then the whole
     block with its CRC and the ledger id in its header."""
-    for chunk in ledger.chunks_for_block(block):
-        at = chunk.offset - block.offset
-        verify_chunk(data, chunk, at=at)
-        parse_chunk(data, chunk, block=block, at=at, magic=SEGMENT_BLOCK_MAGIC)
-    if i + 1 < len(ledger.blocks):
-        count: int | None = ledger.blocks[i + 1].first_entry_id - block.first_entry_id
-    elif ledger.last_entry_id is not None:
-        count = ledger.last_entry_id + 1 - block.first_entry_id
-    else:
-        count = None
+    count = _check_chunks(ledger, i, block, data, SEGMENT_BLOCK_MAGIC)
     entries = decode_segment_block(
         data,
         ledger_id=ledger_id,
@@ -384,17 +377,7 @@ def _check_block(index: LedgerIndex, i: int, block: BlockRef, data: bytes) -> in
     frames must fit the chunk table), then the block as a whole (its CRC also covers the
     padding). A Pulsar index says nothing of the last block's count: it is scanned.
     """
-    for chunk in index.chunks_for_block(block):
-        at = chunk.offset - block.offset
-        verify_chunk(data, chunk, at=at)
-        parse_chunk(data, chunk, block=block, at=at)
-    count: int | None
-    if i + 1 < len(index.blocks):
-        count = index.blocks[i + 1].first_entry_id - block.first_entry_id
-    elif index.last_entry_id is not None:
-        count = index.last_entry_id + 1 - block.first_entry_id
-    else:
-        count = None  # foreign metadata: scan to the padding, as Pulsar does
+    count = _check_chunks(index, i, block, data, BLOCK_MAGIC)
     entries = decode_block(
         data,
         entry_count=count,
@@ -403,3 +386,20 @@ def _check_block(index: LedgerIndex, i: int, block: BlockRef, data: bytes) -> in
         offset=block.offset,
     )
     return len(entries)
+
+
+def _check_chunks(
+    index: LedgerIndex, i: int, block: BlockRef, data: bytes, magic: int
+) -> int | None:
+    """Verify and parse every chunk of ``index``'s block ``i`` (whose bytes are ``data``;
+    ``magic`` tells a v1 block from a v2 one); the entries the block holds by the index,
+    None for a Pulsar index's last block (it says nothing of its count)."""
+    for chunk in index.chunks_for_block(block):
+        at = chunk.offset - block.offset
+        verify_chunk(data, chunk, at=at)
+        parse_chunk(data, chunk, block=block, at=at, magic=magic)
+    if i + 1 < len(index.blocks):
+        return index.blocks[i + 1].first_entry_id - block.first_entry_id
+    if index.last_entry_id is not None:
+        return index.last_entry_id + 1 - block.first_entry_id
+    return None  # foreign metadata: scan to the padding, as Pulsar does
