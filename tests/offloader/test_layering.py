@@ -18,6 +18,10 @@ from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.source_tree
+
 ROOT = Path(__file__).resolve().parents[2]
 INCLUDE = ROOT / "include"
 
