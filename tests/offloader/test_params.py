@@ -13,8 +13,11 @@ import pytest
 from pydantic import Field
 
 from offloader import params
+from offloader.bulk.params import ExportParams
 from offloader.offload.params import OffloadRunParams
 from offloader.params import RunParams, RunParamsError, form_schema
+from offloader.rewrite.params import RewriteParams
+from offloader.scrub.params import ScrubParams
 
 
 @pytest.fixture(autouse=True)
@@ -126,3 +129,21 @@ def test_topic_names_are_stripped_1_to_512_characters_and_deduplicated() -> None
         with pytest.raises(ValueError) as raised:
             params.topic_names(bad)
         assert str(raised.value) == "topic names must be 1 to 512 characters, not blank"
+
+
+@pytest.mark.parametrize(
+    ("model", "verb"),
+    [(ExportParams, "Export"), (ScrubParams, "Scrub"), (RewriteParams, "Rewrite")],
+)
+def test_a_runs_topics_field_says_what_it_does_to_them(model: type[RunParams], verb: str) -> None:
+    """``topics_field`` is the one place the form's Topics field is written; each run that
+    re-declares it keeps the type, the default and the validation, and names its verb."""
+    assert form_schema(model)["topics"] == {
+        "default": None,
+        "description": f"{verb} these topics; leave empty for every topic.",
+        "items": {"type": "string"},
+        "title": "Topics",
+        "type": ["null", "array"],
+    }
+    assert model.parse({}).topics is None
+    assert model.parse({"topics": [" a ", "a"]}).topics == ["a"]

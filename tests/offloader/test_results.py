@@ -5,6 +5,8 @@ people; and the list below is every such class of the library."""
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import enum
 import importlib
 import inspect
 import json
@@ -238,7 +240,8 @@ EXAMPLES: dict[type, list[Callable[[], Any]]] = {
         lambda: ExportResult(SNAPSHOT, [SNAPSHOT.key], ["_metadata/snapshots/old.json.gz"])
     ],
     RebuildResult: [
-        lambda: RebuildResult(["orders"], 40, [f"{UUID}-ledger-3-index: no data object"], 2, 6)
+        lambda: RebuildResult(["orders"], 40, [f"{UUID}-ledger-3-index: no data object"], 2, 6),
+        lambda: RebuildResult(["a", "b"], 3, ["x-index: no data object", "y-index: bad magic"]),
     ],
     Checksum: [lambda: Checksum("ef" * 32, 300, 3_000_000)],
     StatusReport: [
@@ -434,6 +437,12 @@ PASS_TEXT = (
             "rebuilt 1 topic(s), 40 offloaded ledger(s); skipped 1 index object(s):\n"
             f"  {UUID}-ledger-3-index: no data object",
         ),
+        (
+            RebuildResult,
+            1,
+            "rebuilt 2 topic(s), 3 offloaded ledger(s); skipped 2 index object(s):\n"
+            "  x-index: no data object\n  y-index: bad magic",
+        ),
         (Checksum, 0, f"{'ef' * 32}  300 entries, 3000000 bytes"),
         (
             StatusReport,
@@ -493,3 +502,25 @@ def test_the_json_of_a_result_adds_what_it_derives() -> None:
         "pending_deletions",
     ]
     assert status["deletion_backlog"]["pending"] == 12 and status["tiers"][0]["topic"] == "orders"
+
+
+class _Tier(enum.Enum):
+    HOT = "hot"
+
+
+class _Record(BaseModel):
+    at: datetime.datetime
+    tier: _Tier
+    tags: frozenset[str]
+
+
+def test_jsonable_converts_what_it_finds_inside_containers_and_models() -> None:
+    """A pydantic record in its JSON mode (a datetime as ISO text, an enum as its value, a
+    set as a list), dict keys as text and values converted, tuples as lists."""
+    at = datetime.datetime(2026, 12, 6, 23, 0, tzinfo=datetime.UTC)
+    record = _Record(at=at, tier=_Tier.HOT, tags=frozenset({"x"}))
+    value = {7: (_Tier.HOT, record), "plain": [1, "two", None]}
+    assert jsonable(value) == {
+        "7": ["hot", {"at": "2026-12-06T23:00:00Z", "tier": "hot", "tags": ["x"]}],
+        "plain": [1, "two", None],
+    }
