@@ -524,3 +524,32 @@ def test_jsonable_converts_what_it_finds_inside_containers_and_models() -> None:
         "7": ["hot", {"at": "2026-12-06T23:00:00Z", "tier": "hot", "tags": ["x"]}],
         "plain": [1, "two", None],
     }
+
+
+def test_a_topics_offload_as_json_and_its_rate() -> None:
+    """The document ``offloader offload --json`` prints per topic; the rate is decimal MB/s,
+    rounded to two places, for any run that took time (under a second too)."""
+    offload = EXAMPLES[TopicOffloadResult][0]()
+    assert offload.to_json() == {
+        "topic": "orders",
+        "results": [r.to_json() for r in OFFLOADED],
+        "hot_deleted": [{"topic": "orders", "ledger_id": 5, "bytes": 1024}],
+        "bytes": 1_048_576,
+        "seconds": 1.25,
+        "mb_per_second": 0.84,
+    }
+    moved = OffloadResult("orders", 7, Outcome.OFFLOADED, UUID, 12_500_001, 0.5)
+    assert TopicOffloadResult("t", [moved], [], 100.0).to_json()["mb_per_second"] == 0.13
+    assert TopicOffloadResult("t", [moved], [], 0.5).to_json()["mb_per_second"] == 25.0
+
+
+def test_texts_at_their_edges() -> None:
+    """A trim lists at most 20 ledgers and says when there are more; a streaming step with
+    no hot copy deleted says so; a GC run names every dead rewrite it recovered."""
+    twenty = dataclasses.replace(TRIM, ledgers_deleting=list(range(1, 21)))
+    assert f"deleting {list(range(1, 21))}, 48" in str(twenty)
+    more = dataclasses.replace(TRIM, ledgers_deleting=list(range(1, 22)))
+    assert f"deleting {list(range(1, 21))} ..., 48" in str(more)
+    assert str(StreamTopicResult(PASSED, [])).endswith("; hot copies deleted: -")
+    run = GcRun(DeletionPass(40, 2, 12, 3, BACKLOG), 2, ["a", "b"])
+    assert "; 2 trimmed ledgers now deleted; dead rewrites recovered: a, b\n" in str(run)

@@ -21,8 +21,11 @@ from fixtures.exports import (
     run_export,
     streamed_topic,
 )
+from offloader.bulk.export import export_slices
+from offloader.bulk.output import ExportTarget
 from offloader.bulk.params import ExportParams
 from offloader.bulk.plan import plan_export
+from offloader.exceptions import DamagedObjectError
 from offloader.metadata import Position, SegmentState, schema
 from offloader.offload.ledger_offloader import LedgerOffloader
 from offloader.retention.trim import trim_topic
@@ -118,6 +121,42 @@ def test_a_streamed_ledger_with_a_gap_in_its_segments_fails_the_plan(runtime: Ru
     with pytest.raises(ValueError, match=damaged) as raised:
         plan_export(rt.metadata, ExportParams(topics=[STREAMED]))
     assert str(raised.value).endswith("run `offloader scrub`")  # what to do about it
+
+
+@pytest.mark.parametrize("backend_settings", ["fs-sqlite"], indirect=True)
+def test_a_piece_the_segment_does_not_hold_from_its_first_entry_fails_the_slice(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    """The metadata store moves the boundary between a ledger's two pieces one entry back
+    (still covering the ledger): the second segment does not hold its piece's first entry,
+    and reading that slice is damage naming what each side says, not a bad request."""
+    rt = runtime
+    streamed = topics(rt)
+    ledger_id = next(i for i in streamed if len(rt.metadata.segments.pieces(STREAMED, i)) > 1)
+    head, tail, *_ = rt.metadata.segments.pieces(STREAMED, ledger_id)
+    moved = tail.first_entry_id - 1
+    P = schema.pieces
+    with rt.metadata.transaction() as conn:
+        for piece, values in (
+            (head, {"last_entry_id": moved - 1}),
+            (tail, {"first_entry_id": moved}),
+        ):
+            conn.execute(
+                sa.update(P)
+                .where(P.c.segment_id == piece.segment.segment_id, P.c.ledger_id == ledger_id)
+                .values(**values)
+            )
+    plan = plan_export(rt.metadata, ExportParams(topics=[STREAMED]))
+    (part,) = [s for s in plan.slices if (s.ledger_id, s.first_entry_id) == (ledger_id, moved)]
+    assert part.piece_first_entry_id == moved and part.data_key == tail.segment.data_key
+    target = ExportTarget.new_attempt((tmp_path / "out").as_uri(), "e1")
+    said = (
+        rf"segment index holds entries {moved + 1}\.\.{tail.last_entry_id} of ledger "
+        rf"{ledger_id}, the metadata store says {moved}\.\.{tail.last_entry_id}"
+    )
+    with pytest.raises(DamagedObjectError, match=said) as raised:
+        export_slices([part], target, rt.settings.for_object_stores())
+    assert (raised.value.topic, raised.value.ledger_id) == (STREAMED, ledger_id)
 
 
 @pytest.mark.parametrize("backend_settings", ["fs-sqlite"], indirect=True)

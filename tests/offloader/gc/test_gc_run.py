@@ -5,6 +5,7 @@ are gone, whichever drain; a dry run only drains (dry) and changes nothing."""
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 from fixtures.metadata import pending_deletions
 from fixtures.retention import mixed_topic
@@ -48,3 +49,31 @@ def test_a_bounded_drain_and_a_dry_run(runtime: Runtime) -> None:
     run = collect_garbage(runtime, partial(drain_queue, max_items=100))
     assert (run.drained.deleted, run.drained.stopped, run.ledgers_deleted) == (6, "drained", 3)
     assert states(runtime, ids[:3]) == [DeletionState.DELETED] * 3
+
+
+def test_a_dry_run_hands_the_drain_the_runtime_s_metadata_stores_and_settings(
+    runtime: Runtime,
+) -> None:
+    trimmed(runtime)
+    seen: list[tuple[Any, ...]] = []
+
+    def drain(*args: Any) -> Any:
+        seen.append(args)
+        return drain_queue(*args, dry_run=True)
+
+    collect_garbage(runtime, drain, dry_run=True)
+    assert len(seen) == 1
+    metadata, stores, settings = seen[0]
+    assert (metadata, stores, settings) == (runtime.metadata, runtime.stores, runtime.settings)
+
+
+def test_a_run_counts_the_ledgers_it_finishes_before_its_drain(runtime: Runtime) -> None:
+    """The trim's keys are all gone (a bare drain) before the run: its drain has nothing
+    left, and the three ledgers it records deleted before draining still count."""
+    ids = trimmed(runtime)
+    process_deletions(runtime.metadata, runtime.stores, runtime.settings, limit=10)
+    assert states(runtime, ids[:3]) == [DeletionState.DELETING] * 3
+
+    run = collect_garbage(runtime, partial(process_deletions, limit=10))
+    assert (run.drained.deleted, run.ledgers_deleted) == (0, 3)
+    assert states(runtime, ids) == [DeletionState.DELETED] * 3 + [DeletionState.NONE] * 3

@@ -4,7 +4,9 @@ topic's block size shrank since the offload, the report's text and error."""
 
 from __future__ import annotations
 
+import logging
 import time
+from unittest import mock
 
 import pytest
 
@@ -12,7 +14,7 @@ from fixtures.backends import make_topic, produce_ledgers
 from fixtures.inspect import checksum
 from fixtures.rewrites import T, check_one_copy, rewrite
 from offloader.exceptions import CommitFailedError, RewriteFailedError
-from offloader.metadata import OffloadMode, Position
+from offloader.metadata import OffloadMode, Position, Segment
 from offloader.objectstore import Capabilities
 from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.ledger_offloader import LedgerOffloader
@@ -70,13 +72,13 @@ def test_parts_are_the_topic_s_part_size_at_least_the_store_s_and_fit_its_count(
     assert part_size(_Store(1, 100), 1000, 1) == 20  # type: ignore[arg-type]  # twice the room
 
 
-def test_the_lease_keeper_renews_and_reports_a_lost_segment(runtime: Runtime) -> None:
-    rt = runtime
+def _leased_segment(rt: Runtime) -> Segment:
+    """Rewrite segment ``r`` begun over one offloaded ledger, with a 1 s lease."""
     make_topic(rt, T)
     (ledger_id,) = produce_ledgers(rt, T, [(5, 100)])
     LedgerOffloader(rt).offload_topic(T, up_to=ledger_id)
     ledger = rt.metadata.get_ledger(T, ledger_id)
-    segment = rt.metadata.rewrites.begin(
+    return rt.metadata.rewrites.begin(
         T,
         segment_id="r",
         data_key="r",
@@ -86,6 +88,11 @@ def test_the_lease_keeper_renews_and_reports_a_lost_segment(runtime: Runtime) ->
         lease_ms=1000,
         ledgers=[ledger],
     )
+
+
+def test_the_lease_keeper_renews_and_reports_a_lost_segment(runtime: Runtime) -> None:
+    rt = runtime
+    segment = _leased_segment(rt)
     with pytest.raises(ValueError, match="lease_seconds must be positive"):
         RewriteLease(rt.metadata, segment, 0)
     with RewriteLease(rt.metadata, segment, 1.0) as lease:
@@ -102,6 +109,37 @@ def test_the_lease_keeper_renews_and_reports_a_lost_segment(runtime: Runtime) ->
                 break
             assert time.monotonic() < deadline
             time.sleep(0.05)
+
+
+def test_a_renewal_that_finds_the_segment_lost_stops_the_renewals(runtime: Runtime) -> None:
+    segment = _leased_segment(runtime)
+    lease = RewriteLease(runtime.metadata, segment, 1.0)  # not entered: renewals by hand
+    assert lease._renew_once() is True
+    lease.check()
+    runtime.metadata.rewrites.fail(segment, "taken away")
+    assert lease._renew_once() is False  # nothing left to renew: the thread ends
+    with pytest.raises(CommitFailedError, match="rewrite segment r lost its lease"):
+        lease.check()
+
+
+def test_a_renewal_that_raises_is_logged_and_retried(
+    runtime: Runtime, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A database hiccup is not a lost lease: a warning with the error, and the next
+    renewal tries again."""
+    segment = _leased_segment(runtime)
+    hiccup = ConnectionError("the database went away")
+    metadata = mock.Mock()
+    metadata.rewrites.renew.side_effect = hiccup
+    lease = RewriteLease(metadata, segment, 1.0)
+    with caplog.at_level(logging.WARNING, logger="offloader.rewrite.lease"):
+        assert lease._renew_once() is True
+    lease.check()  # not lost
+    metadata.rewrites.renew.assert_called_once_with(segment, 1000)
+    (record,) = [r for r in caplog.records if r.name == "offloader.rewrite.lease"]
+    assert record.levelno == logging.WARNING
+    assert record.getMessage() == "renewing the lease of r failed"
+    assert record.exc_info is not None and record.exc_info[1] is hiccup
 
 
 def test_entries_of_blocks_bigger_than_the_policy_s_now_are_still_rewritten(
