@@ -21,6 +21,8 @@ def verify_promises(rt: Runtime, *, topic: str | None = None, deep: bool = False
     """Check every promise (docs/OPERATIONS.md, "After an incident: verify") for every topic
     not deleted, or ``topic`` alone (NotFoundError if it does not exist, ValueError if it
     was deleted, before anything is read)."""
+    if topic is not None and rt.metadata.get_topic(topic).is_deleted:
+        raise ValueError(f"topic {topic!r} was deleted; it has no promises left to verify")
     names = check_topics(rt.metadata, [topic] if topic is not None else None)
     topics = [rt.metadata.get_topic(name) for name in names]
     report = VerifyReport(deep=deep, topics=names)

@@ -10,9 +10,11 @@ import pytest
 
 from fixtures.damage import flip, overwrite_object
 from fixtures.verify import describe, healthy_topics, of_kind
+from offloader.exceptions import NotFoundError
 from offloader.metadata import Ledger, schema
 from offloader.metadata.clock import db_now
 from offloader.objectstore.location import StoreLocation
+from offloader.retention.trim import delete_topic
 from offloader.runtime import Runtime
 from offloader.verify import VerifyReport, verify_promises
 
@@ -221,3 +223,14 @@ def test_every_fault_at_once(healthy: Runtime) -> None:
     }, describe(report)
     kinds = [b.kind for b in report.breaches]
     assert all(kinds.count(k) == 1 for k in set(kinds) - {"corrupt"}), describe(report)
+
+
+@FS_ONLY
+def test_an_unknown_or_deleted_topic_is_refused(healthy: Runtime) -> None:
+    with pytest.raises(NotFoundError, match="'nope'"):
+        verify_promises(healthy, topic="nope")
+    delete_topic(healthy, "s")
+    with pytest.raises(ValueError, match="topic 's' was deleted"):
+        verify_promises(healthy, topic="s")
+    report = verify_promises(healthy)
+    assert report.ok and report.topics == ["orders"], describe(report)
