@@ -26,7 +26,9 @@ from fixtures.databases import pg_dsn, require_postgres
 
 ROOT = Path(__file__).resolve().parents[2]
 STACK = ROOT / "scripts" / "stack.sh"
-pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.timeout(900)]
+# long: the short form runs the same Airflow services and workers through the test fixture
+# (tests/dags/test_celery_workers.py); this one checks the script's start, status and stop
+pytestmark = [pytest.mark.slow, pytest.mark.long, pytest.mark.postgres, pytest.mark.timeout(900)]
 
 
 def port_pair_free(port: int) -> bool:
