@@ -129,6 +129,7 @@ def test_the_dags_run_on_two_workers_and_keep_every_entry(
         af.start_worker("worker-a", concurrency=1)
         af.start_worker("worker-b", concurrency=1)
         wait_parsed(af, DAGS)
+        af.wait_for_workers("worker-a", "worker-b")  # neither gets every task by starting first
         for dag in DAGS:
             af.cli("dags", "unpause", dag)
         runs = {
