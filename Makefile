@@ -106,7 +106,8 @@ clean:
 	rm -rf $(VENV) var .pytest_cache .ruff_cache .mypy_cache
 
 # Local stack without Docker (same components as docker-compose.yaml, on 127.0.0.1, state
-# under var/stack): see docs/DEPLOYMENT.md.
+# under var/stack): see docs/DEPLOYMENT.md. `make stack STACK_EXECUTOR=celery STACK_WORKERS=2`
+# runs the tasks on Celery workers (Redis on 127.0.0.1:6379 as the broker).
 .PHONY: stack stack-down stack-status
 
 stack: install

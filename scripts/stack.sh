@@ -9,11 +9,18 @@
 #
 # Ports are fixed (see below) and can be moved with STACK_*_PORT variables. The PostgreSQL
 # server is not ours: we only create two databases on it (airflow_stack, offloader_stack).
+#
+# STACK_EXECUTOR=celery runs Airflow as the production shape does instead of `airflow
+# standalone`: api-server, scheduler, dag-processor, triggerer and STACK_WORKERS (2) Celery
+# workers, each a component of its own; Redis (not ours either, like PostgreSQL) is the
+# broker at STACK_REDIS_URL, PostgreSQL (the Airflow database) Celery's result backend.
+# `down` and `status` handle whichever shape is running.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BIN="$ROOT/.venv/bin"
-STACK="$ROOT/var/stack"
+# STACK_DIR, STACK_*_DB: a second stack beside this one (the deploy tests run one)
+STACK="${STACK_DIR:-$ROOT/var/stack}"
 RUN_DIR="$STACK/run"
 LOG_DIR="$STACK/log"
 HOST=127.0.0.1
@@ -40,8 +47,8 @@ AIRFLOW_TRIGGER_LOG_PORT="${STACK_AIRFLOW_TRIGGER_LOG_PORT:-8794}"
 PG_HOST="${STACK_PG_HOST:-127.0.0.1}"
 PG_PORT="${STACK_PG_PORT:-5432}"
 PG_USER="${STACK_PG_USER:-postgres}"
-AIRFLOW_DB=airflow_stack
-OFFLOADER_DB=offloader_stack
+AIRFLOW_DB="${STACK_AIRFLOW_DB:-airflow_stack}"
+OFFLOADER_DB="${STACK_OFFLOADER_DB:-offloader_stack}"
 BUCKET=offloader
 
 SPARK_WORKER_CORES="${STACK_SPARK_WORKER_CORES:-2}"
@@ -53,8 +60,27 @@ S3_TIMEOUT="${STACK_S3_TIMEOUT:-60}"
 SPARK_TIMEOUT="${STACK_SPARK_TIMEOUT:-90}"
 AIRFLOW_TIMEOUT="${STACK_AIRFLOW_TIMEOUT:-300}"
 
+EXECUTOR="${STACK_EXECUTOR:-local}"
+WORKERS="${STACK_WORKERS:-2}"
+WORKER_CONCURRENCY="${STACK_WORKER_CONCURRENCY:-2}"
+REDIS_URL="${STACK_REDIS_URL:-redis://127.0.0.1:6379/0}"
+# STACK_SPARK=0 leaves Spark out (the Spark DAGs then fail; the others do not need it)
+SPARK="${STACK_SPARK:-1}"
+[[ "$EXECUTOR" == local || "$EXECUTOR" == celery ]] ||
+  { echo "[stack] ERROR: STACK_EXECUTOR must be local or celery, not '$EXECUTOR'" >&2; exit 2; }
+[[ "$WORKERS" =~ ^[1-9][0-9]*$ ]] ||
+  { echo "[stack] ERROR: STACK_WORKERS must be a positive number, not '$WORKERS'" >&2; exit 2; }
+
 # Components in start order; `down` walks it backwards.
-COMPONENTS=(seaweedfs spark-master spark-worker airflow)
+COMPONENTS=(seaweedfs)
+[[ "$SPARK" == 0 ]] || COMPONENTS+=(spark-master spark-worker)
+CELERY_AIRFLOW=(airflow-api-server airflow-scheduler airflow-dag-processor airflow-triggerer)
+if [[ "$EXECUTOR" == celery ]]; then
+  COMPONENTS+=("${CELERY_AIRFLOW[@]}")
+  for ((n = 1; n <= WORKERS; n++)); do COMPONENTS+=("airflow-worker-$n"); done
+else
+  COMPONENTS+=(airflow)
+fi
 
 # Every process we launch carries this variable, so `down` can find a straggler that left
 # our process groups (Airflow puts each task in a group of its own) without guessing by name.
@@ -206,7 +232,7 @@ write_env_file() {
     "AIRFLOW__CORE__DAGS_FOLDER=$ROOT/dags"
     "AIRFLOW__CORE__PLUGINS_FOLDER=$ROOT/plugins"
     "AIRFLOW__CORE__LOAD_EXAMPLES=False"
-    "AIRFLOW__CORE__EXECUTOR=LocalExecutor"
+    "AIRFLOW__CORE__EXECUTOR=$([[ "$EXECUTOR" == celery ]] && echo CeleryExecutor || echo LocalExecutor)"
     "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=postgresql+psycopg2://$PG_USER@$PG_HOST:$PG_PORT/$AIRFLOW_DB"
     "AIRFLOW__API__HOST=$HOST"
     "AIRFLOW__API__PORT=$AIRFLOW_PORT"
@@ -227,6 +253,19 @@ write_env_file() {
     "PYSPARK_PYTHON=$BIN/python"
     "SPARK_LOCAL_IP=$HOST"
   )
+  if [[ "$EXECUTOR" == celery ]]; then
+    vars+=(
+      "AIRFLOW__CELERY__BROKER_URL=$REDIS_URL"
+      "AIRFLOW__CELERY__RESULT_BACKEND=db+postgresql+psycopg2://$PG_USER@$PG_HOST:$PG_PORT/$AIRFLOW_DB"
+      "AIRFLOW__CELERY__WORKER_CONCURRENCY=$WORKER_CONCURRENCY"
+      # one task per pool process at a time: a prefetched task would wait behind a long one
+      "AIRFLOW__CELERY__WORKER_PREFETCH_MULTIPLIER=1"
+      # each worker reports its own name on the task instances it runs (one machine)
+      "AIRFLOW__CORE__HOSTNAME_CALLABLE=offloader_airflow.worker_hostname.hostname"
+      # the plugins folder is not on a worker's import path before its plugins load
+      "PYTHONPATH=$ROOT/plugins${PYTHONPATH:+:$PYTHONPATH}"
+    )
+  fi
   # Airflow 3 also opens an async engine on its database and derives the driver from the
   # sync URL: postgresql -> asyncpg. Without asyncpg every airflow command dies at import.
   # The requirements do not pin asyncpg yet, so when it is missing we switch the async
@@ -403,23 +442,75 @@ up_airflow() {
     log "airflow already running"
   else
     require_free_ports airflow "$AIRFLOW_PORT" "$AIRFLOW_WORKER_LOG_PORT" "$AIRFLOW_TRIGGER_LOG_PORT"
-    mkdir -p "$AIRFLOW_HOME" "$OFFLOADER_LEDGER_DIR"
-    # Migrate and create the pool before the scheduler starts, so the first DAG run never
-    # sees a missing pool. Both are idempotent; standalone's own migration is then a no-op.
-    log "airflow: db migrate (log ${LOG_DIR#"$ROOT"/}/airflow-init.log)"
-    env "$MARKER" airflow db migrate >>"$LOG_DIR/airflow-init.log" 2>&1 ||
-      { tail -n 40 "$LOG_DIR/airflow-init.log" >&2; die "airflow db migrate failed"; }
-    env "$MARKER" airflow pools set offload_uploads 4 "bounded concurrent uploads" \
-      >>"$LOG_DIR/airflow-init.log" 2>&1 ||
-      { tail -n 40 "$LOG_DIR/airflow-init.log" >&2; die "airflow pools set failed"; }
-    # The offloader's schema, once, before any task runs (tasks only check the revision).
-    # OFFLOADER_* come from the env file: the same database and store as the connection.
-    log "offloader: db upgrade"
-    "$BIN/offloader" db upgrade >>"$LOG_DIR/airflow-init.log" 2>&1 ||
-      { tail -n 40 "$LOG_DIR/airflow-init.log" >&2; die "offloader db upgrade failed"; }
+    prepare_airflow
     start airflow airflow standalone
   fi
   wait_for airflow "$AIRFLOW_TIMEOUT" airflow_health_check
+}
+
+redis_check() {
+  "$BIN/python" - "$REDIS_URL" <<'PY'
+import sys
+
+import redis
+
+redis.Redis.from_url(sys.argv[1], socket_timeout=3).ping()
+PY
+}
+
+# prepare_airflow: migrate, the pool and the offloader schema, before any scheduler starts.
+prepare_airflow() {
+  mkdir -p "$AIRFLOW_HOME" "$OFFLOADER_LEDGER_DIR"
+  # Migrate and create the pool before the scheduler starts, so the first DAG run never
+  # sees a missing pool. Both are idempotent; standalone's own migration is then a no-op.
+  log "airflow: db migrate (log ${LOG_DIR#"$ROOT"/}/airflow-init.log)"
+  env "$MARKER" airflow db migrate >>"$LOG_DIR/airflow-init.log" 2>&1 ||
+    { tail -n 40 "$LOG_DIR/airflow-init.log" >&2; die "airflow db migrate failed"; }
+  env "$MARKER" airflow pools set offload_uploads 4 "bounded concurrent uploads" \
+    >>"$LOG_DIR/airflow-init.log" 2>&1 ||
+    { tail -n 40 "$LOG_DIR/airflow-init.log" >&2; die "airflow pools set failed"; }
+  # The offloader's schema, once, before any task runs (tasks only check the revision).
+  # OFFLOADER_* come from the env file: the same database and store as the connection.
+  log "offloader: db upgrade"
+  "$BIN/offloader" db upgrade >>"$LOG_DIR/airflow-init.log" 2>&1 ||
+    { tail -n 40 "$LOG_DIR/airflow-init.log" >&2; die "offloader db upgrade failed"; }
+}
+
+# A worker is ready when Celery logs "<name>@<host> ready." (it consumes from the broker).
+worker_ready() {
+  grep -q "$1@.* ready\." "$LOG_DIR/$1.log"
+}
+
+# The production shape on one machine: every Airflow service a component of its own, the
+# workers named airflow-worker-N (Celery node and task instances' host name). No log
+# server on the workers: they and the API server share this stack's log folder.
+up_airflow_celery() {
+  redis_check >/dev/null 2>&1 || die "Redis not reachable at $REDIS_URL (set STACK_REDIS_URL)"
+  local name pending=0
+  for name in "${CELERY_AIRFLOW[@]}"; do
+    running_pid "$name" >/dev/null || pending=1
+  done
+  if ((pending)); then
+    require_free_ports airflow "$AIRFLOW_PORT" "$AIRFLOW_TRIGGER_LOG_PORT"
+    prepare_airflow
+    for name in "${CELERY_AIRFLOW[@]}"; do
+      running_pid "$name" >/dev/null || start "$name" airflow "${name#airflow-}"
+    done
+  fi
+  wait_for airflow-api-server "$AIRFLOW_TIMEOUT" airflow_health_check
+  for ((n = 1; n <= WORKERS; n++)); do
+    name="airflow-worker-$n"
+    if running_pid "$name" >/dev/null; then
+      log "$name already running"
+    else
+      : >"$LOG_DIR/$name.log"  # `ready` is looked for in this start's log only
+      start "$name" env OFFLOADER_WORKER_HOSTNAME="$name" airflow celery worker \
+        --celery-hostname "$name@%h" --concurrency "$WORKER_CONCURRENCY" --skip-serve-logs
+    fi
+  done
+  for ((n = 1; n <= WORKERS; n++)); do
+    wait_for "airflow-worker-$n" "$AIRFLOW_TIMEOUT" worker_ready "airflow-worker-$n"
+  done
 }
 
 # ---------------------------------------------------------------------------------------
@@ -431,10 +522,16 @@ cmd_up() {
   local began=$SECONDS
   ensure_s3_credentials
   write_env_file
+  if [[ "$EXECUTOR" == local ]] && running_pid airflow-scheduler >/dev/null; then
+    die "a Celery stack runs here: scripts/stack.sh down first, or set STACK_EXECUTOR=celery"
+  fi
+  if [[ "$EXECUTOR" == celery ]] && running_pid airflow >/dev/null; then
+    die "a standalone stack runs here: scripts/stack.sh down first, or unset STACK_EXECUTOR"
+  fi
   up_seaweedfs
-  up_spark
+  [[ "$SPARK" == 0 ]] || up_spark
   up_databases
-  up_airflow
+  if [[ "$EXECUTOR" == celery ]]; then up_airflow_celery; else up_airflow; fi
   local password_file="$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated"
   cat <<EOF
 
@@ -451,13 +548,33 @@ cmd_up() {
 EOF
 }
 
+# Every component this stack directory knows: the configured ones, and any other with a
+# pid file (a Celery stack's, or more workers than STACK_WORKERS says now), workers first.
+known_components() {
+  local file name
+  local -a extra=()
+  for file in "$RUN_DIR"/*.pid; do
+    [[ -e "$file" ]] || continue
+    name="$(basename "$file" .pid)"
+    [[ " ${COMPONENTS[*]} " == *" $name "* ]] || extra+=("$name")
+  done
+  printf '%s\n' "${COMPONENTS[@]}" "${extra[@]}"
+}
+
 cmd_down() {
   local i name pid
-  for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do
-    name="${COMPONENTS[i]}"
+  local -a all
+  mapfile -t all < <(known_components)
+  # workers first (no new task starts), then the rest backwards
+  for name in "${all[@]}"; do
+    [[ "$name" == airflow-worker-* ]] && stop "$name" 60
+  done
+  for ((i = ${#all[@]} - 1; i >= 0; i--)); do
+    name="${all[i]}"
     case "$name" in
+      airflow-worker-*) ;;
       # The scheduler finishes its loop and the API server drains requests: give it time.
-      airflow) stop "$name" 60 ;;
+      airflow | airflow-*) stop "$name" 60 ;;
       *) stop "$name" 20 ;;
     esac
   done
@@ -482,11 +599,13 @@ cmd_down() {
 
 cmd_status() {
   local name pid state=0
-  for name in "${COMPONENTS[@]}"; do
+  local -a all
+  mapfile -t all < <(known_components)
+  for name in "${all[@]}"; do
     if pid="$(running_pid "$name")"; then
-      printf '%-13s running  (pid %s)\n' "$name" "$pid"
+      printf '%-22s running  (pid %s)\n' "$name" "$pid"
     else
-      printf '%-13s stopped\n' "$name"
+      printf '%-22s stopped\n' "$name"
       state=3
     fi
   done

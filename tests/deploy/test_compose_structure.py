@@ -13,9 +13,11 @@ import re
 import shutil
 import subprocess
 from collections.abc import Iterator, Mapping
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
 
@@ -493,3 +495,82 @@ def test_interpolate_behaves_like_compose() -> None:
     assert interpolate("${A}-${B:-2}-$${C}", env) == "1-2-${C}"
     with pytest.raises(KeyError):
         interpolate("${B:?set B}", env)
+
+
+# ------------------------------------------------------------------------- specification
+
+
+def test_the_file_follows_the_compose_specification(compose: dict[str, Any]) -> None:
+    """The compose specification's JSON schema (as vendored by check-jsonschema): an unknown
+    key, a wrong type or a misspelt option fails here instead of on `docker compose up`."""
+    schema_file = resources.files("check_jsonschema.builtin_schemas.vendor") / "compose-spec.json"
+    schema = json.loads(schema_file.read_text())
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    errors = [
+        f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+        for e in validator.iter_errors(compose)
+    ]
+    assert not errors, "\n".join(errors)
+
+
+def test_the_schema_check_catches_a_misspelt_option(compose: dict[str, Any]) -> None:
+    schema_file = resources.files("check_jsonschema.builtin_schemas.vendor") / "compose-spec.json"
+    schema = json.loads(schema_file.read_text())
+    broken = json.loads(json.dumps(compose))
+    broken["services"]["airflow-worker"]["healthchek"] = broken["services"]["airflow-worker"].pop(
+        "healthcheck"
+    )
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    assert any("healthchek" in e.message for e in validator.iter_errors(broken))
+
+
+# ---------------------------------------------------------------------- the celery profile
+
+CELERY_PROFILE = ("redis", "airflow-worker")
+
+
+def test_the_default_profile_keeps_its_services_and_executor(
+    services: dict[str, Any], dummy_env: dict[str, str]
+) -> None:
+    default = {n for n, s in services.items() if not s.get("profiles")}
+    assert default == set(REQUIRED_SERVICES)
+    for name in CELERY_PROFILE:
+        assert services[name]["profiles"] == ["celery"], name
+    # without AIRFLOW_EXECUTOR (the default .env), the scheduler runs tasks itself
+    executor = environment(services["airflow-scheduler"])["AIRFLOW__CORE__EXECUTOR"]
+    assert interpolate(executor, {}) == "LocalExecutor"
+    assert interpolate(executor, {"AIRFLOW_EXECUTOR": "CeleryExecutor"}) == "CeleryExecutor"
+
+
+def test_the_workers_scale(services: dict[str, Any]) -> None:
+    """`--scale airflow-worker=N`: nothing a second replica would collide on."""
+    worker = services["airflow-worker"]
+    for key in ("container_name", "hostname", "ports"):
+        assert key not in worker, f"airflow-worker: {key} makes replicas collide"
+    assert "redis" in services and not services["redis"].get("ports"), "broker not published"
+
+
+def test_the_workers_run_what_the_scheduler_runs(services: dict[str, Any]) -> None:
+    worker, scheduler = services["airflow-worker"], services["airflow-scheduler"]
+    assert (worker["build"], worker["image"]) == (scheduler["build"], scheduler["image"])
+    assert environment(worker) == environment(scheduler), "same settings and connections"
+    assert sorted(worker["volumes"]) == sorted(scheduler["volumes"]), "same code, logs, hot tier"
+    assert named_volume_mounts(worker)["ledgers"] == "/data/ledgers"
+    command = command_text(worker)
+    assert command.rstrip().endswith("exec airflow celery worker")
+    assert '"$${AIRFLOW__CORE__EXECUTOR}" != CeleryExecutor' in command, "refuses LocalExecutor"
+    conditions = {d: s["condition"] for d, s in worker["depends_on"].items()}
+    assert conditions["redis"] == conditions["airflow-apiserver"] == "service_healthy"
+    assert conditions["airflow-init"] == "service_completed_successfully"
+    assert "inspect ping" in " ".join(worker["healthcheck"]["test"])
+
+
+def test_the_broker_is_the_profiles_redis(services: dict[str, Any]) -> None:
+    for name in (*AIRFLOW_SERVICES, "airflow-worker"):
+        assert environment(services[name])["AIRFLOW__CELERY__BROKER_URL"] == "redis://redis:6379/0"
+    # the scheduler waits for Redis only when the profile runs it
+    assert services["airflow-scheduler"]["depends_on"]["redis"] == {
+        "condition": "service_healthy",
+        "required": False,
+    }
+    assert named_volume_mounts(services["redis"]) == {"redis-data": "/data"}
