@@ -108,7 +108,13 @@ def _read_header(handle: BinaryIO, key: str) -> tuple[int, dict[str, str]]:
     magic, length = _HEADER.unpack(fixed)
     if magic != _MAGIC:
         raise CorruptObjectError(f"object {key!r}: not written by this store (bad magic)")
-    body = handle.read(length)  # at most the file's real size, whatever length claims
+    available = os.fstat(handle.fileno()).st_size - _HEADER.size
+    if length > available:  # read nothing a damaged length claims beyond the file's end
+        raise CorruptObjectError(
+            f"object {key!r}: truncated header: metadata of {length} bytes claimed, "
+            f"{available} in the file"
+        )
+    body = handle.read(length)
     if len(body) != length:
         raise CorruptObjectError(
             f"object {key!r}: truncated header: metadata of {len(body)} bytes, header says {length}"
