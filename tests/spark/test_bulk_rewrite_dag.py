@@ -24,6 +24,7 @@ from fixtures.airflow import (
     airflow_logs,
     connection_env,
     return_value,
+    set_secret_connections,
     stored_airflow_text,
     task_states,
     without_session_token,
@@ -59,15 +60,17 @@ def compact_conf(rt: Runtime, **more: object) -> dict[str, object]:
 @pytest.mark.slow  # a Spark submission: tens of seconds
 @pytest.mark.usefixtures("airflow_db")
 def test_compaction_keeps_every_entry_in_fewer_objects_and_no_secret_leaks(
-    secret_connections: list[str],
     monkeypatch: pytest.MonkeyPatch,
     runtime: Runtime,
     rewrite_dag: DagFile,
     spark_local: SparkSetup,
     capfd: pytest.CaptureFixture,
 ) -> None:
-    # multipart uploads: SeaweedFS refuses them with a session token (without_session_token)
-    secret_connections = without_session_token(monkeypatch, secret_connections)
+    # the connections of rewrite_dag (its tuning) with every credential set; multipart
+    # uploads: SeaweedFS refuses them with a session token (without_session_token)
+    tuning = {"attempt_lease_seconds": 60.0, "replaced_object_grace_seconds": 0.0}
+    secrets = set_secret_connections(monkeypatch, runtime.settings, **tuning)
+    secret_connections = without_session_token(monkeypatch, secrets)
     rt = runtime
     v1_topic(rt, 5)
     before, digests, count = checksum(rt, T), entry_digests(rt), len(stored_keys(rt.objects))
