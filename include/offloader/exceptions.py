@@ -70,6 +70,12 @@ class PartTooSmallError(ObjectStoreError):
     replace a segment."""
 
 
+class CorruptObjectError(ObjectStoreError):
+    """The store holds the object but cannot make sense of its own bytes (a filesystem-store
+    header that is truncated or not valid JSON): retrying will not help; the object is
+    damaged and must be replaced from another copy."""
+
+
 class UnsupportedOperationError(ObjectStoreError):
     """The binding lacks the capability the caller asked for."""
 

@@ -10,6 +10,7 @@ choose a ledger id range too share :class:`LedgerSelection`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from functools import cache
 from typing import Any, ClassVar, Self
@@ -62,6 +63,34 @@ class RunParams(BaseModel):
             return cls.model_validate(dict(values))
         except ValidationError as exc:  # a rule the JSON schema cannot say
             raise RunParamsError(describe_validation_error(exc)) from None
+
+    @model_validator(mode="after")
+    def _fits_the_metadata(self) -> Self:
+        """Every number fits the metadata's int64 columns (a float as milliseconds): a form
+        or an XCom can carry any JSON number, and one past int64 would fail later, in the
+        database, with an OverflowError instead of a message naming the field."""
+        for name in type(self).model_fields:
+            for value in _numbers(getattr(self, name)):
+                if isinstance(value, float) and not math.isfinite(value):
+                    raise ValueError(f"{name}: {value} is not a finite number")
+                limit = INT64_MAX / 1000 if isinstance(value, float) else INT64_MAX
+                if abs(value) > limit:
+                    raise ValueError(f"{name}: {value} is beyond the largest value {limit:.0f}")
+        return self
+
+
+INT64_MAX = 2**63 - 1
+
+
+def _numbers(value: object) -> list[int | float]:
+    """The numbers in a field's value (lists included; booleans are not numbers)."""
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, int | float):
+        return [value]
+    if isinstance(value, list | tuple):
+        return [n for item in value for n in _numbers(item)]
+    return []
 
 
 def topics_field(verb: str) -> Any:

@@ -97,10 +97,49 @@ class ExportResult:
 # --- the manifest --------------------------------------------------------------------------
 def read_manifest(store: ObjectStore) -> list[SnapshotInfo]:
     """The snapshots the manifest names, oldest first; ObjectNotFoundError without one."""
-    raw = json.loads(store.get(MANIFEST_KEY))
-    if raw.get("format") != FORMAT or raw.get("format_version") != FORMAT_VERSION:
+    data = store.get(MANIFEST_KEY)
+    try:
+        raw = json.loads(data)
+    except (ValueError, RecursionError) as exc:  # bad JSON or UTF-8 (both ValueErrors)
+        raise SnapshotError(f"{MANIFEST_KEY} is damaged: not JSON ({exc})") from None
+    if (
+        not isinstance(raw, dict)
+        or raw.get("format") != FORMAT
+        or raw.get("format_version") != FORMAT_VERSION
+    ):
         raise SnapshotError(f"{MANIFEST_KEY}: not a version {FORMAT_VERSION} snapshot manifest")
-    return [SnapshotInfo(**item) for item in raw["snapshots"]]
+    items = raw.get("snapshots")
+    if not isinstance(items, list):
+        raise SnapshotError(f"{MANIFEST_KEY} is damaged: 'snapshots' is not a list")
+    return [_manifest_entry(item, n) for n, item in enumerate(items)]
+
+
+_ENTRY_TYPES: dict[str, type] = {
+    "key": str,
+    "created_ms": int,
+    "revision": str,
+    "sha256": str,
+    "bytes": int,
+    "rows": dict,
+}
+
+
+def _manifest_entry(item: object, n: int) -> SnapshotInfo:
+    """Manifest entry ``n`` as written by :func:`_write_manifest`; SnapshotError naming
+    what is wrong else."""
+    where = f"{MANIFEST_KEY} is damaged: snapshot entry {n}"
+    if not isinstance(item, dict) or set(item) != set(_ENTRY_TYPES):
+        raise SnapshotError(f"{where} does not have exactly the fields {sorted(_ENTRY_TYPES)}")
+    for name, kind in _ENTRY_TYPES.items():
+        value = item[name]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise SnapshotError(f"{where}: {name} is not a {kind.__name__}")
+    if not all(
+        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+        for k, v in item["rows"].items()
+    ):
+        raise SnapshotError(f"{where}: rows is not a table name -> count object")
+    return SnapshotInfo(**item)
 
 
 def _write_manifest(store: ObjectStore, snapshots: list[SnapshotInfo]) -> None:
@@ -232,6 +271,12 @@ def import_snapshot(engine: Engine, store: ObjectStore, key: str | None) -> Snap
         header, trailer = _verify(path, key, chosen.sha256 if chosen else None)
         with engine.begin() as conn:
             require_empty(conn, "import a snapshot")
+            unknown = sorted(set(header["tables"]) - set(schema.metadata.tables))
+            if unknown:
+                raise SnapshotError(
+                    f"snapshot {key}: tables {unknown} are not in this database's schema; "
+                    "nothing was imported"
+                )
             for table in schema.metadata.sorted_tables:
                 if list(header["tables"].get(table.name, [])) != [c.name for c in table.columns]:
                     raise SnapshotError(
@@ -241,7 +286,12 @@ def import_snapshot(engine: Engine, store: ObjectStore, key: str | None) -> Snap
             _load(conn, path)
             _reset_sequences(conn)
     return SnapshotInfo(
-        key, header["created_ms"], header["revision"], trailer["sha256"], size, trailer["rows"]
+        key,
+        header["created_ms"],
+        header["revision"],
+        trailer["sha256"],
+        size,
+        trailer.get("rows", {}),
     )
 
 
@@ -284,7 +334,12 @@ def _verify(path: Path, key: str, expected: str | None) -> tuple[dict, dict]:
                 continue
             else:
                 table = item["t"]
-                width = len(header.get("tables", {}).get(table, ()))
+                if table not in header.get("tables", {}):
+                    raise SnapshotError(
+                        f"snapshot {key} is damaged: a row of table {table!r}, which its "
+                        "header does not name"
+                    )
+                width = len(header["tables"][table])
                 if len(item["r"]) != width:
                     raise SnapshotError(
                         f"snapshot {key} is damaged: a row of table {table!r} has "
@@ -292,12 +347,22 @@ def _verify(path: Path, key: str, expected: str | None) -> tuple[dict, dict]:
                     )
                 counts[table] = counts.get(table, 0) + 1
             digest.update(data)
-    except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (
+        OSError,
+        EOFError,
+        zlib.error,
+        ValueError,
+        KeyError,
+        TypeError,
+        AttributeError,
+        RecursionError,
+    ) as exc:
         if isinstance(exc, SnapshotError):
             raise
         raise SnapshotError(f"snapshot {key} is damaged: {type(exc).__name__}: {exc}") from None
     if header is None or trailer is None:
         raise SnapshotError(f"snapshot {key} is damaged: it is truncated (no end line)")
+    _check_ends(header, trailer, key)
     actual = digest.hexdigest()
     if actual != trailer.get("sha256") or (expected and actual != expected):
         raise SnapshotError(
@@ -313,6 +378,34 @@ def _verify(path: Path, key: str, expected: str | None) -> tuple[dict, dict]:
             f"{head}: restore it with the release that wrote it, then `offloader db upgrade`"
         )
     return header, trailer
+
+
+def _check_ends(header: dict, trailer: dict, key: str) -> None:
+    """The fields an import reads from the header and end lines have the types the export
+    writes (a checksum proves the lines arrived whole, not that they were written by us)."""
+    wrong = [
+        name
+        for name, ok in (
+            ("revision", isinstance(header.get("revision"), str)),
+            ("created_ms", type(header.get("created_ms")) is int),
+            ("tables", _is_table_columns(header.get("tables"))),
+            ("sha256", isinstance(trailer.get("sha256"), str)),
+            ("rows", _is_row_counts(trailer.get("rows", {}))),
+        )
+        if not ok
+    ]
+    if wrong:
+        raise SnapshotError(f"snapshot {key} is damaged: bad {', '.join(wrong)} in its ends")
+
+
+def _is_table_columns(value: object) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(cols, list) and all(isinstance(c, str) for c in cols) for cols in value.values()
+    )
+
+
+def _is_row_counts(value: object) -> bool:
+    return isinstance(value, dict) and all(type(n) is int for n in value.values())
 
 
 def _load(conn: Connection, path: Path) -> None:

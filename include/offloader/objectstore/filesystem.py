@@ -40,6 +40,7 @@ from typing import BinaryIO
 from urllib.parse import unquote, urlparse
 
 from offloader.exceptions import (
+    CorruptObjectError,
     InvalidRangeError,
     ObjectExistsError,
     ObjectNotFoundError,
@@ -103,12 +104,37 @@ def _read_header(handle: BinaryIO, key: str) -> tuple[int, dict[str, str]]:
     """Return (header length, metadata) and leave the handle at the first data byte."""
     fixed = handle.read(_HEADER.size)
     if len(fixed) != _HEADER.size:
-        raise ObjectStoreError(f"object {key!r}: truncated header")
+        raise CorruptObjectError(f"object {key!r}: truncated header")
     magic, length = _HEADER.unpack(fixed)
     if magic != _MAGIC:
-        raise ObjectStoreError(f"object {key!r}: not written by this store (bad magic)")
-    metadata = json.loads(handle.read(length))
-    return _HEADER.size + length, metadata
+        raise CorruptObjectError(f"object {key!r}: not written by this store (bad magic)")
+    available = os.fstat(handle.fileno()).st_size - _HEADER.size
+    if length > available:  # read nothing a damaged length claims beyond the file's end
+        raise CorruptObjectError(
+            f"object {key!r}: truncated header: metadata of {length} bytes claimed, "
+            f"{available} in the file"
+        )
+    body = handle.read(length)
+    if len(body) != length:
+        raise CorruptObjectError(
+            f"object {key!r}: truncated header: metadata of {len(body)} bytes, header says {length}"
+        )
+    return _HEADER.size + length, _parse_metadata(body, key)
+
+
+def _parse_metadata(body: bytes, key: str) -> dict[str, str]:
+    """The header's metadata: a JSON object of strings, or CorruptObjectError."""
+    try:
+        metadata = json.loads(body)
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:
+        raise CorruptObjectError(f"object {key!r}: damaged header metadata ({err})") from None
+    if not isinstance(metadata, dict) or not all(
+        isinstance(name, str) and isinstance(value, str) for name, value in metadata.items()
+    ):
+        raise CorruptObjectError(
+            f"object {key!r}: damaged header metadata (not an object of strings)"
+        )
+    return metadata
 
 
 class FilesystemObjectStore(ObjectStore):

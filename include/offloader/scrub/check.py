@@ -31,7 +31,12 @@ from enum import StrEnum
 from functools import partial
 from typing import Generic, TypeVar
 
-from offloader.exceptions import FormatError, ObjectNotFoundError, ObjectStoreError
+from offloader.exceptions import (
+    CorruptObjectError,
+    FormatError,
+    ObjectNotFoundError,
+    ObjectStoreError,
+)
 from offloader.format import (
     BLOCK_MAGIC,
     SEGMENT_BLOCK_MAGIC,
@@ -184,6 +189,9 @@ class _ObjectScrub(abc.ABC, Generic[_Index]):
         except ObjectNotFoundError:
             self.find(key, None, FindingKind.MISSING_INDEX, MISSING_INDEX)
             return None
+        except CorruptObjectError as err:
+            self.find(key, 0, FindingKind.DAMAGED_INDEX, f"index object damaged: {err}")
+            return None
         except ObjectStoreError as err:
             self.find(key, None, FindingKind.UNREADABLE, f"index object unreadable: {err}")
             return None
@@ -197,6 +205,9 @@ class _ObjectScrub(abc.ABC, Generic[_Index]):
             size = self.store.stat(key).size
         except ObjectNotFoundError:
             self.find(key, None, FindingKind.MISSING_DATA, MISSING_DATA)
+            return None
+        except CorruptObjectError as err:
+            self.find(key, 0, FindingKind.DAMAGED_BLOCK, f"data object damaged: {err}")
             return None
         except ObjectStoreError as err:
             self.find(key, None, FindingKind.UNREADABLE, f"data object unreadable: {err}")
@@ -239,6 +250,10 @@ class _ObjectScrub(abc.ABC, Generic[_Index]):
                 data = self.store.read_range(key, block.offset, block.length)
             except ObjectNotFoundError:
                 self.find(key, block.offset, FindingKind.MISSING_DATA, MISSING_DATA, ledger_id)
+                return
+            except CorruptObjectError as err:
+                reason = f"data object damaged: {err}"
+                self.find(key, 0, FindingKind.DAMAGED_BLOCK, reason, ledger_id)
                 return
             except ObjectStoreError as err:
                 reason = f"block unreadable: {err}"

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from offloader.exceptions import ObjectNotFoundError
+from offloader.exceptions import FormatError, ObjectNotFoundError
 from offloader.objectstore.location import FILE
 from offloader.objectstore.registry import open_object_store
 from offloader.scrub.params import report_location
@@ -45,5 +45,30 @@ def read_report_at(url: str, settings: Settings) -> dict[str, Any] | None:
             return None
         finally:
             store.close()
-    report: dict[str, Any] = json.loads(data)
+    try:
+        report = json.loads(data)
+    except (ValueError, RecursionError) as exc:  # bad JSON or UTF-8 (both ValueErrors)
+        raise FormatError(f"scrub report {url} is damaged: not JSON ({exc})") from None
+    if not isinstance(report, dict):
+        raise FormatError(f"scrub report {url} is damaged: not a JSON object")
+    _check_summary(report, url)
     return report
+
+
+def _check_summary(report: dict[str, Any], url: str) -> None:
+    """What the scrub operator reads of a report is there, with the types it was written
+    with; FormatError naming the first field that is not."""
+    counts, failed, damaged = (report.get(k) for k in ("counts", "failed", "damaged_ledgers"))
+    if not isinstance(counts, dict) or not isinstance(failed, bool):
+        raise FormatError(f"scrub report {url} is damaged: no counts or failed")
+    if not isinstance(damaged, list):
+        raise FormatError(f"scrub report {url} is damaged: damaged_ledgers is not a list")
+    for n, entry in enumerate(damaged):
+        ledgers = entry.get("ledgers") if isinstance(entry, dict) else None
+        inner = ledgers if isinstance(ledgers, list) and ledgers else [entry]
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("topic"), str)
+            or not all(isinstance(x, dict) and "ledger_id" in x and "action" in x for x in inner)
+        ):
+            raise FormatError(f"scrub report {url} is damaged: damaged_ledgers entry {n}")

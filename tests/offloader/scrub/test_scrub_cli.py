@@ -107,3 +107,31 @@ def test_a_damaged_segment_left_names_its_ledgers_and_exits_2(runtime: Runtime) 
     ]
     (entry,) = json.loads(done.stdout)["damaged_ledgers"]
     assert [x["ledger_id"] for x in entry["ledgers"]] == ids
+
+
+@pytest.mark.parametrize("role", ["data", "index"])
+def test_a_corrupt_store_header_is_reported_damaged_and_repaired(
+    runtime: Runtime, role: str
+) -> None:
+    """A filesystem-store object whose own header (the metadata JSON before the bytes) is
+    damaged used to end the scrub with a raw JSONDecodeError from ``stat``: it is a damaged
+    object, reported as such and replaced from the hot copy."""
+    victim = offloaded_topic(runtime)[1]
+    key = victim.data_key if role == "data" else victim.index_key
+    assert key is not None
+    path = runtime.objects.root / key  # type: ignore[attr-defined]
+    raw = bytearray(path.read_bytes())
+    raw[9] ^= 0xFF  # the first byte of the header's JSON: no longer valid UTF-8 JSON
+    path.write_bytes(bytes(raw))
+    done = run_cli(runtime.settings, "scrub", "--dry-run", "--json", ok=False)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1
+    (ledger,) = json.loads(done.stdout)["damaged_ledgers"]
+    (finding,) = [f for f in ledger["findings"] if f["key"] == key]
+    kind = "damaged-block" if role == "data" else "damaged-index"
+    assert finding["kind"] == kind and f"{role} object damaged" in finding["reason"]
+    assert "damaged header metadata" in finding["reason"]
+    repaired = run_cli(runtime.settings, "scrub", "--json", ok=False)
+    assert repaired.returncode == 0, repaired.stderr
+    (ledger,) = json.loads(repaired.stdout)["damaged_ledgers"]
+    assert ledger["action"] == "repaired"
