@@ -123,6 +123,11 @@ def drop_index(rt: Runtime, attempt: Attempt) -> None:
     rt.objects.delete_many([attempt.index_key])
 
 
+def drop_data(rt: Runtime, attempt: Attempt) -> None:
+    """The index written, its data object gone (deleted behind the attempt's back)."""
+    rt.objects.delete_many([attempt.data_key])
+
+
 def damage_index(rt: Runtime, attempt: Attempt) -> None:
     rt.objects.put(attempt.index_key, b"not an index")
 
@@ -153,7 +158,15 @@ def other_entry_count(rt: Runtime, attempt: Attempt) -> None:
 
 @pytest.mark.parametrize(
     "spoil",
-    [drop_index, damage_index, grow_data, entry_count_off, length_off, other_entry_count],
+    [
+        drop_index,
+        drop_data,
+        damage_index,
+        grow_data,
+        entry_count_off,
+        length_off,
+        other_entry_count,
+    ],
     ids=lambda f: f.__name__,
 )
 @pytest.mark.parametrize("path", ["single", "batch"])
