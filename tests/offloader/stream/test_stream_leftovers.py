@@ -5,15 +5,21 @@ segment (in this process, both pairings), each leftover as it was recorded and n
   the segment committed; of another size (not the recorded parts): the segment is failed,
   its keys queued, and a replacement streams the same entries from its begin;
 - a written index that is the one the pass computes: accepted as is and committed; other
-  bytes under the index key: rewritten by the pass holding the stream, then committed.
+  bytes under the index key: rewritten by the pass holding the stream, then committed;
+- a completion that fails: judged by the data object (there at the recorded size: the
+  store completed it and the answer was lost), else left Closing (transient) or failed
+  and replaced (the upload is gone).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from typing import Any
 
 import pytest
 
+from fixtures.faults import _Delegating
 from fixtures.metadata import pending_deletions
 from fixtures.streams import (
     check_sealed_ledgers_streamed,
@@ -22,8 +28,10 @@ from fixtures.streams import (
     run_pass,
     stream_topic,
 )
+from offloader.exceptions import ObjectNotFoundError, ObjectStoreError
 from offloader.format import decode_segment_index
 from offloader.metadata import Segment, SegmentState
+from offloader.objectstore import MultipartUpload, ObjectStore
 from offloader.runtime import Runtime
 
 T = "s"
@@ -96,4 +104,76 @@ def test_a_written_index_is_accepted_or_rewritten_and_the_segment_committed(
     assert rt.objects.get(segment.index_key) == index  # the computed one, either way
     assert rt.metadata.segments.get(segment.segment_id).state is SegmentState.OFFLOADED
     assert pending_deletions(rt.metadata) == []
+    check_sealed_ledgers_streamed(rt)
+
+
+class _CompletionFaults(_Delegating):
+    """The store of a closing pass: ``complete_multipart`` raises ``error``, after doing
+    the real completion when ``completes`` (the store did it, its answer was lost)."""
+
+    def __init__(self, store: ObjectStore, error: Exception, *, completes: bool) -> None:
+        super().__init__(store)
+        self._error, self._completes = error, completes
+
+    def complete_multipart(self, upload: MultipartUpload, parts: Any, **kw: Any) -> None:
+        if self._completes:
+            self._inner.complete_multipart(upload, parts, **kw)
+        raise self._error
+
+
+class _Stores(_Delegating):
+    """The runtime's store registry, handing out ``store`` for every store id."""
+
+    def __init__(self, registry: Any, store: Any) -> None:
+        super().__init__(registry)
+        self._store = store
+
+    def get(self, store_id: int | None, what: str) -> Any:
+        return self._store
+
+
+@pytest.mark.parametrize(
+    ("error", "completes", "outcome"),
+    [
+        (ObjectStoreError("connection reset by peer"), True, "committed"),
+        (ObjectStoreError("connection reset by peer"), False, "raised"),
+        (ObjectNotFoundError("NoSuchUpload: the upload is gone"), False, "replaced"),
+    ],
+    ids=["answer-lost", "transient", "upload-gone"],
+)
+def test_a_completion_that_fails_is_judged_by_the_data_object(
+    runtime: Runtime,
+    monkeypatch: pytest.MonkeyPatch,
+    error: Exception,
+    completes: bool,
+    outcome: str,
+) -> None:
+    """A Closing segment (its pass died before completing) whose completion fails: if the
+    store did complete it (the answer was lost) the data object is there at the recorded
+    size and the segment is committed; a transient error leaves it Closing for the next
+    pass; an upload that is gone fails the segment and a replacement streams its entries."""
+    rt = runtime
+    segment = closing_segment(rt, monkeypatch, "stream-after-begin-close")
+    assert not rt.objects.exists(segment.data_key)
+    faulty = _CompletionFaults(rt.objects, error, completes=completes)
+    flaky = dataclasses.replace(rt, stores=_Stores(rt.stores, faulty))  # type: ignore[arg-type]
+    if outcome == "raised":
+        with pytest.raises(ObjectStoreError, match="connection reset"):
+            run_pass(flaky)
+        assert rt.metadata.segments.get(segment.segment_id).state is SegmentState.CLOSING
+        result = run_pass(rt)  # the store answers again
+    else:
+        result = run_pass(flaky)
+    if outcome == "replaced":
+        assert result.failed == [segment.segment_id]
+        failed = rt.metadata.segments.get(segment.segment_id)
+        assert failed.state is SegmentState.REPLACED
+        assert (failed.detail or "").startswith(
+            "its upload cannot be completed with the recorded parts: NoSuchUpload"
+        )
+        run_pass(rt, close_now=True)
+    else:
+        assert result.committed == [segment.segment_id] and result.failed == []
+        assert rt.metadata.segments.get(segment.segment_id).state is SegmentState.OFFLOADED
+        assert rt.objects.stat(segment.data_key).size == segment.data_len
     check_sealed_ledgers_streamed(rt)
