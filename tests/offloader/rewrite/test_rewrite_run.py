@@ -397,3 +397,36 @@ def test_migration_back_to_v1_after_a_compaction_releases_the_rewrite_segment(
     check_clean_store(rt)
     assert entry_digests(rt) == before
     assert rewrite(rt, mode="to-v1").groups == []
+
+
+def test_a_rewrite_recovered_before_its_upload_was_recorded_is_changed_and_cleaned(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run froze between creating its upload and recording it, past its lease, and
+    was recovered meanwhile (its segment failed, no upload recorded to abort): recording
+    the upload loses, so the group is ``changed``, its upload aborted, nothing swapped,
+    and the next run rewrites the sources."""
+    rt = runtime
+    v1_topic(rt, 3)
+    before = checksum(rt, T)
+    real = failpoints.reach
+    recovered: list[str] = []
+
+    def frozen_past_the_lease(point: str) -> None:
+        real(point)
+        if point == "rewrite-after-create-upload":
+            (open_,) = rt.metadata.rewrites.open_rewrites(T)
+            wait_past(rt.metadata, open_.lease_until_ms or 0)
+            recovered.extend(s.segment_id for s in recover_stale_rewrites(rt))
+
+    monkeypatch.setattr(failpoints, "reach", frozen_past_the_lease)
+    report = rewrite(rt, small_bytes=shape(rt).target, lease_seconds=1.0)
+    monkeypatch.undo()
+    (group,) = report.groups
+    assert (group.outcome, [group.segment_id]) == (CHANGED, recovered)
+    assert rt.metadata.segments.get(recovered[0]).state is SegmentState.FAILED
+    assert uploads(rt.objects) == set()  # created, never recorded: aborted by the run
+    check_one_copy(rt)
+    assert checksum(rt, T) == before
+    assert [g.outcome for g in rewrite(rt, small_bytes=shape(rt).target).groups] == [REWRITTEN]
+    assert checksum(rt, T) == before
