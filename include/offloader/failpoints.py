@@ -37,6 +37,9 @@ POINTS = (
     # more may follow; every ledger below the start marked, no hot file removed yet; the
     # first hot file of a batch removed, not yet recorded
     "after-trim-start-moved",
+    # the start's record in the object store raised (retention/start_record.py), before
+    # the start moves in the database
+    "after-start-recorded",
     "mid-trim-ledgers",
     "after-ledger-deleting",
     "after-trim-hot-delete",

@@ -5,7 +5,8 @@ built, parsed and recognised here and nowhere else.
   uuid per attempt;
 - streaming segments (v2): ``<uuid>`` and ``<uuid>-index``, the segment's uuid;
 - the reserved ``_metadata/`` prefix (no offload key starts with ``_``): metadata
-  snapshots and their manifest under ``_metadata/snapshots/``;
+  snapshots and their manifest under ``_metadata/snapshots/``, each topic's recorded start
+  under ``_metadata/starts/``;
 - bulk exports: ``<export id>/_manifest.json`` and the attempt's files under
   ``<export id>/<attempt>/`` (a local directory stages attempts under ``.attempts/``),
   by default under ``exports/`` of the configured store; scrub reports, by default under
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 INDEX_SUFFIX = "-index"
 
@@ -100,6 +101,22 @@ def snapshot_key(created_ms: int, snapshot_id: str) -> str:
 def is_snapshot_key(key: str) -> bool:
     """Whether ``key`` has the shape of a snapshot directly under ``_metadata/snapshots/``."""
     return _SNAPSHOT_KEY.fullmatch(key) is not None
+
+
+# a topic's start, recorded where a rebuild from the objects alone finds it (FORMAT.md)
+START_PREFIX = METADATA_PREFIX + "starts/"
+_START_KEY = re.compile(r"_metadata/starts/([^/]+)\.json")
+
+
+def topic_start_key(topic: str) -> str:
+    """``_metadata/starts/<topic, percent-encoded>.json``: one safe key segment per topic."""
+    return f"{START_PREFIX}{quote(topic, safe='')}.json"
+
+
+def parse_topic_start_key(key: str) -> str | None:
+    """The topic whose start ``key`` records; None for any other key."""
+    match = _START_KEY.fullmatch(key)
+    return None if match is None else unquote(match.group(1))
 
 
 def is_metadata_key(key: str) -> bool:

@@ -56,6 +56,9 @@ class Settings(BaseSettings):
     upload_concurrency: int = Field(default=4, ge=1, le=64)
     read_prefetch: int = Field(default=4, ge=0, le=64)
     attempt_lease_seconds: float = Field(default=300.0, gt=0)
+    # a streaming pass's claim on its topic, renewed by the running pass every third of it:
+    # a pass that dies blocks its topic for about this long (stream/lease.py)
+    stream_lease_seconds: float = Field(default=30.0, gt=0)
     delete_retry_base_seconds: float = Field(default=5.0, ge=0)
     delete_retry_max_seconds: float = Field(default=3600.0, ge=0)
     # ledgers a trim marks (and whose hot copies it removes) per transaction

@@ -34,6 +34,7 @@ TUNING_KEYS = (
     "upload_concurrency",
     "read_prefetch",
     "attempt_lease_seconds",
+    "stream_lease_seconds",
     "delete_retry_base_seconds",
     "delete_retry_max_seconds",
     "trim_batch_ledgers",

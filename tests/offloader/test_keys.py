@@ -23,9 +23,11 @@ from offloader.keys import (
     ledger_object_keys,
     parse_ledger_index_key,
     parse_segment_index_key,
+    parse_topic_start_key,
     scrub_report_key,
     segment_object_keys,
     snapshot_key,
+    topic_start_key,
 )
 
 ID = "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9"
@@ -121,3 +123,27 @@ def test_export_folders_and_the_scrub_report() -> None:
     assert not is_export_attempt_key(f"e1/{attempt[:-1]}/x", "e1")
     assert not is_export_attempt_key(f"e2/{attempt}/x", "e1")
     assert scrub_report_key("manual__2026") == "scrub-reports/manual__2026.json"
+
+
+@pytest.mark.parametrize(
+    ("topic", "key"),
+    [
+        ("orders", "_metadata/starts/orders.json"),
+        ("päyments/eu", "_metadata/starts/p%C3%A4yments%2Feu.json"),
+        ("a b.json", "_metadata/starts/a%20b.json.json"),
+    ],
+)
+def test_a_topic_start_key_is_one_encoded_segment_that_parses_back(topic: str, key: str) -> None:
+    assert topic_start_key(topic) == key
+    assert parse_topic_start_key(key) == topic
+    assert is_metadata_key(key)
+    # never a candidate of the orphan sweep (it judges only these shapes)
+    assert not (is_offloaded_object_key(key) or is_snapshot_key(key))
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["_metadata/starts/a/b.json", "_metadata/starts/orders", "starts/orders.json", MANIFEST_KEY],
+)
+def test_other_keys_are_no_topic_start(key: str) -> None:
+    assert parse_topic_start_key(key) is None

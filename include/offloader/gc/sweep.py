@@ -29,7 +29,8 @@ not over) owns their key, or, under a segment key, the upload is the one recorde
 assigned or closing segment (its id, not just its key: a stream's segment stays open across
 passes, for as long as its age limit allows, and its upload with it). Any other upload
 under a segment key (one a pass created but died before recording, or a failed segment's)
-is aborted once past the age.
+is aborted once past the age. The temp files a killed writer left in a filesystem store
+(its ``.tmp/``) are removed once last written longer ago than the same age.
 
 Only keys of the shapes the offloader writes are ever candidates: ledger objects
 (``<uuid>-ledger-<id>[-index]``), segment objects (``<uuid>[-index]``; every shape in
@@ -46,7 +47,7 @@ import itertools
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from offloader import failpoints
@@ -106,6 +107,9 @@ class StoreSweep:
     queued: int = 0
     stale_uploads: int = 0
     aborted_uploads: int = 0
+    stale_temp_files: int = 0  # a dead writer's temp files past the multipart age limit
+    stale_temp_bytes: int = 0
+    removed_temp_files: int = 0
     objects: list[Orphan] = field(default_factory=list)  # filled by a scan only
     uploads: list[StaleUpload] = field(default_factory=list)  # filled by a scan only
     error: str | None = None  # the store could not be swept (it stays as it is)
@@ -151,6 +155,13 @@ class SweepResult:
                 f"orphans {s.orphans} ({s.orphan_bytes} bytes, {queue} {queued}), "
                 f"stale uploads {s.stale_uploads} ({abort} {aborted})"
             )
+            if s.stale_temp_files:
+                removed = s.stale_temp_files if self.dry_run else s.removed_temp_files
+                verb = "would remove" if self.dry_run else "removed"
+                lines.append(
+                    f"  stale temp files {s.stale_temp_files} ({s.stale_temp_bytes} bytes, "
+                    f"{verb} {removed})"
+                )
             for o in s.objects:
                 lines.append(f"  {o.key}  {o.size} bytes  {o.age_seconds:.0f} s old")
             for u in s.uploads:
@@ -227,6 +238,25 @@ def _sweep_store(
             failpoints.reach("after-sweep-enqueue")
     if store.capabilities.multipart:
         _sweep_uploads(metadata, store, settings, out, now_ms, dry_run=dry_run)
+    _sweep_temp_files(store, settings, out, dry_run=dry_run)
+
+
+def _sweep_temp_files(
+    store: ObjectStore, settings: Settings, out: StoreSweep, *, dry_run: bool
+) -> None:
+    """Remove the temp files a killed writer left (the filesystem store's ``.tmp/``) once
+    last written longer ago than ``multipart_max_age_seconds``, on the store's own clock
+    (the one that stamped them). A live writer keeps writing to its file, and a file is
+    checked again as it is removed, so one in use is never taken."""
+    older_than = store.now() - timedelta(seconds=settings.multipart_max_age_seconds)
+    for temp in store.list_temp_files():
+        if temp.modified >= older_than:
+            continue
+        out.stale_temp_files += 1
+        out.stale_temp_bytes += temp.size
+        if not dry_run and store.remove_temp_file(temp, older_than):
+            log.info("removed stale temp file %s (%d bytes)", temp.name, temp.size)
+            out.removed_temp_files += 1
 
 
 def _sweep_uploads(

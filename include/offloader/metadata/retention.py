@@ -122,6 +122,17 @@ class RetentionStore:
             topic, start_ledger_id=position.ledger_id, start_entry_id=position.entry_id
         )
 
+    def stores_holding(self, topic: str) -> list[int]:
+        """Ids of the stores any ledger or segment of ``topic`` was offloaded to: where its
+        recorded start must be (offloader/retention/start_record.py)."""
+        S = schema.segments
+        query = sa.union(
+            sa.select(L.c.store_id).where(L.c.topic == topic, L.c.store_id.is_not(None)),
+            sa.select(S.c.store_id).where(S.c.topic == topic),
+        )
+        with self.db.engine.connect() as conn:
+            return sorted(int(x) for x in conn.execute(query).scalars())
+
     def delete_topic(self, topic: Topic) -> Topic:
         """Mark the topic deleted by CAS: its start moves past every ledger (open ones
         too) and its writer epoch moves on, so a live writer is fenced."""

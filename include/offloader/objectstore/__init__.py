@@ -54,6 +54,16 @@ class MultipartUpload:
 
 
 @dataclass(frozen=True)
+class TempFile:
+    """A file a store was writing when its writer died (the filesystem store's ``.tmp/``):
+    never an object, only the sweep removes it once older than the multipart age limit."""
+
+    name: str
+    size: int
+    modified: datetime  # last written, on the store's own clock
+
+
+@dataclass(frozen=True)
 class PartInfo:
     part_number: int
     etag: str
@@ -149,6 +159,22 @@ class ObjectStore(abc.ABC):
         from offloader.exceptions import UnsupportedOperationError
 
         raise UnsupportedOperationError(f"{type(self).__name__} cannot copy parts")
+
+    def list_temp_files(self) -> Iterator[TempFile]:
+        """Files being written or left by a dead writer (none on S3: an unfinished write
+        is a multipart upload there)."""
+        return iter(())
+
+    def remove_temp_file(self, temp: TempFile, older_than: datetime) -> bool:
+        """Remove ``temp`` if it was last written before ``older_than`` (checked again at
+        removal: a writer that wrote to it since keeps it). Whether it was removed."""
+        return False
+
+    def now(self) -> datetime:
+        """The store's clock, the one ``TempFile.modified`` is on."""
+        from datetime import UTC
+
+        return datetime.now(UTC)
 
     def check_available(self) -> None:  # noqa: B027 - optional hook
         """Raise if the store is gone or unreachable (a recorded store is about to be used)."""

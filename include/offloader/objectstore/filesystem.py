@@ -12,7 +12,9 @@ On-disk layout under ``root``:
 ``.tmp/<random>``
     Files being written. Every object is written here, fsynced, then published by
     ``os.replace`` (plain put) or ``os.link`` (``if_none_match``: the link fails if the
-    name is taken, which makes the conditional create atomic against other writers).
+    name is taken, which makes the conditional create atomic against other writers). A
+    writer killed half-way leaves its file here: the orphan sweep removes those last
+    written longer ago than ``multipart_max_age_seconds`` (``list_temp_files``).
 ``.uploads/<upload_id>/manifest.json`` and ``part-00001`` ...
     Unfinished multipart uploads. The manifest holds key, metadata and initiated time;
     completing concatenates the parts into a temp file and publishes it like ``put``. A
@@ -56,6 +58,7 @@ from offloader.objectstore import (
     ObjectInfo,
     ObjectStore,
     PartInfo,
+    TempFile,
     check_part_copy,
     check_part_number,
 )
@@ -452,6 +455,30 @@ class FilesystemObjectStore(ObjectStore):
             raise ValueError(f"part {part.part_number} was never uploaded") from None
         if digest.hexdigest() != part.etag.strip('"'):
             raise ValueError(f"part {part.part_number}: ETag does not match the stored part")
+
+    def list_temp_files(self) -> Iterator[TempFile]:
+        for path in sorted((self.root / _TMP_DIR).glob("*.tmp")):
+            try:
+                status = path.stat()
+            except FileNotFoundError:
+                continue  # published or removed while we looked
+            yield TempFile(
+                name=path.name,
+                size=status.st_size,
+                modified=datetime.fromtimestamp(status.st_mtime, UTC),
+            )
+
+    def remove_temp_file(self, temp: TempFile, older_than: datetime) -> bool:
+        path = self.root / _TMP_DIR / temp.name
+        if path.parent != self.root / _TMP_DIR or not temp.name.endswith(".tmp"):
+            raise ValueError(f"{temp.name!r} is not a temp file of {self.url}")
+        try:
+            if datetime.fromtimestamp(path.stat().st_mtime, UTC) >= older_than:
+                return False  # written to since it was listed: a live writer
+            path.unlink()
+        except FileNotFoundError:
+            return False
+        return True
 
     def abort_multipart(self, upload: MultipartUpload) -> None:
         shutil.rmtree(self._upload_dir(upload), ignore_errors=True)

@@ -16,8 +16,14 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from offloader.exceptions import FormatError, ObjectNotFoundError
+from offloader.format.topic_start import RecordedStart, decode_start
 from offloader.gc.sweep import list_objects
-from offloader.keys import parse_ledger_index_key, parse_segment_index_key
+from offloader.keys import (
+    parse_ledger_index_key,
+    parse_segment_index_key,
+    parse_topic_start_key,
+    topic_start_key,
+)
 from offloader.metadata import schema
 from offloader.metadata.clock import db_now_ms
 from offloader.metadata.locations import record_location
@@ -74,14 +80,27 @@ def rebuild_from_objects(engine: Engine, store: ObjectStore, location: Any) -> R
     them, or at the topic's start without one, and takes only ledgers not yet offloaded.
     Parts are not rebuilt: only open segments need them, and the objects hold only
     completed ones.
+
+    A topic's start is the one recorded under ``_metadata/starts/`` (a trim or retention
+    writes it before it moves the start, offloader/retention/start_record.py) when there
+    is one: entries a trim hid inside a kept ledger stay hidden. Without one the start is
+    0:0 (only ledgers the objects hold can be read). A record of a topic with no objects
+    (deleted, all its objects gone) is reported and not used.
     """
     with engine.connect() as conn:
         require_empty(conn, "rebuild the metadata")
     found: dict[tuple[str, int], FoundLedger] = {}
     segments: list[FoundSegment] = []
     skipped: list[str] = []
+    starts: dict[str, RecordedStart] = {}
     for page in list_objects(store):
         for info in page:
+            if (start_of := parse_topic_start_key(info.key)) is not None:
+                try:
+                    starts[start_of] = _read_start(store, info.key, start_of)
+                except (ObjectNotFoundError, ValueError) as exc:
+                    skipped.append(f"{info.key}: {exc}")
+                continue
             modified = int(info.last_modified.timestamp() * 1000) if info.last_modified else 0
             if (segment_id := parse_segment_index_key(info.key)) is not None:
                 try:
@@ -108,6 +127,10 @@ def rebuild_from_objects(engine: Engine, store: ObjectStore, location: Any) -> R
         now = db_now_ms(conn)
         streamed = stream_rows(segments, found, store_id, now, skipped)
         topics = sorted({t for t, _ in found} | {s.topic for s in segments})
+        skipped += [
+            f"{topic_start_key(t)}: topic {t!r} has no objects here; its start is not used"
+            for t in sorted(set(starts) - set(topics))
+        ]
         policy = OffloadPolicy().model_dump_json()
         for topic in topics:
             ledgers = [(f.ledger_id, f.created_ms) for (t, _), f in found.items() if t == topic]
@@ -120,14 +143,18 @@ def rebuild_from_objects(engine: Engine, store: ObjectStore, location: Any) -> R
                 if s.topic == topic
                 for p in s.pieces
             ]
+            recorded = starts.get(topic)
+            start_at = recorded.position if recorded is not None else (0, 0)
             conn.execute(
                 schema.topics.insert().values(
                     name=topic,
                     version=1,
                     policy=policy,
                     created_ms=min(created for _, created in ledgers),
-                    next_ledger_id=max(ledger_id for ledger_id, _ in ledgers) + 1,
+                    next_ledger_id=max(max(ledger_id for ledger_id, _ in ledgers) + 1, start_at[0]),
                     writer_epoch=0,
+                    start_ledger_id=start_at[0],
+                    start_entry_id=start_at[1],
                 )
             )
         items = sorted(found.values(), key=lambda f: (f.topic, f.ledger_id))
@@ -151,3 +178,11 @@ def rebuild_from_objects(engine: Engine, store: ObjectStore, location: Any) -> R
         segments=len(streamed.segments),
         streamed_ledgers=len(streamed.ledgers),
     )
+
+
+def _read_start(store: ObjectStore, key: str, topic: str) -> RecordedStart:
+    """The start recorded at ``key``; ValueError unless it names the topic its key does."""
+    start = decode_start(store.get(key))
+    if start.topic != topic:
+        raise ValueError(f"records the start of topic {start.topic!r}, its key names {topic!r}")
+    return start

@@ -19,6 +19,7 @@ from offloader.exceptions import CommitFailedError, TopicDeletedError
 from offloader.metadata import LedgerState, MetadataStore, Position, Topic
 from offloader.results import fields_json
 from offloader.retention.deletion import Marked, delete_marked_hot_copies, mark_below_start
+from offloader.retention.start_record import record_start
 from offloader.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,10 @@ def trim_topic(rt: Runtime, topic: str, position: Position, *, dry_run: bool = F
 
     def move(current: Topic) -> Topic | None:
         wanted = target(current)
-        return rt.metadata.retention.move_start(current, wanted) if wanted > current.start else None
+        if wanted <= current.start:
+            return None
+        record_start(rt, topic, wanted)  # before the database: a rebuild never reads below
+        return rt.metadata.retention.move_start(current, wanted)
 
     return _finish(rt, *_commit_start(rt, topic, move, "move the start of"))
 
@@ -82,7 +86,10 @@ def delete_topic(rt: Runtime, topic: str) -> TrimResult:
     reused; deleting it again only finishes what a killed run left."""
 
     def move(current: Topic) -> Topic | None:
-        return None if current.is_deleted else rt.metadata.retention.delete_topic(current)
+        if current.is_deleted:
+            return None
+        record_start(rt, topic, Position(ledger_id=current.next_ledger_id, entry_id=0))
+        return rt.metadata.retention.delete_topic(current)
 
     return _finish(rt, *_commit_start(rt, topic, move, "delete"))
 
@@ -108,7 +115,10 @@ def _commit_start(
 
 
 def _finish(rt: Runtime, topic: Topic, before: Position) -> TrimResult:
-    """Steps two and three: mark what lies below the start, remove its hot copies."""
+    """Steps two and three: mark what lies below the start, remove its hot copies (after
+    the start's record is raised to the database's start, should a race or an older release
+    have left it behind)."""
+    record_start(rt, topic.name, topic.start)
     done = finish_trim(rt, topic)
     return TrimResult(
         topic=topic.name,

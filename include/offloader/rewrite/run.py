@@ -1,7 +1,9 @@
 """A rewrite run: groups planned from the metadata, each rewritten into one v2 segment.
 
 One group, by the invariants:
-1. ``recover_stale`` first: rewrites whose lease ran out are failed, their uploads aborted;
+1. ``recover_stale`` first: rewrites whose lease ran out are failed, their uploads aborted
+   (once before the plan, so a run with nothing to plan still recovers them, and again
+   before each group);
 2. intent (``begin``): the segment's keys, store, owner and lease recorded; sources
    checked (one that moved since the plan: outcome ``changed``, nothing written);
 3. the multipart upload created, then its id recorded;
@@ -88,11 +90,17 @@ def run_rewrite(
     job's driver) groups go ``wave`` at a time: their intents and uploads recorded here,
     their parts written wherever ``spread`` sends the work orders, then completed and
     swapped here, one by one, while this process keeps every lease of the wave."""
+    # dead rewrites first, whatever the plan holds: a run with nothing to plan recovers
+    # them as `offloader gc` does (and their sources are planned again at once)
+    recovered = [] if params.dry_run else [s.segment_id for s in recover_stale_rewrites(runtime)]
     if params.mode == TO_V1:
-        return _to_v1(runtime, params)
+        report = _to_v1(runtime, params)
+        report.recovered[:0] = recovered
+        return report
     groups = plan_rewrite(runtime.metadata, params)
     chosen = groups[: params.max_groups]
     report = RewriteReport(params.mode, params.dry_run, left=len(groups) - len(chosen))
+    report.recovered += recovered
     if params.dry_run:
         report.groups = [GroupResult.of(g, PLANNED) for g in chosen]
         return report

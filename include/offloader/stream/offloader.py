@@ -57,6 +57,7 @@ from offloader.results import fields_json
 from offloader.runtime import Runtime
 from offloader.stream.blocks_json import dump_blocks, load_blocks
 from offloader.stream.history import SealedSpan, plan_segment_end
+from offloader.stream.lease import StreamLease
 
 log = logging.getLogger(__name__)
 
@@ -107,11 +108,13 @@ class StreamingOffloader:
         runtime: Runtime,
         *,
         owner: str = "offloader",
-        lease_seconds: float = 300.0,
+        lease_seconds: float | None = None,
         budget_seconds: float = 240.0,
     ) -> None:
         """``budget_seconds`` bounds a pass's run time (back-pressure): once spent, the
-        pass uploads no more and a backlog is worked off over the next passes."""
+        pass uploads no more and a backlog is worked off over the next passes.
+        ``lease_seconds`` (default: the ``stream_lease_seconds`` setting) is the stream's
+        lease, renewed while the pass runs (stream/lease.py)."""
         if budget_seconds <= 0:
             raise ValueError(f"budget_seconds must be positive, got {budget_seconds}")
         self.budget_seconds = budget_seconds
@@ -119,18 +122,24 @@ class StreamingOffloader:
         self.metadata = runtime.metadata
         self.segments = runtime.metadata.segments
         self.owner = owner
+        if lease_seconds is None:
+            lease_seconds = runtime.settings.stream_lease_seconds
+        if lease_seconds <= 0:
+            raise ValueError(f"lease_seconds must be positive, got {lease_seconds}")
         self.lease_ms = int(lease_seconds * 1000)
 
     def run_pass(self, topic: str, *, close_now: bool = False) -> StreamPassResult:
         """One pass over ``topic``; StreamBusyError if another pass holds the stream."""
         current = self.metadata.get_topic(topic)
         check_stream_policy(current.policy, self.runtime.objects)
+        asked = time.monotonic()
         claim = self.segments.claim(topic, self.owner, self.lease_ms)
         result = StreamPassResult(topic=topic, epoch=claim.epoch)
         try:
-            result.settled_ledgers += self.segments.settle_ledgers(topic)
-            _Pass(self, claim, current, close_now, result).run()
-            result.settled_ledgers += self.segments.settle_ledgers(topic)
+            with StreamLease(self.segments, claim, asked) as lease:
+                result.settled_ledgers += self.segments.settle_ledgers(topic)
+                _Pass(self, claim, lease, current, close_now, result).run()
+                result.settled_ledgers += self.segments.settle_ledgers(topic)
         finally:
             try:
                 self.segments.release(claim)
@@ -154,6 +163,7 @@ class _Pass:
         self,
         offloader: StreamingOffloader,
         claim: StreamClaim,
+        lease: StreamLease,
         topic: Topic,
         close_now: bool,
         result: StreamPassResult,
@@ -162,6 +172,7 @@ class _Pass:
         self.runtime = offloader.runtime
         self.segments = offloader.segments
         self.claim = claim
+        self.lease = lease  # checked before every commit: a pass that lost it stops
         self.topic = topic
         self.policy = topic.policy
         self.close_now = close_now
@@ -209,6 +220,7 @@ class _Pass:
         planned_end = self._plan_history(begin)
         segment_id = str(uuid.uuid4())
         data_key, index_key = segment_object_keys(segment_id)
+        self.lease.check()
         segment = self.segments.assign(
             self.claim,
             segment_id=segment_id,
@@ -261,6 +273,7 @@ class _Pass:
                 metadata=segment_user_metadata(self.topic.name, segment.segment_id, "data"),
             )
             failpoints.reach("stream-after-create-upload")
+            self.lease.check()
             segment = self.segments.record_upload(self.claim, segment, upload.upload_id)
         upload = MultipartUpload(key=segment.data_key, upload_id=segment.upload_id or "")
         parts = self.segments.parts(segment)
@@ -296,6 +309,7 @@ class _Pass:
                 self.result.failed.append(failed.segment_id)
             self._note(segment)
             return False
+        self.lease.check()
         segment = self.segments.begin_close(self.claim, segment)
         failpoints.reach("stream-after-begin-close")
         self._finish(segment)
@@ -400,6 +414,7 @@ class _Pass:
             raise
         failpoints.reach("stream-after-part-upload")
         last = Position(ledger_id=part.last_position[0], entry_id=part.last_position[1])
+        self.lease.check()
         segment = self.segments.record_part(
             self.claim,
             segment,
@@ -437,6 +452,7 @@ class _Pass:
         pieces = _pieces(blocks)
         ids = [p.ledger_id for p in pieces]
         before = self.o.metadata.get_ledgers(self.topic.name, ids)
+        self.lease.check()
         committed = self.segments.commit(self.claim, segment, pieces)
         failpoints.reach("stream-after-commit")
         after = self.o.metadata.get_ledgers(self.topic.name, ids)
@@ -448,6 +464,7 @@ class _Pass:
         self._note(committed)
 
     def _fail(self, segment: Segment, err: SegmentUploadFailed) -> None:
+        self.lease.check()
         failed = self.segments.fail(self.claim, segment, str(err))
         self.result.failed.append(failed.segment_id)
         log.warning("segment %s failed, to be replaced: %s", segment.segment_id, err)
@@ -501,6 +518,7 @@ class _Pass:
             # written by a pass that died after it, when a ledger of the segment was still
             # open: the same blocks, without the seal time it has now. Whoever holds the
             # stream rewrites it; a pass that lost the stream stops here.
+            self.lease.check()
             self.segments.renew(self.claim)
             store.put(segment.index_key, index, metadata=metadata)
 

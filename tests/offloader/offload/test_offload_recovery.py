@@ -23,6 +23,7 @@ from offloader.format import decode_index, encode_index
 from offloader.hottier.writer import ManagedLedgerWriter
 from offloader.keys import ledger_object_keys
 from offloader.metadata import Attempt, AttemptState, Ledger, OffloadState
+from offloader.offload import ledger_offloader
 from offloader.offload.ledger_offloader import LedgerOffloader, OffloadResult, Outcome
 from offloader.offload.runs import offload_batch
 from offloader.runtime import Runtime
@@ -123,6 +124,11 @@ def drop_index(rt: Runtime, attempt: Attempt) -> None:
     rt.objects.delete_many([attempt.index_key])
 
 
+def drop_data(rt: Runtime, attempt: Attempt) -> None:
+    """The index written, its data object gone (deleted behind the attempt's back)."""
+    rt.objects.delete_many([attempt.data_key])
+
+
 def damage_index(rt: Runtime, attempt: Attempt) -> None:
     rt.objects.put(attempt.index_key, b"not an index")
 
@@ -153,7 +159,15 @@ def other_entry_count(rt: Runtime, attempt: Attempt) -> None:
 
 @pytest.mark.parametrize(
     "spoil",
-    [drop_index, damage_index, grow_data, entry_count_off, length_off, other_entry_count],
+    [
+        drop_index,
+        drop_data,
+        damage_index,
+        grow_data,
+        entry_count_off,
+        length_off,
+        other_entry_count,
+    ],
     ids=lambda f: f.__name__,
 )
 @pytest.mark.parametrize("path", ["single", "batch"])
@@ -328,3 +342,27 @@ def test_an_attempt_holds_the_configured_lease_from_its_begin(runtime: Runtime, 
     ((lease, seen_at),) = leases
     assert lease is not None
     assert before + 3_600_000 <= lease <= seen_at + 3_600_000
+
+
+def test_a_dead_attempt_taken_over_while_it_is_recovered_is_left_to_the_winner(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its objects complete, but another worker takes the ledger over while this run
+    reads them: the recovery's commit loses the compare-and-set, nothing of the dead
+    attempt is committed, and the run reports the winner in progress."""
+    rt = runtime
+    dead = dead_attempt(rt)
+    real = ledger_offloader.decode_index
+    taken: list[Attempt] = []
+
+    def decode_while_taken_over(data: bytes) -> object:
+        if not taken:
+            taken.append(take_over(rt, "orders", dead.ledger_id))
+        return real(data)
+
+    monkeypatch.setattr(ledger_offloader, "decode_index", decode_while_taken_over)
+    result = LedgerOffloader(rt).offload_ledger("orders", dead.ledger_id)
+    assert result == OffloadResult("orders", dead.ledger_id, Outcome.IN_PROGRESS, "winner")
+    ledger = rt.metadata.get_ledger("orders", dead.ledger_id)
+    assert (ledger.attempt_id, ledger.offload_attempt_id) == ("winner", None)
+    assert rt.metadata.attempts.get("dead").state is not AttemptState.COMMITTED

@@ -16,8 +16,10 @@ from fixtures.inspect import stored_keys
 from fixtures.metadata import pending_deletions
 from fixtures.retention import Entries, all_entries, at_or_above, live_object_keys, mixed_topic
 from offloader.exceptions import TopicDeletedError, TrimmedError
+from offloader.format.topic_start import decode_start
 from offloader.gc.deletion_queue import process_deletions
 from offloader.gc.run import collect_garbage
+from offloader.keys import topic_start_key
 from offloader.metadata import DeletionState, HotState, Position
 from offloader.offload.batch import BatchOffloader
 from offloader.offload.ledger_offloader import LedgerOffloader, Outcome
@@ -72,7 +74,10 @@ def assert_converged(rt: Runtime, ids: list[int], before: Entries, start: Positi
     gc_pass(rt)
     gc_pass(rt)  # keys the first pass's finish queued
     assert [x[0] for x in ledger_states(rt, below)] == [DeletionState.DELETED] * len(below)
-    assert stored_keys(rt.objects) == live_object_keys(rt)
+    # the kept objects and the start's record (FORMAT.md), at the start
+    assert stored_keys(rt.objects) == live_object_keys(rt) | {topic_start_key("orders")}
+    recorded = decode_start(rt.objects.get(topic_start_key("orders")))
+    assert recorded.position == start.key()
     assert pending_deletions(rt.metadata) == []
     assert all_entries(rt, "orders") == at_or_above(before, start)
 
@@ -154,5 +159,7 @@ def test_a_topic_delete_killed_midway_is_finished_by_the_next_run(rt: Runtime, p
     gc_pass(rt)
     assert gc_pass(rt) == 0
     assert {x.deletion_state for x in rt.metadata.list_ledgers("orders")} == {DeletionState.DELETED}
-    assert stored_keys(rt.objects) == set() and pending_deletions(rt.metadata) == []
+    # only the deleted topic's record of its start is left (FORMAT.md, "Topic starts")
+    assert stored_keys(rt.objects) == {topic_start_key("orders")}
+    assert pending_deletions(rt.metadata) == []
     assert not any(rt.hot.exists("orders", i) for i in ids)

@@ -267,6 +267,31 @@ def test_a_run_recovers_dead_rewrites_before_each_group(
     assert [g.outcome for g in report.groups] == [REWRITTEN]
 
 
+@pytest.mark.parametrize("mode", ["compact", "to-v1"])
+def test_a_run_with_nothing_to_plan_still_recovers_a_dead_rewrite(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """As `offloader gc` does (docs/OPERATIONS.md): the dead rewrite is failed, its upload
+    aborted, its keys queued, though no group is planned (compaction: nothing small
+    enough; to-v1: nothing streamed)."""
+    rt = runtime
+    v1_topic(rt, 3)
+    before = checksum(rt, T)
+    with crash_at(monkeypatch, "rewrite-after-first-part"):
+        rewrite(rt, small_bytes=shape(rt).target, lease_seconds=2.0)
+    (dead,) = rt.metadata.rewrites.open_rewrites(T)
+    wait_past(rt.metadata, dead.lease_until_ms or 0)
+    values = {"small_bytes": 1} if mode == "compact" else {"mode": mode}
+    report = rewrite(rt, **values)
+    assert (report.groups, report.recovered) == ([], [dead.segment_id])
+    assert "dead rewrites recovered: " + dead.segment_id in str(report)
+    assert rt.metadata.segments.get(dead.segment_id).state is SegmentState.FAILED
+    assert uploads(rt.objects) == set()  # aborted
+    assert {dead.data_key, dead.index_key} <= {d.object_key for d in pending_deletions(rt.metadata)}
+    assert rewrite(rt, small_bytes=1).recovered == []  # once only
+    assert checksum(rt, T) == before
+
+
 def test_an_empty_ledger_between_sources_does_not_break_a_run(runtime: Runtime) -> None:
     rt = runtime
     ids = v1_topic(rt, 2)
@@ -372,3 +397,36 @@ def test_migration_back_to_v1_after_a_compaction_releases_the_rewrite_segment(
     check_clean_store(rt)
     assert entry_digests(rt) == before
     assert rewrite(rt, mode="to-v1").groups == []
+
+
+def test_a_rewrite_recovered_before_its_upload_was_recorded_is_changed_and_cleaned(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run froze between creating its upload and recording it, past its lease, and
+    was recovered meanwhile (its segment failed, no upload recorded to abort): recording
+    the upload loses, so the group is ``changed``, its upload aborted, nothing swapped,
+    and the next run rewrites the sources."""
+    rt = runtime
+    v1_topic(rt, 3)
+    before = checksum(rt, T)
+    real = failpoints.reach
+    recovered: list[str] = []
+
+    def frozen_past_the_lease(point: str) -> None:
+        real(point)
+        if point == "rewrite-after-create-upload":
+            (open_,) = rt.metadata.rewrites.open_rewrites(T)
+            wait_past(rt.metadata, open_.lease_until_ms or 0)
+            recovered.extend(s.segment_id for s in recover_stale_rewrites(rt))
+
+    monkeypatch.setattr(failpoints, "reach", frozen_past_the_lease)
+    report = rewrite(rt, small_bytes=shape(rt).target, lease_seconds=1.0)
+    monkeypatch.undo()
+    (group,) = report.groups
+    assert (group.outcome, [group.segment_id]) == (CHANGED, recovered)
+    assert rt.metadata.segments.get(recovered[0]).state is SegmentState.FAILED
+    assert uploads(rt.objects) == set()  # created, never recorded: aborted by the run
+    check_one_copy(rt)
+    assert checksum(rt, T) == before
+    assert [g.outcome for g in rewrite(rt, small_bytes=shape(rt).target).groups] == [REWRITTEN]
+    assert checksum(rt, T) == before
