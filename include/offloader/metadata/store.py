@@ -48,7 +48,7 @@ from offloader.metadata.attempts import AttemptStore, retire
 from offloader.metadata.clock import db_now
 from offloader.metadata.clock import now_ms as now_ms  # re-exported: the worker's clock
 from offloader.metadata.deletions import DeletionQueue
-from offloader.metadata.engine import Database, create_metadata_engine
+from offloader.metadata.engine import Database, DatabaseDeadlines, create_metadata_engine
 from offloader.metadata.locations import list_locations, load_location, record_location
 from offloader.metadata.migrate import check_revision
 from offloader.metadata.records import (
@@ -79,9 +79,9 @@ class MetadataStore(Database):
     """Topics, ledgers and their store locations; every other concern is a sub-store."""
 
     @classmethod
-    def open(cls, url: str) -> MetadataStore:
+    def open(cls, url: str, deadlines: DatabaseDeadlines | None = None) -> MetadataStore:
         """Open a database at the head revision; SchemaOutOfDateError otherwise."""
-        engine = create_metadata_engine(url)
+        engine = create_metadata_engine(url, deadlines)
         try:
             check_revision(engine)
         except BaseException:

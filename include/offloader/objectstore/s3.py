@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import builtins
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -131,19 +132,53 @@ S3ClientFactory = Callable[["Settings"], Any]
 
 
 def client_config(settings: Settings) -> Config:
-    """The library's client config: adaptive retries (503 SlowDown), path addressing."""
+    """The library's client config: bounded attempts and timeouts (invariant 8), adaptive
+    retries (503 SlowDown), path addressing. The operation deadline is not a Config field:
+    :func:`install_deadline` adds it to a client."""
     return Config(
         region_name=settings.s3_region,
-        retries={"mode": "adaptive", "total_max_attempts": 10},
+        retries={"mode": "adaptive", "total_max_attempts": settings.s3_max_attempts},
         max_pool_connections=max(10, 2 * settings.upload_concurrency),
         s3={"addressing_style": "path"},
-        connect_timeout=10,
-        read_timeout=60,
+        connect_timeout=settings.s3_connect_timeout_seconds,
+        read_timeout=settings.s3_read_timeout_seconds,
         # S3-compatible servers differ on the newer default checksums; send them only
         # where the API requires them.
         request_checksum_calculation="when_required",
         response_checksum_validation="when_required",
     )
+
+
+_STARTED = "offloader_operation_started"
+
+
+def _start_clock(context: dict[str, Any], **_: Any) -> None:
+    context[_STARTED] = time.monotonic()
+
+
+def install_deadline(client: Any, deadline_seconds: float) -> Any:
+    """Stop retrying an operation of ``client`` once ``deadline_seconds`` have passed since
+    it began; botocore bounds attempts and each attempt's wait, not their total.
+
+    The ``needs-retry`` handler runs before botocore's retry handler and answers False (no
+    retry) once the budget is spent: the last attempt's error is raised as it is. An
+    attempt already under way runs to its own timeouts, so an operation ends at most one
+    backoff and one connect + read timeout after its deadline. Returns ``client``.
+    """
+    events = client.meta.events
+    if getattr(client.meta, "offloader_deadline", None) is not None:
+        return client  # installed already (a factory's client given to us twice)
+
+    def _stop_when_spent(request_dict: dict[str, Any], **_: Any) -> bool | None:
+        started = request_dict.get("context", {}).get(_STARTED)
+        if started is not None and time.monotonic() - started >= deadline_seconds:
+            return False
+        return None
+
+    events.register("before-call.s3", _start_clock)
+    events.register_first("needs-retry.s3", _stop_when_spent)
+    client.meta.offloader_deadline = deadline_seconds
+    return client
 
 
 # botocore parses its JSON service models (about 0.3 s of CPU for S3) once per session's
@@ -167,9 +202,10 @@ def build_client(settings: Settings) -> Any:
         aws_session_token=_secret(settings.s3_session_token),
         region_name=settings.s3_region,
     )
-    return session.client(
+    client = session.client(
         "s3", endpoint_url=settings.s3_endpoint_url, config=client_config(settings)
     )
+    return install_deadline(client, settings.s3_operation_deadline_seconds)
 
 
 class S3ObjectStore(ObjectStore):
@@ -209,7 +245,10 @@ class S3ObjectStore(ObjectStore):
             from offloader.settings import Settings
 
             settings = Settings()
-        return cls((client_factory or build_client)(settings), bucket, prefix)
+        client = (client_factory or build_client)(settings)
+        # a host's factory (the Airflow hook) gets the same deadline as our own clients
+        install_deadline(client, settings.s3_operation_deadline_seconds)
+        return cls(client, bucket, prefix)
 
     @property
     def url(self) -> str:
