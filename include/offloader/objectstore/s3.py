@@ -156,27 +156,39 @@ def _start_clock(context: dict[str, Any], **_: Any) -> None:
     context[_STARTED] = time.monotonic()
 
 
+def _worst_backoff(attempts: int) -> float:
+    """The longest sleep botocore's standard and adaptive modes take after ``attempts``
+    attempts: a random share of 2**(attempts - 1) seconds, capped at 20."""
+    return float(min(2 ** (attempts - 1), _MAX_BACKOFF_SECONDS))
+
+
+_MAX_BACKOFF_SECONDS = 20
+
+
 def install_deadline(client: Any, deadline_seconds: float) -> Any:
-    """Stop retrying an operation of ``client`` once ``deadline_seconds`` have passed since
-    it began; botocore bounds attempts and each attempt's wait, not their total.
+    """Retry an operation of ``client`` only while the next attempt can still start
+    before ``deadline_seconds`` have passed since the operation began; botocore bounds
+    the number of attempts and each attempt's waits, not their total.
 
     The ``needs-retry`` handler runs before botocore's retry handler and answers False (no
-    retry) once the budget is spent: the last attempt's error is raised as it is. An
-    attempt already under way runs to its own timeouts, so an operation ends at most one
-    backoff and one connect + read timeout after its deadline. Returns ``client``.
+    retry) when the time spent plus the longest backoff botocore might sleep reaches the
+    deadline: the last attempt's error is raised as it is. So the last attempt starts
+    before the deadline and an operation ends within deadline + connect + read timeout
+    (docs/CONFIGURATION.md, "Deadlines"). Returns ``client``.
     """
-    events = client.meta.events
     if getattr(client.meta, "offloader_deadline", None) is not None:
         return client  # installed already (a factory's client given to us twice)
 
-    def _stop_when_spent(request_dict: dict[str, Any], **_: Any) -> bool | None:
+    def _stop_when_spent(request_dict: dict[str, Any], attempts: int, **_: Any) -> bool | None:
         started = request_dict.get("context", {}).get(_STARTED)
-        if started is not None and time.monotonic() - started >= deadline_seconds:
+        if started is None:
+            return None
+        if time.monotonic() - started + _worst_backoff(attempts) >= deadline_seconds:
             return False
         return None
 
-    events.register("before-call.s3", _start_clock)
-    events.register_first("needs-retry.s3", _stop_when_spent)
+    client.meta.events.register("before-call.s3", _start_clock)
+    client.meta.events.register_first("needs-retry.s3", _stop_when_spent)
     client.meta.offloader_deadline = deadline_seconds
     return client
 
