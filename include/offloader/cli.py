@@ -24,6 +24,7 @@ from offloader.gc.run import collect_garbage
 from offloader.gc.sweep import sweep
 from offloader.hottier import MAX_ENTRY_BYTES
 from offloader.hottier.writer import ManagedLedgerWriter
+from offloader.log_redaction import RedactingFilter
 from offloader.metadata import StreamCut
 from offloader.metadata.snapshot import import_snapshot
 from offloader.offload.hot_deletion import delete_hot_copies
@@ -311,6 +312,17 @@ def ledger_or_entry_id(text: str) -> int:
 ledger_or_entry_id.__name__ = "64-bit id"  # argparse names the type in its message
 
 
+def ledger_id_bound(text: str) -> int:
+    """A ledger id to offload up to: 0 or more, as `plan` and the DAG form require."""
+    value = ledger_or_entry_id(text)
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
+ledger_id_bound.__name__ = "ledger id (0 or more)"
+
+
 def positive_int(text: str) -> int:
     """A count of 1 or more."""
     value = int(text)
@@ -378,7 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("topic")
     p.add_argument(
         "--up-to",
-        type=ledger_or_entry_id,
+        type=ledger_id_bound,
         default=None,
         metavar="LEDGER",
         help="offload every sealed ledger with id <= LEDGER, whatever the policy",
@@ -523,9 +535,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.debug else logging.ERROR,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    redacting = RedactingFilter()  # credentials never printed, --debug or not
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(redacting)
     settings: Settings | None = None
     try:
         settings = Settings()
+        redacting.secrets = _secrets_of(settings)
         if getattr(args, "without_runtime", False):
             result, text = args.handler(args, settings)
         else:
@@ -539,11 +555,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(json.dumps(jsonable(report), indent=2, sort_keys=True) if args.json else report)
         print(f"error: {describe_error(exc, settings)}", file=sys.stderr)
         return 2
-    if args.json:
-        print(json.dumps(jsonable(result), indent=2, sort_keys=True))
-    else:
-        print(text)
+    return _print_result(
+        json.dumps(jsonable(result), indent=2, sort_keys=True) if args.json else text
+    )
+
+
+def _print_result(text: str) -> int:
+    """Print the result; a reader that went away (``| head -1``) ends it quietly, exit 0."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # stdout is closed at exit too: point it at /dev/null so that flush cannot fail
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
     return 0
+
+
+def _secrets_of(settings: Settings) -> list[str]:
+    """The configured credentials, cut out of every log line."""
+    values = (settings.s3_access_key_id, settings.s3_secret_access_key, settings.s3_session_token)
+    return [v.get_secret_value() for v in values if v is not None]
 
 
 if __name__ == "__main__":
