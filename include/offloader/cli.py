@@ -21,6 +21,7 @@ from offloader.diagnostics import describe_error
 from offloader.format import ENTRY_FRAME, HEADER_LEN
 from offloader.gc.deletion_queue import DEFAULT_PASS_LIMIT, process_deletions
 from offloader.gc.run import collect_garbage
+from offloader.gc.stores import list_stores, retire_store
 from offloader.gc.sweep import sweep
 from offloader.hottier import MAX_ENTRY_BYTES
 from offloader.hottier.writer import ManagedLedgerWriter
@@ -227,6 +228,16 @@ def cmd_scan(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
 def cmd_sweep(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     result = sweep(rt.metadata, rt.stores, rt.settings)
     result.raise_for_errors()
+    return result, str(result)
+
+
+def cmd_store_list(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
+    stores = list_stores(rt)
+    return stores, _listing(map(str, stores), "(no stores recorded)")
+
+
+def cmd_store_retire(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
+    result = retire_store(rt, args.store_id, args.confirm)
     return result, str(result)
 
 
@@ -479,6 +490,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", metavar="PATH", default=None, help="write the JSON report here")
     command("scan", cmd_scan, "report orphaned objects and stale uploads (changes nothing)")
     command("sweep", cmd_sweep, "queue orphaned objects for deletion, abort stale uploads")
+    store = sub.add_parser("store", help="recorded object stores: list, retire a dead one")
+    store_sub = store.add_subparsers(
+        dest="store_command", required=True, parser_class=OneLineParser
+    )
+    list_help = "recorded stores: reachable?, what names each (committed data, queued keys)"
+    command("list", cmd_store_list, list_help, store_sub)
+    retire_help = (
+        "retire a store no committed data names: drop its queued deletions; scan and gc "
+        "stop visiting it"
+    )
+    p = command("retire", cmd_store_retire, retire_help, store_sub)
+    p.add_argument("store_id", type=positive_int, metavar="ID")
+    p.add_argument("--confirm", type=int, default=None, metavar="ID", help="the same ID again")
     meta = sub.add_parser("metadata", help="metadata snapshots: export, import, rebuild")
     meta_sub = meta.add_subparsers(
         dest="metadata_command", required=True, parser_class=OneLineParser

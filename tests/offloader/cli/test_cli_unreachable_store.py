@@ -5,6 +5,7 @@ does not answer, name it, and still sweep and drain the reachable ones."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -166,3 +167,53 @@ def test_offload_to_a_closed_port_changes_nothing_and_the_right_settings_then_wo
         assert [loc.endpoint for _, loc in metadata.list_locations()] == [s3_server.endpoint_url]
     finally:
         metadata.close()
+
+
+def test_store_list_names_the_dead_store_and_retire_stops_the_visits(
+    black_hole: BlackHole, tmp_path: Path
+) -> None:
+    """`store list` says which store does not answer and what names each; `store retire`
+    refuses a store committed data names, says how many queued deletions it would drop,
+    then retires the dead one: scan and gc no longer visit it."""
+    settings = local_settings(tmp_path)
+    dead = StoreLocation("s3", "unreachable-bucket", "tier", black_hole.endpoint_url)
+    metadata = MetadataStore.open(settings.resolved_metadata_url)
+    try:
+        dead_id = metadata.record_location(dead)
+        metadata.deletions.enqueue(["dead-key"], "test", store_id=dead_id)
+    finally:
+        metadata.close()
+    run_cli(settings, "offload", "orders", "--up-to", "100")
+    done, elapsed = timed_cli(settings, "store", "list", "--json")
+    assert elapsed < BOUND_SECONDS
+    listed = {s["store_id"]: s for s in json.loads(done.stdout)}
+    (live_id,) = set(listed) - {dead_id}
+    assert (listed[live_id]["reachable"], listed[live_id]["committed_ledgers"]) == (True, 1)
+    assert (listed[dead_id]["reachable"], listed[dead_id]["queued_deletions"]) == (False, 1)
+    assert listed[dead_id]["location"] == str(dead)
+    assert ACCESS_KEY not in done.stdout + done.stderr
+
+    refused = run_cli(
+        settings, "store", "retire", str(live_id), "--confirm", str(live_id), ok=False
+    )
+    assert refused.returncode == 2 and "still holds data: 1 committed ledgers" in refused.stderr
+    asked = run_cli(settings, "store", "retire", str(dead_id), ok=False)
+    assert asked.returncode == 2
+    assert asked.stderr.strip() == (
+        f"error: retiring object store {dead_id} ({dead}) drops its 1 queued deletions: "
+        f"run again with --confirm {dead_id}"
+    )
+    before = table_counts(settings.resolved_metadata_url)
+    wrong = run_cli(settings, "store", "retire", str(dead_id), "--confirm", "999", ok=False)
+    assert wrong.returncode == 2
+    assert table_counts(settings.resolved_metadata_url) == before
+
+    retired = run_cli(settings, "store", "retire", str(dead_id), "--confirm", str(dead_id))
+    assert retired.stdout.startswith(f"retired store {dead_id} ({dead}): dropped 1 ")
+    accepted = black_hole.accepted
+    for command in ("scan", "gc"):
+        done = run_cli(settings, command)
+        assert str(dead) not in done.stdout and "skipped" not in done.stdout.lower()
+    assert black_hole.accepted == accepted  # not visited
+    text = run_cli(settings, "store", "list").stdout
+    assert f"{dead_id} retired" in " ".join(text.split())
