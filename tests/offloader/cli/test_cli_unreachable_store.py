@@ -217,3 +217,25 @@ def test_store_list_names_the_dead_store_and_retire_stops_the_visits(
     assert black_hole.accepted == accepted  # not visited
     text = run_cli(settings, "store", "list").stdout
     assert f"{dead_id} retired" in " ".join(text.split())
+
+
+def test_a_killed_offload_leaves_a_lease_the_next_run_does_not_wait_on(tmp_path: Path) -> None:
+    """Killed after recording its attempt (SIGKILL at `after-begin-attempt`): the ledger is
+    `offloading`; the next run within the lease reports it `in-progress` at once, with no
+    wait on the dead attempt. (Taking over once the lease has run out: the crash tests in
+    tests/offloader/offload.)"""
+    settings = local_settings(tmp_path, attempt_lease_seconds=120.0)
+    killed = run_cli(
+        settings, "offload", "orders", "--up-to", "100", failpoints="after-begin-attempt", ok=False
+    )
+    assert killed.returncode == -9
+    done, elapsed = timed_cli(settings, "offload", "orders", "--up-to", "100", "--json")
+    assert elapsed < BOUND_SECONDS
+    (result,) = json.loads(done.stdout)["results"]
+    assert result["outcome"] == "in-progress"
+    metadata = MetadataStore.open(settings.resolved_metadata_url)
+    try:
+        (ledger,) = metadata.list_ledgers("orders")
+        assert ledger.offload_state == "offloading"
+    finally:
+        metadata.close()
