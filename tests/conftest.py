@@ -29,4 +29,5 @@ pytest_plugins = [
     "fixtures.airflow_server",
     "fixtures.browser",
     "fixtures.spark",
+    "fixtures.blackhole",
 ]

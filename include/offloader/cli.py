@@ -21,9 +21,11 @@ from offloader.diagnostics import describe_error
 from offloader.format import ENTRY_FRAME, HEADER_LEN
 from offloader.gc.deletion_queue import DEFAULT_PASS_LIMIT, process_deletions
 from offloader.gc.run import collect_garbage
+from offloader.gc.stores import list_stores, retire_store
 from offloader.gc.sweep import sweep
 from offloader.hottier import MAX_ENTRY_BYTES
 from offloader.hottier.writer import ManagedLedgerWriter
+from offloader.log_redaction import RedactingFilter
 from offloader.metadata import StreamCut
 from offloader.metadata.snapshot import import_snapshot
 from offloader.offload.hot_deletion import delete_hot_copies
@@ -230,6 +232,16 @@ def cmd_sweep(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     return result, str(result)
 
 
+def cmd_store_list(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
+    stores = list_stores(rt)
+    return stores, _listing(map(str, stores), "(no stores recorded)")
+
+
+def cmd_store_retire(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
+    result = retire_store(rt, args.store_id, args.confirm)
+    return result, str(result)
+
+
 def cmd_metadata_export(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     result = export_metadata(rt)
     return result, str(result)
@@ -317,6 +329,17 @@ def ledger_or_entry_id(text: str) -> int:
 ledger_or_entry_id.__name__ = "64-bit id"  # argparse names the type in its message
 
 
+def ledger_id_bound(text: str) -> int:
+    """A ledger id to offload up to: 0 or more, as `plan` and the DAG form require."""
+    value = ledger_or_entry_id(text)
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
+ledger_id_bound.__name__ = "ledger id (0 or more)"
+
+
 def positive_int(text: str) -> int:
     """A count of 1 or more."""
     value = int(text)
@@ -384,7 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("topic")
     p.add_argument(
         "--up-to",
-        type=ledger_or_entry_id,
+        type=ledger_id_bound,
         default=None,
         metavar="LEDGER",
         help="offload every sealed ledger with id <= LEDGER, whatever the policy",
@@ -473,6 +496,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", metavar="PATH", default=None, help="write the JSON report here")
     command("scan", cmd_scan, "report orphaned objects and stale uploads (changes nothing)")
     command("sweep", cmd_sweep, "queue orphaned objects for deletion, abort stale uploads")
+    store = sub.add_parser("store", help="recorded object stores: list, retire a dead one")
+    store_sub = store.add_subparsers(
+        dest="store_command", required=True, parser_class=OneLineParser
+    )
+    list_help = "recorded stores: reachable?, what names each (committed data, queued keys)"
+    command("list", cmd_store_list, list_help, store_sub)
+    retire_help = (
+        "retire a store no committed data names: drop its queued deletions; scan and gc "
+        "stop visiting it"
+    )
+    p = command("retire", cmd_store_retire, retire_help, store_sub)
+    p.add_argument("store_id", type=positive_int, metavar="ID")
+    p.add_argument("--confirm", type=int, default=None, metavar="ID", help="the same ID again")
     meta = sub.add_parser("metadata", help="metadata snapshots: export, import, rebuild")
     meta_sub = meta.add_subparsers(
         dest="metadata_command", required=True, parser_class=OneLineParser
@@ -536,9 +572,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.debug else logging.ERROR,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    redacting = RedactingFilter()  # credentials never printed, --debug or not
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(redacting)
     settings: Settings | None = None
     try:
         settings = Settings()
+        redacting.secrets = _secrets_of(settings)
         if getattr(args, "without_runtime", False):
             result, text = args.handler(args, settings)
         else:
@@ -552,11 +592,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(json.dumps(jsonable(report), indent=2, sort_keys=True) if args.json else report)
         print(f"error: {describe_error(exc, settings)}", file=sys.stderr)
         return 2
-    if args.json:
-        print(json.dumps(jsonable(result), indent=2, sort_keys=True))
-    else:
-        print(text)
+    _print_result(json.dumps(jsonable(result), indent=2, sort_keys=True) if args.json else text)
     return int(getattr(result, "exit_status", 0))  # verify: 1 when a promise is broken
+
+
+def _print_result(text: str) -> None:
+    """Print the result; a reader that went away (``| head -1``) ends it quietly."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # stdout is closed at exit too: point it at /dev/null so that flush cannot fail
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def _secrets_of(settings: Settings) -> list[str]:
+    """The configured credentials, cut out of every log line."""
+    values = (settings.s3_access_key_id, settings.s3_secret_access_key, settings.s3_session_token)
+    return [v.get_secret_value() for v in values if v is not None]
 
 
 if __name__ == "__main__":

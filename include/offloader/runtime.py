@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from offloader.hottier import HotLedgerStore
 from offloader.metadata import MetadataStore
-from offloader.metadata.engine import create_metadata_engine
+from offloader.metadata.engine import DatabaseDeadlines, create_metadata_engine
 from offloader.metadata.migrate import check_revision, upgrade
 from offloader.metadata.snapshot import ExportResult, export_snapshot
 from offloader.objectstore import ObjectStore
@@ -41,7 +41,7 @@ class Runtime:
         from offloader.hottier.filestore import FileLedgerStore
 
         settings = settings or Settings()
-        metadata = MetadataStore.open(settings.resolved_metadata_url)
+        metadata = MetadataStore.open(settings.resolved_metadata_url, database_deadlines(settings))
         try:
             objects = open_object_store(
                 settings.resolved_object_store_url, settings, client_factory
@@ -65,11 +65,20 @@ class Runtime:
         self.close()
 
 
+def database_deadlines(settings: Settings) -> DatabaseDeadlines:
+    """The settings' deadlines for the metadata database (invariant 8)."""
+    return DatabaseDeadlines(
+        connect_seconds=settings.db_connect_timeout_seconds,
+        statement_seconds=settings.db_statement_timeout_seconds,
+        lock_seconds=settings.db_lock_timeout_seconds,
+    )
+
+
 def upgrade_database(settings: Settings) -> tuple[str | None, str | None]:
     """`offloader db upgrade`: migrate the metadata to head; rows written before revision
     0002 are recorded as written to the store ``settings`` configure. Returns the revisions
     before and after."""
-    engine = create_metadata_engine(settings.resolved_metadata_url)
+    engine = create_metadata_engine(settings.resolved_metadata_url, database_deadlines(settings))
     try:
         return upgrade(engine, default_location(settings))
     finally:
@@ -78,7 +87,7 @@ def upgrade_database(settings: Settings) -> tuple[str | None, str | None]:
 
 def check_database(settings: Settings) -> str:
     """`offloader db check`: the head revision, or SchemaOutOfDateError."""
-    engine = create_metadata_engine(settings.resolved_metadata_url)
+    engine = create_metadata_engine(settings.resolved_metadata_url, database_deadlines(settings))
     try:
         return check_revision(engine)
     finally:

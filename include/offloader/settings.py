@@ -33,6 +33,10 @@ OBJECT_STORE_FIELDS = frozenset(
         "s3_session_token",
         "upload_concurrency",
         "read_prefetch",
+        "s3_connect_timeout_seconds",
+        "s3_read_timeout_seconds",
+        "s3_max_attempts",
+        "s3_operation_deadline_seconds",
     }
 )
 
@@ -52,6 +56,19 @@ class Settings(BaseSettings):
     s3_access_key_id: SecretStr | None = None
     s3_secret_access_key: SecretStr | None = None
     s3_session_token: SecretStr | None = None
+
+    # Deadlines (invariant 8): a store that stops answering fails an operation in bounded
+    # time. One attempt waits at most connect + read timeout; retries stop once the
+    # operation's deadline is spent. Worst case per operation: docs/CONFIGURATION.md.
+    s3_connect_timeout_seconds: float = Field(default=5.0, gt=0, le=300)
+    s3_read_timeout_seconds: float = Field(default=15.0, gt=0, le=3600)
+    s3_max_attempts: int = Field(default=3, ge=1, le=20)
+    s3_operation_deadline_seconds: float = Field(default=30.0, gt=0, le=3600)
+    # the metadata database: connecting, one statement, waiting for a row or table lock
+    # (PostgreSQL), waiting for the database lock (SQLite's busy timeout)
+    db_connect_timeout_seconds: int = Field(default=10, ge=1, le=300)
+    db_statement_timeout_seconds: float = Field(default=600.0, gt=0)
+    db_lock_timeout_seconds: float = Field(default=60.0, gt=0)
 
     upload_concurrency: int = Field(default=4, ge=1, le=64)
     read_prefetch: int = Field(default=4, ge=0, le=64)

@@ -44,6 +44,13 @@ TUNING_KEYS = (
     "metadata_snapshots_keep",
     "gc_batch_keys",
     "gc_failing_tries",
+    "s3_connect_timeout_seconds",
+    "s3_read_timeout_seconds",
+    "s3_max_attempts",
+    "s3_operation_deadline_seconds",
+    "db_connect_timeout_seconds",
+    "db_statement_timeout_seconds",
+    "db_lock_timeout_seconds",
 )
 
 DEFAULT_AWS_CONN_ID = "aws_default"

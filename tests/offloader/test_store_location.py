@@ -106,9 +106,10 @@ def test_a_recorded_store_that_is_gone_is_named(
             assert secret is None or secret.get_secret_value() not in message
         # the hot copy is still there: a read that may fall back does
         assert len(list(TopicReader(b).read("orders", ledger_id))) == 10
-        # the queued key stays queued, its error naming the store
+        # the queued key stays queued, untried (skipped), its error naming the store
         result = process_deletions(b.metadata, b.stores, b.settings)
-        assert (result.failed, result.remaining) == (1, 1)
+        assert (result.failed, result.skipped, result.remaining) == (0, 1, 1)
+        assert len(result.skipped_stores) == 1 and gone in result.skipped_stores[0]
         (pending,) = pending_deletions(b.metadata)
         assert gone in (pending.last_error or "")
     if backend_settings.resolved_object_store_url.startswith("file:"):

@@ -114,6 +114,11 @@ def test_credentials_from_a_process_are_refreshed_not_frozen(
         client = runtime.objects._client
         assert client.meta.config.read_timeout == 17
         assert client.meta.config.s3 == {"addressing_style": "path"}
+        # ... and the library's deadlines reach the hook's client (invariant 8)
+        tuned = runtime.settings
+        assert client.meta.config.connect_timeout == tuned.s3_connect_timeout_seconds
+        assert client.meta.config.retries["total_max_attempts"] == tuned.s3_max_attempts
+        assert client.meta.offloader_deadline == tuned.s3_operation_deadline_seconds
         assert client._endpoint.http_session._verify == certifi.where()
     settings = hook.get_settings()
     assert settings.s3_access_key_id is None and settings.s3_secret_access_key is None

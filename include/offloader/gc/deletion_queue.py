@@ -2,9 +2,10 @@
 
 Nothing is dropped: a key leaves the queue only once the store confirms it gone, and a key
 the store no longer has counts as gone. Every queued key names the store it lives in
-(invariant 7); a store that cannot be opened keeps its keys queued, with the error naming
-the store. A pass is bounded (``limit`` rows) and reads the queue a batch at a time in the
-order of its index, so its cost does not grow with the queue's history. The pass never
+(invariant 7); a store that cannot be opened or does not answer keeps its keys queued,
+untried and counted as ``skipped`` with the store named, so the other stores are still
+drained (invariant 8). A pass is bounded (``limit`` rows) and reads the queue a batch at
+a time in the order of its index, so its cost does not grow with the queue's history. The pass never
 lists the bucket: unfinished multipart uploads are the orphan sweep's to abort.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from offloader import failpoints
@@ -40,6 +41,8 @@ class DeletionPass:
     remaining: int
     delete_requests: int
     backlog: DeletionBacklog
+    skipped: int = 0  # rows left queued, untried: their store is unreachable
+    skipped_stores: list[str] = field(default_factory=list)  # each: the store and why
 
     def to_json(self) -> dict[str, Any]:
         return fields_json(self)
@@ -50,7 +53,10 @@ class DeletionPass:
             f"deleted {self.deleted}, failed {self.failed}, pending {self.remaining} "
             f"({self.delete_requests} delete requests)"
         )
-        return "\n".join([done, *backlog_lines(self.backlog)])
+        if self.skipped:
+            done += f", skipped {self.skipped} (store unreachable)"
+        skipped = [f"skipped store {store}" for store in self.skipped_stores]
+        return "\n".join([done, *skipped, *backlog_lines(self.backlog)])
 
 
 def backoff_ms(tries: int, settings: Settings) -> int:
@@ -76,7 +82,8 @@ def process_deletions(
     if limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
     started_ms = metadata.db_now_ms()
-    deleted = failed = requests = taken = 0
+    deleted = failed = requests = taken = skipped = 0
+    skipped_stores: dict[int | None, str] = {}
     while taken < limit:
         # Rows tried in this pass are rescheduled after its start, so they are not due again.
         due = metadata.deletions.due(min(settings.gc_batch_keys, limit - taken), started_ms)
@@ -87,7 +94,16 @@ def process_deletions(
         for row in due:
             by_store[row.store_id].append(row)
         for store_id, rows in by_store.items():
-            done, errors, calls = _delete_in_store(metadata, stores, store_id, rows, settings)
+            try:
+                store = stores.get(store_id, f"queued deletion {rows[0].id}")
+            except StoreUnavailableError as exc:
+                if store_id not in skipped_stores:
+                    log.warning("deletions skip store %s: %s", store_id, exc)
+                skipped_stores[store_id] = str(exc)
+                metadata.deletions.postpone([r.id for r in rows], started_ms + 1, str(exc))
+                skipped += len(rows)
+                continue
+            done, errors, calls = _delete_in_store(metadata, store, rows, settings)
             _retry_later(metadata, settings, rows, errors, started_ms + 1)
             deleted += done
             failed += len(errors)
@@ -99,21 +115,18 @@ def process_deletions(
         remaining=backlog.pending,
         delete_requests=requests,
         backlog=backlog,
+        skipped=skipped,
+        skipped_stores=list(skipped_stores.values()),
     )
 
 
 def _delete_in_store(
     metadata: MetadataStore,
-    stores: Stores,
-    store_id: int | None,
+    store: ObjectStore,
     rows: list[Deletion],
     settings: Settings,
 ) -> tuple[int, dict[str, str], int]:
     """Delete rows of one store in batches. Returns (done, errors by key, delete calls)."""
-    try:
-        store = stores.get(store_id, f"queued deletion {rows[0].id}")
-    except StoreUnavailableError as exc:
-        return 0, {row.object_key: str(exc) for row in rows}, 0
     batch = min(settings.gc_batch_keys, store.capabilities.max_delete_batch)
     done, errors, calls = 0, {}, 0
     for start in range(0, len(rows), batch):
@@ -168,15 +181,20 @@ class DrainResult:
     stopped: str  # drained | max items | time budget | dry run
     dry_run: bool
     backlog: DeletionBacklog
+    skipped: int = 0  # rows left queued, untried: their store is unreachable
+    skipped_stores: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return fields_json(self)
 
     def __str__(self) -> str:
-        return (
+        text = (
             f"{self.passes} passes: deleted {self.deleted}, failed {self.failed} in "
             f"{self.delete_requests} delete requests, {self.seconds:.1f}s (stopped: {self.stopped})"
         )
+        if self.skipped:
+            text += f", skipped {self.skipped} (store unreachable)"
+        return "\n".join([text, *(f"skipped store {s}" for s in self.skipped_stores)])
 
 
 def drain_queue(
@@ -199,7 +217,8 @@ def drain_queue(
     if time_budget_seconds <= 0:
         raise ValueError(f"time_budget_seconds must be > 0, got {time_budget_seconds}")
     started = time.monotonic()
-    passes = deleted = failed = requests = 0
+    passes = deleted = failed = requests = skipped = 0
+    skipped_stores: list[str] = []
     stopped = "dry run" if dry_run else "drained"
     while not dry_run:
         if deleted + failed >= max_items:
@@ -213,6 +232,8 @@ def drain_queue(
         passes += 1
         deleted, failed = deleted + one.deleted, failed + one.failed
         requests += one.delete_requests
+        skipped += one.skipped
+        skipped_stores += [s for s in one.skipped_stores if s not in skipped_stores]
         log.info("pass %d: deleted %d, failed %d", passes, one.deleted, one.failed)
         if one.deleted == 0:
             break
@@ -225,4 +246,6 @@ def drain_queue(
         stopped=stopped,
         dry_run=dry_run,
         backlog=metadata.deletions.backlog(settings.gc_failing_tries),
+        skipped=skipped,
+        skipped_stores=skipped_stores,
     )

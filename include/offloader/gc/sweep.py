@@ -113,6 +113,9 @@ class StoreSweep:
     objects: list[Orphan] = field(default_factory=list)  # filled by a scan only
     uploads: list[StaleUpload] = field(default_factory=list)  # filled by a scan only
     error: str | None = None  # the store could not be swept (it stays as it is)
+    # a recorded store (not the configured one) that does not answer: left for later,
+    # with a warning, so the reachable stores are still swept (invariant 8)
+    skipped: str | None = None
 
 
 @dataclass
@@ -132,13 +135,18 @@ class SweepResult:
     def errors(self) -> list[str]:
         return [f"{s.store}: {s.error}" for s in self.stores if s.error]
 
+    @property
+    def skipped(self) -> list[str]:
+        """The unreachable recorded stores, each with why: a warning, not a failure."""
+        return [f"{s.store}: {s.skipped}" for s in self.stores if s.skipped]
+
     def raise_for_errors(self) -> None:
         """After the others were swept: fail naming the stores that could not be."""
         if self.errors:
             raise StoreUnavailableError(f"not swept: {'; '.join(self.errors)}")
 
     def to_json(self) -> dict[str, Any]:
-        return {**fields_json(self), "orphans": self.orphans}
+        return {**fields_json(self), "orphans": self.orphans, "skipped": self.skipped}
 
     def __str__(self) -> str:
         queue, abort = ("would queue", "would abort") if self.dry_run else ("queued", "aborted")
@@ -146,6 +154,9 @@ class SweepResult:
         for s in self.stores:
             if s.error:
                 lines.append(f"{s.store}: NOT SWEPT: {s.error}")
+                continue
+            if s.skipped:
+                lines.append(f"{s.store}: SKIPPED (unreachable): {s.skipped}")
                 continue
             queued = s.orphans if self.dry_run else s.queued
             aborted = s.stale_uploads if self.dry_run else s.aborted_uploads
@@ -175,10 +186,16 @@ def sweep(
     """Sweep every recorded store (the default one recorded first); ``dry_run`` is the scan.
 
     A store that cannot be opened or listed is reported and left alone; the others are
-    still swept.
+    still swept. A recorded store other than the configured one that does not answer is
+    skipped with a warning (``skipped``), not an error: a dead endpoint recorded long ago
+    must not stop the sweep of the live ones.
     """
+    default_error: str | None = None
     if not dry_run:
-        stores.default_id()  # the configured store is swept even before its first offload
+        try:
+            stores.default_id()  # the configured store is swept even before its first offload
+        except StoreUnavailableError as exc:
+            default_error = f"{type(exc).__name__}: {exc}"
     targets: list[tuple[int | None, StoreLocation]] = list(metadata.list_locations())
     if stores.default_location not in [location for _, location in targets]:
         targets.insert(0, (None, stores.default_location))  # a scan records nothing
@@ -188,8 +205,20 @@ def sweep(
     for store_id, location in targets:
         outcome = StoreSweep(store_id, str(location))
         result.stores.append(outcome)
+        is_default = location == stores.default_location
+        if is_default and default_error is not None:
+            outcome.error = default_error
+            continue
         try:
             store = stores.default if store_id is None else stores.get(store_id, str(location))
+        except StoreUnavailableError as exc:
+            if is_default:
+                outcome.error = f"{type(exc).__name__}: {exc}"
+            else:
+                log.warning("sweep skips %s: %s", location, exc)
+                outcome.skipped = str(exc)
+            continue
+        try:
             _sweep_store(metadata, store, settings, outcome, dry_run=dry_run)
         except Exception as exc:  # one store's trouble must not stop the others
             log.warning("sweep of %s failed", location, exc_info=True)

@@ -54,6 +54,23 @@ class DeletionQueue:
                 .values(state="done", done_ms=db_now())
             )
 
+    def postpone(self, ids: Iterable[int], not_before_ms: int, reason: str) -> None:
+        """Leave rows queued untried (their store did not answer): no try counted, the
+        reason recorded, next due at ``not_before_ms`` (after the pass that skipped them)."""
+        ids = list(ids)
+        if not ids:
+            return
+        floor = sa.literal(not_before_ms, sa.BigInteger)
+        with self.db.transaction() as conn:
+            conn.execute(
+                D.update()
+                .where(D.c.id.in_(ids), D.c.state == "pending")
+                .values(
+                    last_error=reason[:2000],
+                    next_try_ms=sa.case((D.c.next_try_ms < floor, floor), else_=D.c.next_try_ms),
+                )
+            )
+
     def retry_later(
         self, failures: Sequence[tuple[Deletion, str, int]], not_before_ms: int = 0
     ) -> None:

@@ -34,6 +34,7 @@ object_stores = Table(
     Column("prefix", String(512), nullable=False),
     Column("endpoint", String(512), nullable=False),  # never holds a credential
     Column("created_ms", BigInteger, nullable=False),
+    Column("retired_ms", BigInteger),  # `offloader store retire`: the GC no longer visits it
     UniqueConstraint("kind", "location", "prefix", "endpoint", name="uq_object_stores_location"),
 )
 

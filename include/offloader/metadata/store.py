@@ -48,8 +48,15 @@ from offloader.metadata.attempts import AttemptStore, retire
 from offloader.metadata.clock import db_now
 from offloader.metadata.clock import now_ms as now_ms  # re-exported: the worker's clock
 from offloader.metadata.deletions import DeletionQueue
-from offloader.metadata.engine import Database, create_metadata_engine
-from offloader.metadata.locations import list_locations, load_location, record_location
+from offloader.metadata.engine import Database, DatabaseDeadlines, create_metadata_engine
+from offloader.metadata.locations import (
+    StoreUsage,
+    list_locations,
+    load_location,
+    record_location,
+    retire_location,
+    store_usage,
+)
 from offloader.metadata.migrate import check_revision
 from offloader.metadata.records import (
     AttemptState,
@@ -79,9 +86,9 @@ class MetadataStore(Database):
     """Topics, ledgers and their store locations; every other concern is a sub-store."""
 
     @classmethod
-    def open(cls, url: str) -> MetadataStore:
+    def open(cls, url: str, deadlines: DatabaseDeadlines | None = None) -> MetadataStore:
         """Open a database at the head revision; SchemaOutOfDateError otherwise."""
-        engine = create_metadata_engine(url)
+        engine = create_metadata_engine(url, deadlines)
         try:
             check_revision(engine)
         except BaseException:
@@ -362,9 +369,20 @@ class MetadataStore(Database):
             return load_location(conn, store_id)
 
     def list_locations(self) -> list[tuple[int, StoreLocation]]:
-        """Every recorded store location, by id: what the orphan sweep walks."""
+        """Every recorded store location not retired, by id: what the orphan sweep walks."""
         with self.engine.connect() as conn:
             return list_locations(conn)
+
+    def store_usage(self) -> list[StoreUsage]:
+        """Every recorded store, retired ones too, with the counts of what names it."""
+        with self.engine.connect() as conn:
+            return store_usage(conn)
+
+    def retire_store(self, store_id: int) -> int:
+        """Retire a store no committed data names; its queued deletions dropped (how many).
+        The check and the change are one transaction."""
+        with self.transaction() as conn:
+            return retire_location(conn, store_id)
 
     # --- for people: totals, each topic's tiers, the tiers' history (metadata/totals.py) --
     def counts(self) -> dict[str, object]:

@@ -94,6 +94,8 @@ class StoreRegistry:
     _default_location: StoreLocation = field(init=False)
     _default_id: int | None = field(default=None, init=False)
     _opened: dict[int, ObjectStore] = field(default_factory=dict, init=False)
+    # stores found unreachable in this runtime: asked once, not once per row (invariant 8)
+    _unavailable: dict[int, StoreUnavailableError] = field(default_factory=dict, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def __post_init__(self) -> None:
@@ -104,9 +106,17 @@ class StoreRegistry:
         return self._default_location
 
     def default_id(self) -> int:
-        """The id under which the default store is recorded (recorded on first use)."""
+        """The id under which the default store is recorded (recorded on first use, and
+        only once it answered: a dead endpoint must not become a recorded store that
+        attempts, deletions and sweeps then name forever)."""
         with self._lock:
             if self._default_id is None:
+                try:
+                    self.default.check_available()
+                except Exception as exc:
+                    raise StoreUnavailableError(
+                        f"object store {self._default_location} is not reachable: {exc}"
+                    ) from exc
                 self._default_id = self.metadata.record_location(self._default_location)
                 self._opened[self._default_id] = self.default
             return self._default_id
@@ -119,13 +129,19 @@ class StoreRegistry:
                 "upgraded): run `offloader db upgrade`"
             )
         with self._lock:
+            if store_id in self._unavailable:
+                raise self._unavailable[store_id]
             store = self._opened.get(store_id)
             if store is None:
                 location = self.metadata.get_location(store_id)
                 if location == self._default_location:
                     store = self.default  # the same store: never open it twice
                 else:
-                    store = open_location(location, self.settings, self.client_factory)
+                    try:
+                        store = open_location(location, self.settings, self.client_factory)
+                    except StoreUnavailableError as exc:
+                        self._unavailable[store_id] = exc
+                        raise
                 self._opened[store_id] = store
             return store
 

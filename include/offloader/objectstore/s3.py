@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import builtins
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -131,19 +132,65 @@ S3ClientFactory = Callable[["Settings"], Any]
 
 
 def client_config(settings: Settings) -> Config:
-    """The library's client config: adaptive retries (503 SlowDown), path addressing."""
+    """The library's client config: bounded attempts and timeouts (invariant 8), adaptive
+    retries (503 SlowDown), path addressing. The operation deadline is not a Config field:
+    :func:`install_deadline` adds it to a client."""
     return Config(
         region_name=settings.s3_region,
-        retries={"mode": "adaptive", "total_max_attempts": 10},
+        retries={"mode": "adaptive", "total_max_attempts": settings.s3_max_attempts},
         max_pool_connections=max(10, 2 * settings.upload_concurrency),
         s3={"addressing_style": "path"},
-        connect_timeout=10,
-        read_timeout=60,
+        connect_timeout=settings.s3_connect_timeout_seconds,
+        read_timeout=settings.s3_read_timeout_seconds,
         # S3-compatible servers differ on the newer default checksums; send them only
         # where the API requires them.
         request_checksum_calculation="when_required",
         response_checksum_validation="when_required",
     )
+
+
+_STARTED = "offloader_operation_started"
+
+
+def _start_clock(context: dict[str, Any], **_: Any) -> None:
+    context[_STARTED] = time.monotonic()
+
+
+def _worst_backoff(attempts: int) -> float:
+    """The longest sleep botocore's standard and adaptive modes take after ``attempts``
+    attempts: a random share of 2**(attempts - 1) seconds, capped at 20."""
+    return float(min(2 ** (attempts - 1), _MAX_BACKOFF_SECONDS))
+
+
+_MAX_BACKOFF_SECONDS = 20
+
+
+def install_deadline(client: Any, deadline_seconds: float) -> Any:
+    """Retry an operation of ``client`` only while the next attempt can still start
+    before ``deadline_seconds`` have passed since the operation began; botocore bounds
+    the number of attempts and each attempt's waits, not their total.
+
+    The ``needs-retry`` handler runs before botocore's retry handler and answers False (no
+    retry) when the time spent plus the longest backoff botocore might sleep reaches the
+    deadline: the last attempt's error is raised as it is. So the last attempt starts
+    before the deadline and an operation ends within deadline + connect + read timeout
+    (docs/CONFIGURATION.md, "Deadlines"). Returns ``client``.
+    """
+    if getattr(client.meta, "offloader_deadline", None) is not None:
+        return client  # installed already (a factory's client given to us twice)
+
+    def _stop_when_spent(request_dict: dict[str, Any], attempts: int, **_: Any) -> bool | None:
+        started = request_dict.get("context", {}).get(_STARTED)
+        if started is None:
+            return None
+        if time.monotonic() - started + _worst_backoff(attempts) >= deadline_seconds:
+            return False
+        return None
+
+    client.meta.events.register("before-call.s3", _start_clock)
+    client.meta.events.register_first("needs-retry.s3", _stop_when_spent)
+    client.meta.offloader_deadline = deadline_seconds
+    return client
 
 
 # botocore parses its JSON service models (about 0.3 s of CPU for S3) once per session's
@@ -167,9 +214,10 @@ def build_client(settings: Settings) -> Any:
         aws_session_token=_secret(settings.s3_session_token),
         region_name=settings.s3_region,
     )
-    return session.client(
+    client = session.client(
         "s3", endpoint_url=settings.s3_endpoint_url, config=client_config(settings)
     )
+    return install_deadline(client, settings.s3_operation_deadline_seconds)
 
 
 class S3ObjectStore(ObjectStore):
@@ -209,7 +257,10 @@ class S3ObjectStore(ObjectStore):
             from offloader.settings import Settings
 
             settings = Settings()
-        return cls((client_factory or build_client)(settings), bucket, prefix)
+        client = (client_factory or build_client)(settings)
+        # a host's factory (the Airflow hook) gets the same deadline as our own clients
+        install_deadline(client, settings.s3_operation_deadline_seconds)
+        return cls(client, bucket, prefix)
 
     @property
     def url(self) -> str:

@@ -61,6 +61,8 @@ class LedgerOffloader:
         return self._policies[topic]
 
     def plan(self, topic: str, up_to: int | None = None) -> list[Ledger]:
+        if up_to is not None and up_to < 0:
+            raise ValueError(f"up_to {up_to}: a ledger id is 0 or more")
         ledgers = self.metadata.ledgers_with_hot_copy(topic, offloaded=False)
         return due_ledgers(ledgers, self.policy(topic), self.metadata.db_now_ms(), up_to)
 

@@ -208,16 +208,16 @@ class ScrubReport:
 
 
 def check_report_path(path: str | os.PathLike[str]) -> Path:
-    """``path`` if a report can be written there (a file, in a directory this process can
-    write, made if missing); ValueError naming it otherwise. Checked before a scrub reads
-    or repairs anything, so a bad path changes nothing."""
+    """``path`` if a report can be written there (a file, in an existing directory this
+    process can write); ValueError naming it otherwise. Checked before a scrub reads or
+    repairs anything, so a bad path changes nothing: a missing directory is not made (a
+    typo in it would scatter reports where nobody looks)."""
     target = Path(path)
     if target.is_dir():
         raise ValueError(f"scrub report {str(path)!r} is a directory: name a file")
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ValueError(f"scrub report {str(path)!r}: cannot make its directory: {err}") from None
+    if not target.parent.is_dir():
+        what = "is not a directory" if target.parent.exists() else "does not exist"
+        raise ValueError(f"scrub report {str(path)!r}: the directory {str(target.parent)!r} {what}")
     if not os.access(target.parent, os.W_OK | os.X_OK):
         raise ValueError(f"scrub report {str(path)!r}: its directory is not writable")
     return target

@@ -4,14 +4,16 @@ readability, from what the LIST passes found missing:
 - no ledger has two committed offloads (``double_commit``);
 - every entry at or above a topic's start is readable from a tier: a hot copy, or
   offloaded objects all present (``unreadable``);
-- nothing below the start is readable: every ledger wholly below it is deleting or
-  deleted, and the topic reader refuses the entry just below it (``readable_below_start``);
+- nothing below the start is readable: the store's recorded start is not above the
+  metadata's, and the topic reader refuses the entry just below it and every ledger below
+  it not yet released (``readable_below_start``);
 - the deletion queue holds no key a live row references (``queued_but_referenced``).
 """
 
 from __future__ import annotations
 
-from offloader.exceptions import TrimmedError
+from offloader.exceptions import ObjectStoreError, TrimmedError
+from offloader.keys import topic_start_key
 from offloader.metadata import Ledger, LedgerState, OffloadMode, Segment, SegmentState, Topic
 from offloader.metadata.promises import (
     double_commits,
@@ -20,6 +22,7 @@ from offloader.metadata.promises import (
     queued_but_referenced,
 )
 from offloader.read.topic_reader import TopicReader
+from offloader.retention.start_record import read_recorded_start
 from offloader.runtime import Runtime
 from offloader.verify.objects import ObjectsSeen
 from offloader.verify.report import BreachKind, VerifyReport
@@ -48,37 +51,68 @@ def check_queue(rt: Runtime, report: VerifyReport, topic: str | None) -> None:
 
 
 def check_below_start(rt: Runtime, report: VerifyReport, topics: list[Topic]) -> None:
-    """Ledgers below the start still live, then the reader's refusal just below it."""
-    names = {t.name for t in topics}
+    """Nothing below a start is readable: the start the store records for the topic
+    (``_metadata/starts/``, written before a trim moves the metadata's) is not above the
+    metadata's, and the reader refuses the entry just below the start and the first entry
+    of every ledger below it not yet released. A ledger below the start still ``none`` is
+    an unfinished trim (killed after the start moved): counted, not a breach, since the
+    start already hides it; the trim's rerun or `offloader gc` releases it."""
+    reader = TopicReader(rt)
+    for topic in topics:
+        _check_recorded_start(rt, report, topic)
+    names = {t.name: t for t in topics}
     for x in live_below_start(rt.metadata, topics[0].name if len(topics) == 1 else None):
         if x.topic not in names:
             continue
-        report.add(
-            BreachKind.READABLE_BELOW_START,
-            f"ledger {x.topic}/{x.ledger_id} is below the topic's start {x.start} but not "
-            f"deleting (offload {x.offload_state}, hot copy {x.hot_state})",
-            topic=x.topic,
-            ledger_id=x.ledger_id,
-        )
-    reader = TopicReader(rt)
+        report.counts.unreleased_below_start += 1
+        _refused(reader, report, names[x.topic], x.ledger_id, 0)
     for topic in topics:
         below = _entry_below(rt, topic)
-        if below is None:
-            continue
-        ledger_id, entry_id = below
-        try:
-            reader.read_entry(topic.name, ledger_id, entry_id)
-        except TrimmedError:
-            continue  # refused, as it must be
-        except Exception:
-            continue  # gone (a missing copy, a deleted row): not readable either
-        report.add(
-            BreachKind.READABLE_BELOW_START,
-            f"entry {ledger_id}:{entry_id} of topic {topic.name!r}, below its start "
-            f"{topic.start}, was read",
-            topic=topic.name,
-            ledger_id=ledger_id,
-        )
+        if below is not None:
+            _refused(reader, report, topic, *below)
+
+
+def _check_recorded_start(rt: Runtime, report: VerifyReport, topic: Topic) -> None:
+    """The configured store's record of the topic's start, against the metadata's: a
+    metadata start below it (a rebuild that lost it, a start moved back, a trim killed
+    between the two writes) serves entries the operator trimmed."""
+    key = topic_start_key(topic.name)
+    try:
+        recorded = read_recorded_start(rt.objects, topic.name)
+    except ValueError as exc:
+        report.add(BreachKind.CORRUPT, f"{key}: {exc}", topic=topic.name, key=key)
+        return
+    except ObjectStoreError:
+        return  # the configured store's listing already judged whether it answers
+    start = topic.start
+    if recorded is None or recorded.position <= (start.ledger_id, start.entry_id):
+        return
+    report.add(
+        BreachKind.READABLE_BELOW_START,
+        f"topic {topic.name!r}: the store records its start at "
+        f"{recorded.ledger_id}:{recorded.entry_id} ({key}) but the metadata's start is "
+        f"{start}: the entries between are readable (rerun the trim to that position)",
+        topic=topic.name,
+        key=key,
+    )
+
+
+def _refused(
+    reader: TopicReader, report: VerifyReport, topic: Topic, ledger_id: int, entry_id: int
+) -> None:
+    try:
+        reader.read_entry(topic.name, ledger_id, entry_id)
+    except TrimmedError:
+        return  # refused, as it must be
+    except Exception:
+        return  # gone (a missing copy, a deleted row): not readable either
+    report.add(
+        BreachKind.READABLE_BELOW_START,
+        f"entry {ledger_id}:{entry_id} of topic {topic.name!r}, below its start "
+        f"{topic.start}, was read",
+        topic=topic.name,
+        ledger_id=ledger_id,
+    )
 
 
 def _entry_below(rt: Runtime, topic: Topic) -> tuple[int, int] | None:

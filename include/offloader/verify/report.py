@@ -58,6 +58,7 @@ class VerifyCounts:
     awaiting_sweep: int = 0  # keys of failed/superseded attempts or dead segments: queued once
     foreign: int = 0  # not an offloader key shape: left alone
     stale_uploads: int = 0  # multipart uploads the sweep would abort
+    unreleased_below_start: int = 0  # ledgers below a start an unfinished trim left: gc's
     blocks_read: int = 0  # --deep
     entries_checked: int = 0  # entries at or above a start found readable
 

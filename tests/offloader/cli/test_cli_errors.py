@@ -128,7 +128,7 @@ def test_produce_size_fits_a_block_of_the_topic(tmp_path: Path) -> None:
     [
         (("read", "no-such-topic", "--ledger", "1"), "ledger 1 of topic 'no-such-topic' does not"),
         (("read", "t", "--ledger", "99999999999999999999"), "--ledger: invalid 64-bit id value"),
-        (("offload", "t", "--up-to", "x"), "--up-to: invalid 64-bit id value"),
+        (("offload", "t", "--up-to", "x"), "--up-to: invalid ledger id (0 or more) value"),
         (("read", "t"), "the following arguments are required: --ledger"),
         (("no-such-command",), "invalid choice: 'no-such-command'"),
     ],

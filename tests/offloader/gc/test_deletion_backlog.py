@@ -191,12 +191,13 @@ def test_keys_of_a_store_that_cannot_be_opened_stay_queued_with_the_reason(
     runtime: Runtime,
 ) -> None:
     """A row naming no store (written before revision 0002 and not upgraded) is not tried:
-    no delete request, nothing counted deleted, and its error names the row."""
+    no delete request, counted skipped (not failed, no try), and its error names the row."""
     rt = runtime
     rt.metadata.deletions.enqueue(["old"], "test", store_id=None)  # type: ignore[arg-type]
     enqueue(rt, ["a"])
     result = process_deletions(rt.metadata, rt.stores, rt.settings)
-    assert (result.deleted, result.failed, result.delete_requests) == (1, 1, 1)
+    assert (result.deleted, result.failed, result.delete_requests) == (1, 0, 1)
+    assert result.skipped == 1 and len(result.skipped_stores) == 1
     (row,) = pending_deletions(rt.metadata)
-    assert row.object_key == "old" and row.tries == 1
+    assert row.object_key == "old" and row.tries == 0
     assert (row.last_error or "").startswith(f"queued deletion {row.id} names no object store")

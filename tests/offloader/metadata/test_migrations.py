@@ -279,3 +279,25 @@ def test_0006_downgrades_to_0005_and_upgrades_again(engine: sa.Engine) -> None:
         assert "replaces" in columns and not columns & {"origin", "lease_until_ms"}
 
     downgrade_then_upgrade(engine, "0005", check)
+
+
+def test_0007_keeps_recorded_stores_live_and_downgrades(engine: sa.Engine) -> None:
+    """Stores recorded before 0007 are live (not retired); down to 0006 and up again."""
+    upgrade(engine, OLD_STORE, target="0006")
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO object_stores (kind, location, prefix, endpoint, created_ms) "
+                "VALUES ('s3', 'b', '', 'http://127.0.0.1:1', 1)"
+            )
+        )
+    upgrade(engine, OLD_STORE)
+    with engine.connect() as conn:
+        retired = conn.execute(sa.text("SELECT retired_ms FROM object_stores")).scalars().all()
+    assert retired and set(retired) == {None}
+
+    def check(inspector: sa.Inspector) -> None:
+        columns = {c["name"] for c in inspector.get_columns("object_stores")}
+        assert "retired_ms" not in columns and "endpoint" in columns
+
+    downgrade_then_upgrade(engine, "0006", check)

@@ -87,10 +87,12 @@ def test_client_configuration(s3_server: SeaweedS3) -> None:
     client = build_client(settings)
     config = client.meta.config
 
-    assert config.retries == {"mode": "adaptive", "total_max_attempts": 10}
+    assert config.retries == {"mode": "adaptive", "total_max_attempts": settings.s3_max_attempts}
     assert config.max_pool_connections >= 32
     assert config.s3 == {"addressing_style": "path"}
-    assert config.connect_timeout and config.read_timeout
+    assert config.connect_timeout == settings.s3_connect_timeout_seconds
+    assert config.read_timeout == settings.s3_read_timeout_seconds
+    assert client.meta.offloader_deadline == settings.s3_operation_deadline_seconds
     assert client.meta.endpoint_url == s3_server.endpoint_url
     client.close()
 

@@ -39,6 +39,7 @@ def test_a_clean_store_reports_nothing_with_exact_counts(runtime: Runtime, tmp_p
     assert len(index_of(runtime, ledgers[0]).blocks) == 2
     audit = offloaded_topic(runtime, "audit", [(50, 1000)])
     before = state(runtime)
+    (tmp_path / "r").mkdir()
     report = run_scrub(runtime, report_path=tmp_path / "r" / "report.json")
     assert report.counts == expected_counts(runtime, ledgers + audit)
     assert report.counts.entries == 90 + 400 + 300 + 50 and report.counts.blocks == 5

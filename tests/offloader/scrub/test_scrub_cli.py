@@ -85,6 +85,24 @@ def test_a_report_path_that_cannot_be_written_is_refused_first(
     assert runtime.metadata.get_ledger("orders", victim.ledger_id) == before  # not repaired
 
 
+def test_a_report_in_a_missing_directory_is_refused_and_nothing_made(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    """`scrub --report DIR/x.json` into a missing DIR: one line naming DIR, exit 2, no
+    directory made, nothing repaired."""
+    victim = offloaded_topic(runtime)[1]
+    DAMAGES["truncated-data-object"](runtime, victim)
+    before = runtime.metadata.get_ledger("orders", victim.ledger_id)
+    target = tmp_path / "missing" / "deeper" / "x.json"
+    done = run_cli(runtime.settings, "scrub", "--report", str(target), ok=False)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"error: scrub report {str(target)!r}: the directory {str(target.parent)!r} does not exist"
+    ]
+    assert not (tmp_path / "missing").exists()
+    assert runtime.metadata.get_ledger("orders", victim.ledger_id) == before  # not repaired
+
+
 def test_a_damaged_segment_left_names_its_ledgers_and_exits_2(runtime: Runtime) -> None:
     from fixtures.streamed import (
         flip_a_payload_byte,

@@ -80,11 +80,17 @@ def test_report_bytes_are_sorted_two_space_indented_json_with_a_final_newline() 
         assert f'\n  "{key}": ' in text
 
 
-def test_a_report_path_is_made_or_refused_naming_it(tmp_path: Path) -> None:
-    """Missing folders (several levels) are made, an existing one is fine; a directory, or
-    a folder that is a file, is refused with the path and the reason."""
+def test_a_report_path_in_a_missing_folder_is_refused_naming_it(tmp_path: Path) -> None:
+    """A missing folder is refused, naming it, and nothing is made; an existing one is
+    fine; a directory, or a folder that is a file, is refused with the path and the reason."""
     nested = tmp_path / "a" / "b" / "r.json"
-    assert check_report_path(nested) == nested and nested.parent.is_dir()
+    with pytest.raises(ValueError) as missing:
+        check_report_path(nested)
+    assert str(missing.value) == (
+        f"scrub report {str(nested)!r}: the directory {str(nested.parent)!r} does not exist"
+    )
+    assert list(tmp_path.iterdir()) == []  # nothing created
+    nested.parent.mkdir(parents=True)
     assert check_report_path(str(nested)) == nested  # the folder exists now
     with pytest.raises(ValueError) as raised:
         check_report_path(tmp_path)
@@ -95,7 +101,9 @@ def test_a_report_path_is_made_or_refused_naming_it(tmp_path: Path) -> None:
     with pytest.raises(ValueError) as raised:
         check_report_path(below)
     message = str(raised.value)
-    assert message.startswith(f"scrub report {str(below)!r}: cannot make its directory: ")
+    assert message == (
+        f"scrub report {str(below)!r}: the directory {str(blocker)!r} is not a directory"
+    )
     assert str(blocker) in message and not below.exists()
 
 

@@ -11,6 +11,7 @@ import pytest
 from fixtures.damage import flip, overwrite_object
 from fixtures.verify import describe, healthy_topics, of_kind
 from offloader.exceptions import NotFoundError
+from offloader.keys import topic_start_key
 from offloader.metadata import Ledger, schema
 from offloader.metadata.clock import db_now
 from offloader.objectstore.location import StoreLocation
@@ -66,7 +67,8 @@ def plant_second_commit(rt: Runtime, ledger: Ledger) -> str:
 
 
 def plant_live_below_start(rt: Runtime) -> int:
-    """The first trimmed ledger of ``orders`` put back in a readable state."""
+    """The first trimmed ledger of ``orders`` put back as not released (what a trim killed
+    after moving the start leaves)."""
     first = rt.metadata.list_ledgers("orders")[0]
     L = schema.ledgers
     with rt.metadata.transaction() as conn:
@@ -76,6 +78,20 @@ def plant_live_below_start(rt: Runtime) -> int:
             .values(deletion_state="none", deleted_ms=None, deleting_ms=None)
         )
     return first.ledger_id
+
+
+def plant_start_moved_back(rt: Runtime) -> str:
+    """The metadata's start of ``orders`` moved back to its first ledger, below the start
+    the store records: what a rebuild that lost the start would leave."""
+    first = rt.metadata.list_ledgers("orders")[0]
+    T = schema.topics
+    with rt.metadata.transaction() as conn:
+        conn.execute(
+            T.update()
+            .where(T.c.name == "orders")
+            .values(start_ledger_id=first.ledger_id, start_entry_id=0)
+        )
+    return topic_start_key("orders")
 
 
 @FS_ONLY
@@ -164,10 +180,19 @@ def test_a_second_committed_offload(healthy: Runtime) -> None:
 
 
 @FS_ONLY
-def test_a_trimmed_ledger_put_back(healthy: Runtime) -> None:
-    ledger_id = plant_live_below_start(healthy)
+def test_a_ledger_an_unfinished_trim_left_is_counted_not_a_breach(healthy: Runtime) -> None:
+    """The start already hides it (the reader refuses it); gc releases it."""
+    plant_live_below_start(healthy)
+    report = verify_promises(healthy)
+    assert report.ok, describe(report)
+    assert report.counts.unreleased_below_start == 1
+
+
+@FS_ONLY
+def test_a_start_moved_back_below_the_recorded_one(healthy: Runtime) -> None:
+    key = plant_start_moved_back(healthy)
     (message,) = only(verify_promises(healthy), "readable_below_start")
-    assert f"orders/{ledger_id}" in message
+    assert key in message and "orders" in message
 
 
 @FS_ONLY
@@ -205,7 +230,7 @@ def test_every_fault_at_once(healthy: Runtime) -> None:
     overwrite_object(rt.objects, truncated.data_key, lambda data: data[:-10])
     segment = rt.metadata.segments.of_topic("s")[0]
     plant_second_commit(rt, truncated)
-    below = plant_live_below_start(rt)
+    below = plant_start_moved_back(rt)
     assert truncated.index_key is not None and truncated.store_id is not None
     rt.metadata.deletions.enqueue([truncated.index_key], "planted", store_id=truncated.store_id)
     overwrite_object(rt.objects, segment.data_key, flip(segment.data_len // 2))
