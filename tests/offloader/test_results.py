@@ -22,7 +22,9 @@ from offloader.bulk.manifest import BulkExportResult, ExportManifest, ManifestFi
 from offloader.bulk.plan import ExportPlan, ExportSlice
 from offloader.gc.deletion_queue import DeletionPass, DrainResult
 from offloader.gc.run import GcRun
+from offloader.gc.stores import Retired, StoreStatus
 from offloader.gc.sweep import Orphan, StaleUpload, StoreSweep, SweepResult
+from offloader.metadata.locations import StoreUsage
 from offloader.metadata.records import Deletion, DeletionBacklog, Position, StreamCut, TopicTiers
 from offloader.metadata.snapshot import ExportResult, SnapshotInfo
 from offloader.objectstore.location import StoreLocation
@@ -292,6 +294,22 @@ EXAMPLES[VerifyReport] = [
     ),
     lambda: VerifyReport(deep=False, topics=["orders", "s"], counts=VerifyCounts(ledgers=5)),
 ]
+
+USAGE = StoreUsage(
+    store_id=2,
+    location="s3://old-bucket/tiered at http://127.0.0.1:9",
+    retired=False,
+    committed_ledgers=0,
+    live_segments=0,
+    started_attempts=0,
+    queued_deletions=2,
+)
+EXAMPLES[StoreStatus] = [
+    lambda: StoreStatus(USAGE, False, "object store s3://old-bucket/tiered is not reachable"),
+    lambda: StoreStatus(USAGE.model_copy(update={"retired": True}), None),
+    lambda: StoreStatus(USAGE.model_copy(update={"committed_ledgers": 4}), True),
+]
+EXAMPLES[Retired] = [lambda: Retired(2, USAGE.location, 2), lambda: Retired(3, "file:///x", 0)]
 
 #: Classes named like results that are not run results: nothing prints or returns them.
 NOT_RUN_RESULTS = {

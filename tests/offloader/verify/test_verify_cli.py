@@ -24,6 +24,7 @@ COUNTS = {
     "awaiting_sweep",
     "foreign",
     "stale_uploads",
+    "unreleased_below_start",
     "blocks_read",
     "entries_checked",
 }

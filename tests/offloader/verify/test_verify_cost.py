@@ -15,6 +15,7 @@ from fixtures import counting
 from fixtures.counting import CountingStore
 from fixtures.verify import describe, healthy_topics
 from offloader.gc import sweep
+from offloader.keys import topic_start_key
 from offloader.objectstore.registry import StoreRegistry
 from offloader.runtime import Runtime
 from offloader.verify import verify_promises
@@ -53,10 +54,12 @@ def test_one_list_pass_no_object_read(runtime: Runtime, monkeypatch: pytest.Monk
     listed = report.counts.objects_listed
     assert listed >= 6
     multipart = 1 if rt.objects.capabilities.multipart else 0
-    # one LIST, the snapshot manifest's GET (the sweep's rule for _metadata/), no HEAD or
-    # ranged read of any object
-    assert dict(store.requests) == {"list": 1, "get": 1, "list_multipart_uploads": multipart}
-    assert store.keys("get") == ["_metadata/snapshots/manifest.json"]
+    # one LIST, the snapshot manifest's GET (the sweep's rule for _metadata/), one GET of
+    # each topic's recorded start, no HEAD or ranged read of any object
+    assert dict(store.requests) == {"list": 1, "get": 3, "list_multipart_uploads": multipart}
+    assert sorted(store.keys("get")) == sorted(
+        ["_metadata/snapshots/manifest.json", topic_start_key("orders"), topic_start_key("s")]
+    )
 
     monkeypatch.setattr(sweep, "PAGE", 1)  # the same listing, one key a page
     store.requests.clear()
