@@ -106,7 +106,7 @@ class SoakOptions:
     minutes: float | None = None
     cycles: int | None = None
     kill_rate: float = 0.25  # of the steps under chaos, the share SIGKILLed
-    drop_rate: float = 0.15  # of the steps under chaos, the share whose DB connections drop
+    drop_rate: float = 0.25  # of the steps under chaos, the share whose DB connections drop
     step_timeout: float = 120.0  # a step still running then is killed and noted `deadline`
     out_dir: Path = Path("var/soak")
     keep_workdir: bool = False
@@ -167,6 +167,7 @@ class Soak:
         self.journal = Journal()
         self.notes: list[str] = []
         self.steps_log: list[dict[str, Any]] = []
+        self.durations: dict[str, float] = {}  # a step's mean run time so far
         self._stack = contextlib.ExitStack()
         self.workdir = Path(tempfile.mkdtemp(prefix=f"offloader-soak-{options.seed}-"))
         self.plan = FaultPlan(seed=options.seed)
@@ -259,10 +260,13 @@ class Soak:
         after a random delay, maybe the database's connections dropped meanwhile."""
         self.tally.operations[name] += 1
         kill_at = drop_at = None
+        # a random moment of the step's usual run (its mean so far: on a loaded machine
+        # a CLI takes seconds just to import, and a kill then would test nothing)
+        usual = self.durations.get(name, 5.0)
         if chaos and self.rng.random() < self.options.kill_rate:
-            kill_at = self.rng.uniform(0.3, 4.0)
+            kill_at = self.rng.uniform(0.1, 1.1) * usual
         if chaos and self.rng.random() < self.options.drop_rate:
-            drop_at = self.rng.uniform(0.2, 3.0)
+            drop_at = self.rng.uniform(0.1, 0.9) * usual
         faults_before = self.plan.snapshot()
         self.plan.set_enabled(chaos)
         started = time.monotonic()
@@ -296,6 +300,9 @@ class Soak:
         after = self.plan.snapshot()
         if any(after[k] > faults_before[k] for k in after):
             causes.append("fault")
+        elapsed = time.monotonic() - started
+        if process.returncode == 0:
+            self.durations[name] = 0.7 * self.durations.get(name, elapsed) + 0.3 * elapsed
         result = StepResult(
             name, process.returncode, causes, time.monotonic() - started, stdout, stderr
         )
@@ -308,6 +315,8 @@ class Soak:
                 "args": args,
                 "rc": result.rc,
                 "causes": causes,
+                "kill_at": None if kill_at is None else round(kill_at, 2),
+                "drop_at": None if drop_at is None else round(drop_at, 2),
                 "seconds": round(result.seconds, 2),
                 "stderr": result.stderr.strip()[-300:] if result.rc else "",
             }
@@ -326,13 +335,16 @@ class Soak:
                 self.tally.deadline_kills += 1
 
     def _drop(self, process: subprocess.Popen[str], causes: list[str]) -> None:
-        if process.poll() is not None:
-            return
-        dropped = drop_connections(self.db_name)
+        """Drop the database's connections; while the step holds none yet (it is still
+        starting), try again every half second until it does or ends."""
         self.tally.drop_events += 1
-        self.tally.dropped_connections += dropped
-        if dropped:
-            causes.append("db_drop")
+        while process.poll() is None:
+            dropped = drop_connections(self.db_name)
+            if dropped:
+                self.tally.dropped_connections += dropped
+                causes.append("db_drop")
+                return
+            time.sleep(0.5)
 
     def _note_failure(self, result: StepResult) -> None:
         self.tally.failed_steps[result.step] += 1
@@ -379,8 +391,8 @@ class Soak:
         self.step("sweep", ["sweep"])
         self.step("gc", ["gc"])
         self.step("scan", ["scan"])
-        self.tally.cycles = number
         self.settle_and_check(number)
+        self.tally.cycles = number
 
     def _produce(self, topic: str, *, count: int, size: int) -> None:
         seed = self.produced_seeds.randrange(2**31)
@@ -746,7 +758,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=None, help="default: SOAK_SEED, else random")
     parser.add_argument("--kill-rate", type=float, default=0.25)
-    parser.add_argument("--drop-rate", type=float, default=0.15)
+    parser.add_argument("--drop-rate", type=float, default=0.25)
     parser.add_argument("--out", type=Path, default=Path("var/soak"))
     parser.add_argument("--keep-workdir", action="store_true")
     parser.add_argument(
