@@ -42,9 +42,6 @@ from typing import Any
 
 import psycopg2
 from psycopg2.extensions import make_dsn
-from soak.journal import Journal
-from soak.proxy import INTERNAL, RESET_BEFORE, RESET_MID, SLOWDOWN, STALL, FaultPlan, FaultProxy
-from soak.proxy import FaultRule as Rule
 from sqlalchemy.engine import make_url
 
 from fixtures.cli import CLI, child_env
@@ -54,6 +51,9 @@ from offloader.exceptions import TrimmedError
 from offloader.read.topic_reader import Source, TopicReader
 from offloader.runtime import Runtime, upgrade_database
 from offloader.settings import Settings
+from soak.journal import Journal
+from soak.proxy import INTERNAL, RESET_BEFORE, RESET_MID, SLOWDOWN, STALL, FaultPlan, FaultProxy
+from soak.proxy import FaultRule as Rule
 
 KiB = 1024
 MiB = 1024 * KiB

@@ -14,6 +14,10 @@ import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, ReadTimeoutError
+
+from fixtures.seaweedfs_server import SeaweedS3
+from offloader.exceptions import ObjectStoreError
+from offloader.objectstore.s3 import S3ObjectStore
 from soak.proxy import (
     INTERNAL,
     RESET_BEFORE,
@@ -24,10 +28,6 @@ from soak.proxy import (
     FaultProxy,
     FaultRule,
 )
-
-from fixtures.seaweedfs_server import SeaweedS3
-from offloader.exceptions import ObjectStoreError
-from offloader.objectstore.s3 import S3ObjectStore
 
 pytestmark = pytest.mark.s3
 
