@@ -46,6 +46,7 @@ from offloader.settings import Settings
 from offloader.status import status_report
 from offloader.stream.offloader import StreamingOffloader
 from offloader.stream.runs import stream_topic
+from offloader.verify import verify_promises
 
 Handler = Callable[[argparse.Namespace, Runtime], tuple[Any, str]]
 # `offloader db` runs without a runtime (the schema may be behind): it gets the settings
@@ -242,6 +243,11 @@ def cmd_metadata_import(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str
 def cmd_metadata_rebuild(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
     result = rebuild_from_objects(rt.metadata.engine, rt.objects, rt.stores.default_location)
     return result, str(result)
+
+
+def cmd_verify(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
+    report = verify_promises(rt, topic=args.topic, deep=args.deep)
+    return report, str(report)
 
 
 def cmd_status(args: argparse.Namespace, rt: Runtime) -> tuple[Any, str]:
@@ -512,6 +518,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-groups", type=int, default=None, metavar="N", help="default 100")
     p.add_argument("--dry-run", action="store_true", help="report what would be rewritten")
     command("status", cmd_status, "counts of ledgers, attempts and queued deletions")
+    verify_help = (
+        "check every promise against the metadata and the object stores: exit 0 when all "
+        "hold, 1 with one line per breach"
+    )
+    p = command("verify", cmd_verify, verify_help)
+    p.add_argument("--topic", default=None, help="one topic's promises (default: every topic)")
+    p.add_argument("--deep", action="store_true", help="also read and check every block")
     return parser
 
 
@@ -543,7 +556,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(jsonable(result), indent=2, sort_keys=True))
     else:
         print(text)
-    return 0
+    return int(getattr(result, "exit_status", 0))  # verify: 1 when a promise is broken
 
 
 if __name__ == "__main__":

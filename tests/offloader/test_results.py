@@ -41,6 +41,7 @@ from offloader.scrub.report import Action, Counts, LedgerRepair, LedgerVerdict, 
 from offloader.status import StatusReport
 from offloader.stream.offloader import StreamPassResult
 from offloader.stream.runs import StreamTopicResult
+from offloader.verify import Breach, BreachKind, VerifyCounts, VerifyReport
 
 STORE = StoreLocation("s3", "bucket", "tiered/", "http://127.0.0.1:8333")
 UUID = "4b0c9e0e-8f3c-4a47-9b4e-0d6f0c5a1e2f"
@@ -267,6 +268,31 @@ EXAMPLES: dict[type, list[Callable[[], Any]]] = {
     ],
 }
 
+BREACH = Breach(
+    BreachKind.MISSING_OBJECT,
+    f"ledger orders/7: object {UUID}-ledger-7 is missing from {STORE}",
+    topic="orders",
+    key=f"{UUID}-ledger-7",
+    ledger_id=7,
+    store=str(STORE),
+)
+EXAMPLES[Breach] = [
+    lambda: BREACH,
+    lambda: Breach(BreachKind.STORE_UNAVAILABLE, "store file:///gone could not be listed"),
+]
+EXAMPLES[VerifyReport] = [
+    lambda: VerifyReport(
+        deep=True,
+        topics=["orders"],
+        breaches=[
+            BREACH,
+            Breach(BreachKind.ORPHAN, f"object {UUID}-ledger-9 is recorded nowhere"),
+        ],
+        counts=VerifyCounts(stores=1, ledgers=3, objects_listed=7, blocks_read=12),
+    ),
+    lambda: VerifyReport(deep=False, topics=["orders", "s"], counts=VerifyCounts(ledgers=5)),
+]
+
 #: Classes named like results that are not run results: nothing prints or returns them.
 NOT_RUN_RESULTS = {
     "offloader.objectstore.DeleteResult": "an object store's answer to one batch delete",
@@ -453,6 +479,19 @@ PASS_TEXT = (
             "topic orders: hot 3 ledger(s) 3000 B, offloaded 37 ledger(s) 37000 B, 12 "
             f"deletion(s) pending\n{FAILING}",
         ),
+        (
+            VerifyReport,
+            0,
+            f"missing_object: ledger orders/7: object {UUID}-ledger-7 is missing from {STORE}\n"
+            f"orphan: object {UUID}-ledger-9 is recorded nowhere",
+        ),
+        (
+            VerifyReport,
+            1,
+            "ok: 2 topic(s), 5 ledgers, 0 segments, 0 entries readable, 0 objects listed in 0 "
+            "store(s) (0 awaiting the sweep, 0 foreign, 0 stale uploads)",
+        ),
+        (Breach, 1, "store_unavailable: store file:///gone could not be listed"),
     ],
 )
 def test_the_text_of_a_result(cls: type, index: int, text: str) -> None:

@@ -203,18 +203,14 @@ def _sweep_store(
 ) -> None:
     now_ms = metadata.db_now_ms()  # one reading: ages are against the database's clock
     grace_ms = int(settings.sweep_grace_seconds * 1000)
-    snapshots = _protected_snapshots(store)
+    snapshots = protected_snapshots(store)
     for page in list_objects(store):
         out.listed += len(page)
-        referenced = metadata.referenced_keys([o.key for o in page])
+        judged = judge_page(metadata, page, snapshots)
+        out.foreign += len(judged.foreign)
+        out.referenced += len(judged.referenced)
         due: list[Orphan] = []
-        for info in page:
-            if not _is_offloader_key(info.key):
-                out.foreign += 1
-                continue
-            if info.key in referenced or _is_protected_snapshot(info.key, snapshots):
-                out.referenced += 1
-                continue
+        for info in judged.unreferenced:
             age_ms = _age_ms(info.last_modified, now_ms)
             if age_ms is None or age_ms < grace_ms:
                 out.young += 1
@@ -267,6 +263,33 @@ def _sweep_uploads(
                 out.aborted_uploads += 1
 
 
+@dataclass(frozen=True)
+class PageJudgement:
+    """One listed page split by what the metadata says of each key (one statement)."""
+
+    foreign: list[ObjectInfo]  # not a key the offloader writes: never touched
+    referenced: list[ObjectInfo]  # referenced, or a snapshot the manifest keeps
+    unreferenced: list[ObjectInfo]  # an offloader key nothing references: sweepable
+
+
+def judge_page(
+    metadata: MetadataStore, page: list[ObjectInfo], snapshots: set[str] | None
+) -> PageJudgement:
+    """Split ``page`` with one ``referenced_keys`` statement; ``snapshots`` is what
+    :func:`protected_snapshots` read for the page's store. The sweep and `offloader verify`
+    judge every page this way."""
+    referenced = metadata.referenced_keys([o.key for o in page])
+    judged = PageJudgement([], [], [])
+    for info in page:
+        if not _is_offloader_key(info.key):
+            judged.foreign.append(info)
+        elif info.key in referenced or _is_protected_snapshot(info.key, snapshots):
+            judged.referenced.append(info)
+        else:
+            judged.unreferenced.append(info)
+    return judged
+
+
 def _is_offloader_key(key: str) -> bool:
     return is_offloaded_object_key(key) or is_snapshot_key(key)
 
@@ -276,7 +299,7 @@ def _abort(store: ObjectStore, upload: MultipartUpload) -> None:
     store.abort_multipart(upload)
 
 
-def _protected_snapshots(store: ObjectStore) -> set[str] | None:
+def protected_snapshots(store: ObjectStore) -> set[str] | None:
     """Keys under ``_metadata/`` the sweep must keep: the manifest and the snapshots it
     names. None when the manifest cannot be read: then nothing there is touched."""
     try:
@@ -300,3 +323,13 @@ def _age_ms(when: datetime | None, now_ms: int) -> int | None:
     if when is None:
         return None
     return now_ms - int(when.timestamp() * 1000)
+
+
+def count_stale_uploads(metadata: MetadataStore, store: ObjectStore, settings: Settings) -> int:
+    """How many multipart uploads of ``store`` the sweep would abort now (a scan's count,
+    nothing aborted): what `offloader verify` reports beside its breaches."""
+    if not store.capabilities.multipart:
+        return 0
+    out = StoreSweep(None, "")
+    _sweep_uploads(metadata, store, settings, out, metadata.db_now_ms(), dry_run=True)
+    return out.stale_uploads
