@@ -44,6 +44,7 @@ import psycopg2
 from psycopg2.extensions import make_dsn
 from sqlalchemy.engine import make_url
 
+import offloader
 from fixtures.cli import CLI, child_env
 from fixtures.databases import pg_dsn, temporary_database
 from fixtures.seaweedfs_server import SeaweedS3, find_weed
@@ -210,7 +211,12 @@ class Soak:
             if not names:
                 self.notes.append(f"no S3 {suffix} setting yet: the client's default applies")
         self.settings = upgrade_settings(Settings.from_values(**values))
-        self.env = child_env(self.settings)
+        # the children run the library this driver imported (a checkout's include/, not
+        # whatever the virtualenv installed)
+        library = str(Path(offloader.__file__).resolve().parent.parent)
+        path = os.pathsep.join(filter(None, [library, os.environ.get("PYTHONPATH")]))
+        self.env = child_env(self.settings, env={"PYTHONPATH": path})
+        self.notes.append(f"the steps ran the library at {library}")
         self.plan.replace_rules(self._rules(read_timeout))
         if read_timeout is None:
             self.notes.append(
