@@ -10,11 +10,12 @@ import pytest
 from fixtures.databases import require_postgres
 from soak.driver import Soak, SoakOptions, render_table, write_docs, write_results
 
-pytestmark = [pytest.mark.slow, pytest.mark.s3, pytest.mark.postgres]
-
 SEED = 20261207
 
 
+@pytest.mark.slow
+@pytest.mark.s3
+@pytest.mark.postgres
 @pytest.mark.timeout(1200)  # about a minute on an idle 2-core machine; far more when shared
 def test_short_soak_loses_leaks_and_double_commits_nothing(tmp_path: Path) -> None:
     require_postgres()
