@@ -79,6 +79,10 @@ TIMEOUT_SETTINGS = {
     "connect_timeout": 2.0,
 }
 
+#: a pass that finds a killed pass's stream lease live (5 minutes, not a setting) does
+#: nothing and exits 2 (the DAG reports it `busy`): expected after a kill, not a failure
+STREAM_BUSY = "holds the stream until"
+
 LEDGER_A = "soak-ledger-a"  # ledger offload, size retention
 LEDGER_B = "soak-ledger-b"  # ledger offload, trims at cuts and positions
 STREAM_C = "soak-stream-c"  # streaming offload, trims at positions
@@ -306,6 +310,8 @@ class Soak:
         after = self.plan.snapshot()
         if any(after[k] > faults_before[k] for k in after):
             causes.append("fault")
+        if process.returncode and STREAM_BUSY in stderr:
+            causes.append("stream_busy")
         elapsed = time.monotonic() - started
         if process.returncode == 0:
             self.durations[name] = 0.7 * self.durations.get(name, elapsed) + 0.3 * elapsed
