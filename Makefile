@@ -7,7 +7,7 @@ PYSPARK_VERSION := $(shell sed -n 's/^pyspark==//p' requirements.txt)
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install test test-long lint demo airflow bench constraints clean mutate mutate-smoke mutate-survivors mutate-unchecked mutate-docs \
+.PHONY: install test test-long lint demo airflow bench constraints clean soak mutate mutate-smoke mutate-survivors mutate-unchecked mutate-docs \
 	browser doc-screenshots
 
 install: $(VENV)/.installed
@@ -70,6 +70,13 @@ doc-screenshots: install browser
 
 bench: install
 	$(BIN)/python -m benchmarks.run
+
+# The chaos soak (docs/TESTING.md): SeaweedFS behind a fault-injecting proxy, PostgreSQL,
+# kills and dropped connections, verified after every cycle. SOAK_SEED replays a run; the
+# figures land in var/soak/<date>-seed<S>.json and .md.
+SOAK_MINUTES ?= 60
+soak: install
+	$(BIN)/python scripts/soak.py --minutes $(SOAK_MINUTES) $(if $(SOAK_SEED),--seed $(SOAK_SEED))
 
 # Mutation testing (docs/TESTING.md): slow, not in CI; verdicts kept in mutation/results.json
 # (and var/mutation/full), so a rerun only tests what changed.
