@@ -64,22 +64,22 @@ LEAK_KINDS = frozenset({"orphan"})
 LOSS_KINDS = frozenset({"missing_object", "size_mismatch", "unreadable", "corrupt"})
 DOUBLE_KINDS = frozenset({"double_commit"})
 
-#: the short settings that make cycles quick; the client timeouts only where the settings
-#: have them (they are being added): a stall then costs a read timeout, not a minute
+#: the short settings that make cycles quick: a stall costs a 2 s read timeout, not 15 s, a
+#: killed streaming pass holds its topic for 6 s
+READ_TIMEOUT = 2.0
 SHORT_SETTINGS: dict[str, Any] = {
     "attempt_lease_seconds": 3.0,
+    "stream_lease_seconds": 6.0,
+    "s3_read_timeout_seconds": READ_TIMEOUT,
+    "s3_connect_timeout_seconds": 2.0,
+    "s3_operation_deadline_seconds": 20.0,
     "replaced_object_grace_seconds": 0.0,
     "delete_retry_base_seconds": 0.0,
     "delete_retry_max_seconds": 1.0,
     "sweep_grace_seconds": 5.0,
     "multipart_max_age_seconds": 60.0,
 }
-TIMEOUT_SETTINGS = {
-    "read_timeout": 2.0,
-    "connect_timeout": 2.0,
-}
-
-#: a pass that finds a killed pass's stream lease live (5 minutes, not a setting) does
+#: a pass that finds a killed pass's stream lease live (``stream_lease_seconds``) does
 #: nothing and exits 2 (the DAG reports it `busy`): expected after a kill, not a failure
 STREAM_BUSY = "holds the stream until"
 
@@ -204,16 +204,6 @@ class Soak:
             "s3_secret_access_key": server.secret_key,
             **SHORT_SETTINGS,
         }
-        read_timeout = None
-        fields = Settings.model_fields
-        for suffix, value in TIMEOUT_SETTINGS.items():
-            names = [n for n in fields if n.startswith("s3_") and suffix in n]
-            for name in names:
-                values[name] = value
-                if suffix == "read_timeout":
-                    read_timeout = value
-            if not names:
-                self.notes.append(f"no S3 {suffix} setting yet: the client's default applies")
         self.settings = upgrade_settings(Settings.from_values(**values))
         # the children run the library this driver imported (a checkout's include/, not
         # whatever the virtualenv installed)
@@ -221,30 +211,22 @@ class Soak:
         path = os.pathsep.join(filter(None, [library, os.environ.get("PYTHONPATH")]))
         self.env = child_env(self.settings, env={"PYTHONPATH": path})
         self.notes.append(f"the steps ran the library at {library}")
-        self.plan.replace_rules(self._rules(read_timeout))
-        if read_timeout is None:
-            self.notes.append(
-                "stall faults off: without a read-timeout setting a stall costs the "
-                "client's 60 s read timeout per try"
-            )
-        else:
-            self.plan.stall_seconds = read_timeout + 1.5
+        self.plan.replace_rules(self._rules(READ_TIMEOUT))
+        self.plan.stall_seconds = READ_TIMEOUT + 1.5
         for topic, policy in TOPICS.items():
             args = ["topic", "create", topic]
             for item in policy:
                 args += ["--set", item]
             self._must(args)
 
-    def _rules(self, read_timeout: float | None) -> list[Rule]:
+    def _rules(self, read_timeout: float) -> list[Rule]:
         """Per verb and key pattern, each kind at a seeded rate around its base rate."""
 
         def rate(base: float) -> float:
             return round(base * self.rng.uniform(0.5, 1.5), 4)
 
         rules = []
-        kinds = [SLOWDOWN, INTERNAL, RESET_BEFORE, RESET_MID]
-        if read_timeout is not None:
-            kinds.append(STALL)
+        kinds = [SLOWDOWN, INTERNAL, RESET_BEFORE, RESET_MID, STALL]
         base = {SLOWDOWN: 0.05, INTERNAL: 0.03, RESET_BEFORE: 0.03, RESET_MID: 0.03, STALL: 0.01}
         patterns = {
             "PUT": r"\?.*partNumber=|/[^?]+$",  # UploadPart and PutObject
