@@ -64,7 +64,8 @@ class DeletionQueueSummaryOperator(OffloaderBaseOperator):
     """Report the queue after the drain: backlog, oldest item's age, items that keep
     failing. Items that failed ``gc_failing_tries`` times or more fail this task (no
     retries: retrying does not fix them), so a stuck deletion shows as a failed run; so
-    does a failure of any of ``fail_with_task_ids`` (the drain by default)."""
+    do items left untried because their store does not answer, and a failure of any of
+    ``fail_with_task_ids`` (the drain by default)."""
 
     template_fields: Sequence[str] = offloader_template_fields()
 
@@ -94,12 +95,25 @@ class DeletionQueueSummaryOperator(OffloaderBaseOperator):
             "oldest_age_seconds": _seconds(backlog.oldest_age_ms),
             "failing_count": backlog.failing_count,
             "failing": [_failing(d) for d in backlog.failing],
+            "skipped": drained.get("skipped", 0),
+            "skipped_stores": drained.get("skipped_stores", []),
         }
         self.log.info("garbage collection summary: %s", summary)
         if backlog.failing_count:
             raise AirflowFailException(_failing_message(backlog))
+        if summary["skipped"]:
+            # the rest drained; these rows wait for a store that does not answer
+            raise AirflowFailException(_skipped_message(summary))
         raise_if_failed(context, self.fail_with_task_ids)
         return summary
+
+
+def _skipped_message(summary: dict[str, Any]) -> str:
+    return (
+        f"{summary['skipped']} queued deletion(s) stay queued, untried: their store does not "
+        f"answer ({'; '.join(summary['skipped_stores'])}); fix its connection, or retire it "
+        "with `offloader store retire` (OPERATIONS.md, a store that stops answering)"
+    )
 
 
 def _seconds(ms: int | None) -> float | None:

@@ -36,7 +36,8 @@ class _MaintenanceOperator(OffloaderBaseOperator):
 class SweepOrphansOperator(_MaintenanceOperator):
     """Queue unreferenced objects past the grace period for deletion and abort stale
     uploads in every recorded store (``dry_run``: report only, what ``offloader scan``
-    does). Fails, after sweeping the others, if a store could not be swept."""
+    does). A recorded store that does not answer is skipped and named; fails, after
+    sweeping the others, if a store could not be swept for another reason."""
 
     def execute(self, context: Context) -> dict[str, Any]:
         dry_run = _bool(self.dry_run, "dry_run")
@@ -48,6 +49,7 @@ class SweepOrphansOperator(_MaintenanceOperator):
         return {
             "dry_run": dry_run,
             "orphans": swept["orphans"],
+            "skipped": swept["skipped"],  # stores that did not answer: "<store>: <why>"
             "stores": [
                 {k: v for k, v in s.items() if k not in ("objects", "uploads")}
                 for s in swept["stores"]

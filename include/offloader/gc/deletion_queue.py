@@ -232,7 +232,8 @@ def drain_queue(
         passes += 1
         deleted, failed = deleted + one.deleted, failed + one.failed
         requests += one.delete_requests
-        skipped += one.skipped
+        # a skipped row is due again in the next pass: count each once, not once a pass
+        skipped = max(skipped, one.skipped)
         skipped_stores += [s for s in one.skipped_stores if s not in skipped_stores]
         log.info("pass %d: deleted %d, failed %d", passes, one.deleted, one.failed)
         if one.deleted == 0:
