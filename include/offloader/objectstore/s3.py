@@ -19,8 +19,9 @@ Conditional create, as measured against SeaweedFS 4.48 (``weed mini``):
 Part copy (``upload_part_copy``) is UploadPartCopy with CopySourceRange. As measured
 against SeaweedFS 4.48: a range past the end of the source, even in part, answers 416
 InvalidRange (InvalidRangeError here), a missing source NoSuchKey, and the part's ETag is
-the source object's, not the part's MD5; completing with a part below 5 MiB, not the
-last, answers EntityTooSmall (PartTooSmallError), as AWS does.
+not the part's MD5: the source object's for a single-PUT source, ``<hex>-N`` for a range
+of a multipart one; completing with a part below 5 MiB, not the last, answers
+EntityTooSmall (PartTooSmallError), as AWS does.
 
 A conditional create whose reply is lost after the server stored the object (a reset in
 the answer) is retried by botocore, and the retry answers 412 against the call's own
@@ -28,8 +29,8 @@ object. After a 412 to a retried attempt (never to a first one) the binding HEAD
 and counts the create as done if the object is this call's: as measured against SeaweedFS
 4.48, a single PUT's ETag is the body's MD5 hex and a completed upload's is the MD5 of its
 parts' binary MD5s, ``-`` and the part count (as AWS documents it), computed from the ETags
-the parts' uploads or part copies returned (a copied part's ETag is the source's, maybe
-``<hex>-N``: its hex counts), so ETag and size must match. Any other object stays
+the parts' uploads or part copies returned (a copied part's ETag may be ``<hex>-N``, see
+below: its hex counts), so ETag and size must match. Any other object stays
 ObjectExistsError. A completion retried without the condition answers 200 again.
 
 botocore retries a request only until its headers arrive; a GET whose body breaks off
@@ -671,8 +672,8 @@ def _max_attempts(client: Any) -> int:
 def _multipart_etag(parts: Iterable[PartInfo]) -> str | None:
     """The ETag S3 gives a completed multipart object: the MD5 of the parts' binary MD5s,
     then ``-`` and their count. SeaweedFS 4.48 gives the same, for copied parts too, from
-    the ETags their UploadPartCopy returned (``"<hex>-N"`` when the source was multipart:
-    the hex part counts). None if a part's ETag is not hex (a server that differs)."""
+    the ETags their UploadPartCopy returned (``"<hex>-N"`` for a range of a multipart
+    source: the hex part counts). None if a part's ETag is not hex (a server that differs)."""
     digests = []
     for part in parts:
         try:
