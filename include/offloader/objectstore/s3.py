@@ -19,8 +19,23 @@ Conditional create, as measured against SeaweedFS 4.48 (``weed mini``):
 Part copy (``upload_part_copy``) is UploadPartCopy with CopySourceRange. As measured
 against SeaweedFS 4.48: a range past the end of the source, even in part, answers 416
 InvalidRange (InvalidRangeError here), a missing source NoSuchKey, and the part's ETag is
-the source object's, not the part's MD5; completing with a part below 5 MiB, not the
-last, answers EntityTooSmall (PartTooSmallError), as AWS does.
+not the part's MD5: the source object's for a single-PUT source, ``<hex>-N`` for a range
+of a multipart one; completing with a part below 5 MiB, not the last, answers
+EntityTooSmall (PartTooSmallError), as AWS does.
+
+A conditional create whose reply is lost after the server stored the object (a reset in
+the answer) is retried by botocore, and the retry answers 412 against the call's own
+object. After a 412 to a retried attempt (never to a first one) the binding HEADs the key
+and counts the create as done if the object is this call's: as measured against SeaweedFS
+4.48, a single PUT's ETag is the body's MD5 hex and a completed upload's is the MD5 of its
+parts' binary MD5s, ``-`` and the part count (as AWS documents it), computed from the ETags
+the parts' uploads or part copies returned (a copied part's ETag may be ``<hex>-N``, see
+below: its hex counts), so ETag and size must match. Any other object stays
+ObjectExistsError. A completion retried without the condition answers 200 again.
+
+botocore retries a request only until its headers arrive; a GET whose body breaks off
+(reset, short body, read timeout) is re-issued by the binding, on the same clock and
+within the same attempts as botocore's own retries (``_read``).
 
 Also seen on SeaweedFS: HEAD of a missing key gives code "404", GET gives NoSuchKey; a
 range at or past the end gives 416 InvalidRange; aborting an unknown upload gives
@@ -30,6 +45,8 @@ NoSuchUpload; wrong credentials give 403 (HEAD) or SignatureDoesNotMatch.
 from __future__ import annotations
 
 import builtins
+import hashlib
+import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -41,7 +58,13 @@ import boto3
 import botocore.loaders
 import botocore.session
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    HTTPClientError,
+    IncompleteReadError,
+    ResponseStreamingError,
+)
 
 from offloader.exceptions import (
     InvalidRangeError,
@@ -150,10 +173,26 @@ def client_config(settings: Settings) -> Config:
 
 
 _STARTED = "offloader_operation_started"
+_ATTEMPTS_LEFT = "offloader_attempts_left"
+
+
+class _Budget(threading.local):
+    """What is left of one store operation that makes several botocore calls (a read
+    whose body broke off, re-issued): its start and the attempts it may still make.
+    Set around each call by the store, read by :func:`install_deadline`'s handlers."""
+
+    started: float | None = None
+    attempts_left: int | None = None
+
+
+_BUDGET = _Budget()
 
 
 def _start_clock(context: dict[str, Any], **_: Any) -> None:
-    context[_STARTED] = time.monotonic()
+    started = _BUDGET.started
+    context[_STARTED] = time.monotonic() if started is None else started
+    if _BUDGET.attempts_left is not None:
+        context[_ATTEMPTS_LEFT] = _BUDGET.attempts_left
 
 
 def _worst_backoff(attempts: int) -> float:
@@ -174,15 +213,21 @@ def install_deadline(client: Any, deadline_seconds: float) -> Any:
     retry) when the time spent plus the longest backoff botocore might sleep reaches the
     deadline: the last attempt's error is raised as it is. So the last attempt starts
     before the deadline and an operation ends within deadline + connect + read timeout
-    (docs/CONFIGURATION.md, "Deadlines"). Returns ``client``.
+    (docs/CONFIGURATION.md, "Deadlines"). An operation the store makes of several calls
+    (a GET re-issued after its body broke off) runs them all on its first call's clock
+    and within one budget of attempts (:class:`_Budget`). Returns ``client``.
     """
     if getattr(client.meta, "offloader_deadline", None) is not None:
         return client  # installed already (a factory's client given to us twice)
 
     def _stop_when_spent(request_dict: dict[str, Any], attempts: int, **_: Any) -> bool | None:
-        started = request_dict.get("context", {}).get(_STARTED)
+        context = request_dict.get("context", {})
+        started = context.get(_STARTED)
         if started is None:
             return None
+        left = context.get(_ATTEMPTS_LEFT)
+        if left is not None and attempts >= left:
+            return False  # the operation's earlier calls spent the rest
         if time.monotonic() - started + _worst_backoff(attempts) >= deadline_seconds:
             return False
         return None
@@ -322,13 +367,38 @@ class S3ObjectStore(ObjectStore):
             args["IfNoneMatch"] = "*"
         try:
             self._client.put_object(**args)
-        except (ClientError, BotoCoreError) as err:
+        except ClientError as err:
+            body_md5 = hashlib.md5(args["Body"], usedforsecurity=False).hexdigest()
+            if self._our_lost_reply(err, key, etag=body_md5, size=len(args["Body"])):
+                return
             self._fail(err, "PutObject", key)
+        except BotoCoreError as err:
+            self._fail(err, "PutObject", key)
+
+    def _our_lost_reply(self, err: ClientError, key: str, *, etag: str | None, size: int) -> bool:
+        """Whether a conditional create's 412 answers a retry of this very call whose
+        first reply was lost after the server stored it: botocore retried, and the object
+        under ``key`` has the ETag and size this call's request gives. A 412 to the first
+        attempt is always a conflict; so is any other object (a competitor's), unless its
+        bytes are the same as ours, and then the outcome is the same."""
+        if self._code(err) not in _PRECONDITION and _status(err) != 412:
+            return False
+        if not err.response.get("ResponseMetadata", {}).get("RetryAttempts") or etag is None:
+            return False
+        try:
+            head = self._client.head_object(Bucket=self.bucket, Key=self._full(key))
+        except ClientError as head_err:
+            if self._code(head_err) in _NOT_FOUND:
+                return False
+            self._fail(head_err, "HeadObject (checking a conditional create)", key)
+        except BotoCoreError as head_err:
+            self._fail(head_err, "HeadObject (checking a conditional create)", key)
+        stored = str(head.get("ETag", "")).strip('"')
+        return stored == etag and head.get("ContentLength") == size
 
     def get(self, key: str) -> bytes:
         try:
-            response = self._client.get_object(Bucket=self.bucket, Key=self._full(key))
-            return response["Body"].read()
+            return self._read("GetObject", key, {"Bucket": self.bucket, "Key": self._full(key)})
         except (ClientError, BotoCoreError) as err:
             self._fail(err, "GetObject", key)
 
@@ -340,17 +410,46 @@ class S3ObjectStore(ObjectStore):
             self.stat(key)  # still report a missing object
             return b""
         byte_range = f"bytes={offset}-{offset + length - 1}"
+        args = {"Bucket": self.bucket, "Key": self._full(key), "Range": byte_range}
         try:
-            response = self._client.get_object(
-                Bucket=self.bucket, Key=self._full(key), Range=byte_range
-            )
-            return response["Body"].read()
+            return self._read("GetObject (range)", key, args)
         except ClientError as err:
             if self._code(err) in _BAD_RANGE:
                 return b""
             self._fail(err, "GetObject (range)", key)
         except BotoCoreError as err:
             self._fail(err, "GetObject (range)", key)
+
+    def _read(self, operation: str, key: str, args: dict[str, Any]) -> bytes:
+        """GetObject's body. botocore retries a GET only until its headers arrive; a body
+        that breaks off (a reset, a short body, a read timeout) re-issues the same GET,
+        within the operation's budget: all calls together make at most the client's
+        attempts, and none starts once the deadline (``install_deadline``) is near.
+        Then one ObjectStoreError saying how many attempts broke off."""
+        limit = _max_attempts(self._client)
+        deadline = getattr(self._client.meta, "offloader_deadline", None)
+        started = time.monotonic()
+        spent = 0
+        while True:
+            _BUDGET.started, _BUDGET.attempts_left = started, limit - spent
+            try:
+                response = self._client.get_object(**args)
+            finally:
+                _BUDGET.started = _BUDGET.attempts_left = None
+            spent += 1 + int(response.get("ResponseMetadata", {}).get("RetryAttempts", 0))
+            try:
+                return response["Body"].read()
+            except _BODY_ERRORS as err:
+                response["Body"].close()
+                backoff = _worst_backoff(spent)
+                late = deadline is not None and time.monotonic() - started + backoff >= deadline
+                if spent >= limit or late:
+                    where = f"s3://{self.bucket}/{self.prefix}{key}"
+                    raise ObjectStoreError(
+                        f"S3 {operation} on {where} failed: the body broke off "
+                        f"({spent} attempts in {time.monotonic() - started:.1f} s): {err}"
+                    ) from err
+                time.sleep(random.uniform(0, backoff))  # jitter, as botocore
 
     def stat(self, key: str) -> ObjectInfo:
         try:
@@ -408,20 +507,25 @@ class S3ObjectStore(ObjectStore):
             },
         }
         if not if_none_match:
-            self._complete(args, upload.key)
+            self._complete(args, upload.key, ordered)
             return
         args["IfNoneMatch"] = "*"
         name = (self.bucket, args["Key"])
         _COMPLETE_LOCKS.acquire(name)  # see the module docstring: SeaweedFS races here
         try:
-            self._complete(args, upload.key)
+            self._complete(args, upload.key, ordered)
         finally:
             _COMPLETE_LOCKS.release(name)
 
-    def _complete(self, args: dict[str, Any], key: str) -> None:
+    def _complete(self, args: dict[str, Any], key: str, parts: builtins.list[PartInfo]) -> None:
         try:
             self._client.complete_multipart_upload(**args)
-        except (ClientError, BotoCoreError) as err:
+        except ClientError as err:
+            etag, size = _multipart_etag(parts), sum(part.size for part in parts)
+            if self._our_lost_reply(err, key, etag=etag, size=size):
+                return
+            self._fail(err, "CompleteMultipartUpload", key)
+        except BotoCoreError as err:
             self._fail(err, "CompleteMultipartUpload", key)
 
     def abort_multipart(self, upload: MultipartUpload) -> None:
@@ -544,6 +648,40 @@ class S3ObjectStore(ObjectStore):
                 self._fail(err, "CreateBucket")
         except BotoCoreError as err:
             self._fail(err, "CreateBucket")
+
+
+#: a GET body that broke off after its headers arrived: re-issued by ``_read``
+_BODY_ERRORS = (IncompleteReadError, ResponseStreamingError, HTTPClientError, ConnectionError)
+
+
+def _status(err: ClientError) -> int | None:
+    status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return int(status) if status is not None else None
+
+
+def _max_attempts(client: Any) -> int:
+    """The client's attempts per operation (``s3_max_attempts`` for ours)."""
+    retries = getattr(client.meta.config, "retries", None) or {}
+    if "total_max_attempts" in retries:
+        return max(1, int(retries["total_max_attempts"]))
+    if "max_attempts" in retries:
+        return max(1, int(retries["max_attempts"]) + 1)
+    return 3  # botocore's standard mode
+
+
+def _multipart_etag(parts: Iterable[PartInfo]) -> str | None:
+    """The ETag S3 gives a completed multipart object: the MD5 of the parts' binary MD5s,
+    then ``-`` and their count. SeaweedFS 4.48 gives the same, for copied parts too, from
+    the ETags their UploadPartCopy returned (``"<hex>-N"`` for a range of a multipart
+    source: the hex part counts). None if a part's ETag is not hex (a server that differs)."""
+    digests = []
+    for part in parts:
+        try:
+            digests.append(bytes.fromhex(part.etag.strip('"').split("-", 1)[0]))
+        except ValueError:
+            return None
+    digest = hashlib.md5(b"".join(digests), usedforsecurity=False).hexdigest()
+    return f"{digest}-{len(digests)}"
 
 
 def _now() -> datetime:
