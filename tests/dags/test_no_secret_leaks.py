@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import os
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -69,11 +70,11 @@ RUNS: dict[str, tuple[Callable[[Runtime], None], dict[str, Any], datetime | None
 
 
 #: the runs whose S3 calls SeaweedFS takes with a session token (single PUTs and GETs);
-#: it refuses multipart calls that carry one (InvalidAccessKeyId), and a GC run with one
-#: did not finish in minutes; the others run with the secret key and the database password
-#: alone
-#: (fixtures.airflow.without_session_token)
-SESSION_TOKEN_OK = {"offload_ledgers", "offload_historical", "retention"}
+#: it refuses multipart calls that carry one (InvalidAccessKeyId), answers HeadBucket with
+#: one 403 (retention's check of the store it records the topic's start in), and a GC run
+#: with one did not finish in minutes; the others run with the secret key and the
+#: database password alone (fixtures.airflow.without_session_token)
+SESSION_TOKEN_OK = {"offload_ledgers", "offload_historical"}
 
 
 def assert_nowhere(secrets: list[str], texts: dict[str, str]) -> None:
@@ -89,7 +90,9 @@ def test_a_run_shows_no_credential(
     dag_id: str,
     monkeypatch: pytest.MonkeyPatch,
     capfd: pytest.CaptureFixture,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO)  # where dag.test's task logs go once logging is set up
     secrets = secret_connections
     if dag_id not in SESSION_TOKEN_OK:
         secrets = without_session_token(monkeypatch, secret_connections)
@@ -98,7 +101,7 @@ def test_a_run_shows_no_credential(
     run = DagFile(dag_id).test(run_conf=conf, logical_date=logical_date)
     assert str(run.state) == "success", task_states(run)
     out, err = capfd.readouterr()
-    logs = out + err + airflow_logs()
+    logs = out + err + caplog.text + airflow_logs()
     stored = stored_airflow_text()
     for task in DagFile(dag_id).parse().task_ids:  # every task's log and output was read
         assert task in logs
@@ -121,9 +124,11 @@ def test_a_failed_run_shows_no_credential(
     dag_id: str,
     monkeypatch: pytest.MonkeyPatch,
     capfd: pytest.CaptureFixture,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A database that refuses the connection fails the first task: its error, the
     traceback in the log and what Airflow stored carry no credential."""
+    caplog.set_level(logging.INFO)
     var = "AIRFLOW_CONN_OFFLOADER_DEFAULT"
     conn = json.loads(os.environ[var])
     url = make_url(conn["extra"]["metadata_url"]).set(database="no_such_database")
@@ -133,7 +138,7 @@ def test_a_failed_run_shows_no_credential(
     run = DagFile(dag_id).test(run_conf=conf, logical_date=logical_date, retries=False)
     assert str(run.state) == "failed", task_states(run)
     out, err = capfd.readouterr()
-    logs = out + err + airflow_logs()
+    logs = out + err + caplog.text + airflow_logs()
     assert "no_such_database" in logs  # the error was logged, naming what is wrong
     assert_nowhere(secret_connections, {"logs": logs, "airflow db": stored_airflow_text()})
 
