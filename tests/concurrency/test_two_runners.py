@@ -33,6 +33,8 @@ pytestmark = [POSTGRES_ONLY, pytest.mark.slow, pytest.mark.postgres, pytest.mark
 
 
 @pytest.mark.timeout(SHORT_SECONDS + 420)
+@pytest.mark.long  # about 5 minutes of a 2-core machine; the short suite's races between
+# two runners: test_cli_races.py, test_offload_race.py, test_metadata_races.py
 def test_two_schedulers_and_two_cli_runners_keep_every_promise(
     backend_settings: Settings, tmp_path: Path
 ) -> None:

@@ -108,6 +108,8 @@ def wait_parsed(af: AirflowServices, dag_ids: tuple[str, ...]) -> None:
 
 
 @pytest.mark.timeout(1200)  # four DAGs on a real scheduler and two workers
+@pytest.mark.long  # 3 to 5 minutes of a 2-core machine; the short suite runs the same DAGs
+# on LocalExecutor (tests/dags/) and a killed task's retry (test_offload_ledgers_dag.py)
 def test_the_dags_run_on_two_workers_and_keep_every_entry(
     backend_settings: Settings, tmp_path: Path
 ) -> None:
@@ -168,7 +170,7 @@ def stopped_pids(af: AirflowServices, worker: str) -> list[int]:
 
 
 @pytest.mark.timeout(1200)
-@pytest.mark.long  # the short form: the DAGs on two workers, above; the kill in one process:
+@pytest.mark.long  # the DAGs on two workers, above; the kill in one process:
 # test_killed_offload_task_retried_converges (tests/dags/test_offload_ledgers_dag.py)
 def test_a_worker_killed_mid_upload_costs_a_retry_on_the_other_worker(
     backend_settings: Settings, tmp_path: Path
