@@ -90,6 +90,18 @@ def assert_one_clear_line(stderr: str, endpoint: str) -> None:
     assert ACCESS_KEY not in stderr and SECRET_KEY not in stderr
 
 
+def record_dead_store(settings: Settings, endpoint_url: str) -> tuple[StoreLocation, int]:
+    """A recorded store at ``endpoint_url`` (which never answers) with one queued deletion."""
+    dead = StoreLocation("s3", "unreachable-bucket", "tier", endpoint_url)
+    metadata = MetadataStore.open(settings.resolved_metadata_url)
+    try:
+        dead_id = metadata.record_location(dead)
+        metadata.deletions.enqueue(["dead-key"], "test", store_id=dead_id)
+    finally:
+        metadata.close()
+    return dead, dead_id
+
+
 def test_offload_to_a_black_hole_fails_in_bounded_time_and_changes_nothing(
     black_hole: BlackHole, tmp_path: Path
 ) -> None:
@@ -109,13 +121,7 @@ def test_scan_and_gc_skip_a_recorded_store_that_does_not_answer(
     """The configured store (a directory) is swept and drained; the recorded black hole is
     visited once per command, skipped within the bound, and named; its rows stay queued."""
     settings = local_settings(tmp_path)
-    dead = StoreLocation("s3", "unreachable-bucket", "tier", black_hole.endpoint_url)
-    metadata = MetadataStore.open(settings.resolved_metadata_url)
-    try:
-        dead_id = metadata.record_location(dead)
-        metadata.deletions.enqueue(["dead-key"], "test", store_id=dead_id)
-    finally:
-        metadata.close()
+    dead, _ = record_dead_store(settings, black_hole.endpoint_url)
     run_cli(settings, "offload", "orders", "--up-to", "100")  # records the default store
     metadata = MetadataStore.open(settings.resolved_metadata_url)
     try:
@@ -176,13 +182,7 @@ def test_store_list_names_the_dead_store_and_retire_stops_the_visits(
     refuses a store committed data names, says how many queued deletions it would drop,
     then retires the dead one: scan and gc no longer visit it."""
     settings = local_settings(tmp_path)
-    dead = StoreLocation("s3", "unreachable-bucket", "tier", black_hole.endpoint_url)
-    metadata = MetadataStore.open(settings.resolved_metadata_url)
-    try:
-        dead_id = metadata.record_location(dead)
-        metadata.deletions.enqueue(["dead-key"], "test", store_id=dead_id)
-    finally:
-        metadata.close()
+    dead, dead_id = record_dead_store(settings, black_hole.endpoint_url)
     run_cli(settings, "offload", "orders", "--up-to", "100")
     done, elapsed = timed_cli(settings, "store", "list", "--json")
     assert elapsed < BOUND_SECONDS

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from fixtures.encoding import EncodedLedger, encode_ledger
 from fixtures.fuzzing import damaged, damages, extremes, fuzz_forms, outcome
 from fixtures.segments import Segment, SegmentEntries
+from fixtures.streams import block_entries
 from offloader.exceptions import FormatError
 from offloader.format import (
     INDEX_MAGIC,
@@ -118,23 +119,12 @@ def read_ledger(index: LedgerIndex, data: bytes) -> Entries:
 def read_segment(index: SegmentIndex, data: bytes) -> SegmentEntries:
     """Every entry of a segment by chunks and by blocks; both must agree."""
     by_chunk: SegmentEntries = []
-    by_block: SegmentEntries = []
     for ledger_id in index.ledger_ids:
         view = index.ledger(ledger_id)
         for c in view.chunks or ():
             got = decode_segment_chunk(data[c.offset : c.end], c, ledger_id=ledger_id)
             by_chunk += [(ledger_id, e, p) for e, p in got]
-        for b in view.blocks:
-            got = decode_segment_block(
-                data[b.offset : b.offset + b.length],
-                ledger_id=ledger_id,
-                entry_count=view.block_entry_count(b),
-                expected_crc=b.crc32c,
-                first_entry_id=b.first_entry_id,
-                offset=b.offset,
-            )
-            by_block += [(ledger_id, e, p) for e, p in got]
-    assert by_chunk == by_block
+    assert by_chunk == block_entries(index, data)
     return by_chunk
 
 
