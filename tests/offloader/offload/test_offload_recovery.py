@@ -20,6 +20,8 @@ from fixtures.metadata import list_attempts, pending_deletions
 from fixtures.takeover import OnPut, take_over
 from offloader.exceptions import ObjectStoreError
 from offloader.format import decode_index, encode_index
+from offloader.format.index import encode_metadata
+from offloader.format.layout import _INDEX_HEAD as INDEX_HEAD
 from offloader.hottier.writer import ManagedLedgerWriter
 from offloader.keys import ledger_object_keys
 from offloader.metadata import Attempt, AttemptState, Ledger, OffloadState
@@ -157,9 +159,29 @@ def other_entry_count(rt: Runtime, attempt: Attempt) -> None:
     assert (meta.entry_count, meta.length) == (1, ledger.size_bytes)
 
 
+def foreign_index_metadata(rt: Runtime, attempt: Attempt) -> None:
+    """A whole Pulsar v1 index (no extension) under the attempt's key whose metadata
+    record is not ours (another writer's bytes), put without our object metadata: the
+    index decodes, but nothing in it says which ledger it is. (The recovery judges the
+    index's record, not the object's user metadata: our index bytes under other user
+    metadata are committed.)"""
+    index = decode_index(rt.objects.get(attempt.index_key))
+    assert index.metadata is not None
+    ours = encode_metadata(index.metadata)
+    v1 = encode_index(index.metadata, index.blocks, None)  # no extension: metadata not strict
+    foreign = b"\x08\x96\x01pulsar-protobuf-metadata"
+    head = INDEX_HEAD.unpack_from(v1, 0)
+    body = v1[INDEX_HEAD.size + len(ours) :]
+    length = INDEX_HEAD.size + len(foreign) + len(body)
+    data = INDEX_HEAD.pack(head[0], length, *head[2:5], len(foreign)) + foreign + body
+    rt.objects.put(attempt.index_key, data)  # no user metadata: not written by the offloader
+    assert decode_index(rt.objects.get(attempt.index_key)).metadata is None
+
+
 @pytest.mark.parametrize(
     "spoil",
     [
+        foreign_index_metadata,
         drop_index,
         drop_data,
         damage_index,
@@ -366,3 +388,30 @@ def test_a_dead_attempt_taken_over_while_it_is_recovered_is_left_to_the_winner(
     ledger = rt.metadata.get_ledger("orders", dead.ledger_id)
     assert (ledger.attempt_id, ledger.offload_attempt_id) == ("winner", None)
     assert rt.metadata.attempts.get("dead").state is not AttemptState.COMMITTED
+
+
+def test_an_interrupt_during_the_upload_fails_the_attempt_and_propagates(
+    runtime: Runtime,
+) -> None:
+    """A BaseException (Ctrl-C, a task's SystemExit) in the middle of the upload: the
+    attempt is failed on the way out, its keys queued and its ledger freed, the
+    interrupt propagates unchanged, and the next run offloads the ledger."""
+    rt = runtime
+    ledger = first_ledger(rt)
+
+    def interrupt(key: str) -> None:
+        raise KeyboardInterrupt(f"injected at PUT {key}")
+
+    objects = OnPut(rt.objects, before=interrupt)
+    with pytest.raises(KeyboardInterrupt, match="injected at PUT"):
+        LedgerOffloader(with_objects(rt, objects)).offload_ledger("orders", ledger.ledger_id)
+    (failed,) = list_attempts(rt.metadata, "orders")
+    assert failed.state is AttemptState.FAILED
+    assert failed.detail == f"KeyboardInterrupt: injected at PUT {failed.data_key}"
+    current = rt.metadata.get_ledger("orders", ledger.ledger_id)
+    assert (current.offload_state, current.attempt_id) == (OffloadState.NONE, None)
+    queued = sorted(d.object_key for d in pending_deletions(rt.metadata))
+    assert queued == sorted([failed.data_key, failed.index_key])
+    result = LedgerOffloader(rt).offload_ledger("orders", ledger.ledger_id)
+    assert result.outcome is Outcome.OFFLOADED and result.attempt_id != failed.attempt_id
+    assert unaccounted_objects(rt) == set()

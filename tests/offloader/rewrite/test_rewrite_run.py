@@ -12,6 +12,7 @@ import pytest
 
 from fixtures.backends import run_in_threads
 from fixtures.clock import wait_past
+from fixtures.faults import ServerErrors, with_objects
 from fixtures.inspect import checksum, stored_keys, uploads
 from fixtures.metadata import begin as begin_attempt
 from fixtures.metadata import pending_deletions
@@ -34,7 +35,7 @@ from offloader.metadata import OffloadMode, Position, SegmentOrigin, SegmentStat
 from offloader.read.topic_reader import Source, TopicReader
 from offloader.rewrite.params import RewriteParams
 from offloader.rewrite.plan import plan_rewrite
-from offloader.rewrite.report import CHANGED, PLANNED, REWRITTEN
+from offloader.rewrite.report import CHANGED, FAILED, PLANNED, REWRITTEN
 from offloader.rewrite.run import Rewriter
 from offloader.runtime import Runtime
 
@@ -430,3 +431,41 @@ def test_a_rewrite_recovered_before_its_upload_was_recorded_is_changed_and_clean
     assert checksum(rt, T) == before
     assert [g.outcome for g in rewrite(rt, small_bytes=shape(rt).target).groups] == [REWRITTEN]
     assert checksum(rt, T) == before
+
+
+def _unrecordable(*args: object, **kwargs: object) -> None:
+    raise ConnectionError("database unreachable")
+
+
+@pytest.mark.parametrize("step", ["create-upload", "record-upload"])
+def test_an_error_after_the_intent_fails_the_rewrite_and_the_next_run_rewrites(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    """The intent is recorded, then creating the multipart upload fails (a store error:
+    no upload to abort) or recording it does (the database: the upload created is
+    aborted): the rewrite is failed with the error, its keys queued, the group reported
+    ``failed``, nothing swapped; the next run rewrites the sources."""
+    rt = runtime
+    v1_topic(rt, 3)
+    before = checksum(rt, T)
+    faulty = rt
+    if step == "create-upload":
+        faulty = with_objects(rt, ServerErrors(rt.objects, ["create_multipart"]))
+        detail = "ObjectStoreError: S3 create_multipart failed: "
+    else:
+        monkeypatch.setattr(rt.metadata.rewrites, "record_upload", _unrecordable)
+        detail = "ConnectionError: database unreachable"
+    report = rewrite(faulty, small_bytes=shape(rt).target)
+    monkeypatch.undo()
+    (group,) = report.groups
+    assert group.outcome == FAILED and (group.detail or "").startswith(detail)
+    (segment,) = rt.metadata.segments.of_topic(T)
+    assert segment.state is SegmentState.FAILED and segment.detail == group.detail
+    queued = {d.object_key for d in pending_deletions(rt.metadata)}
+    assert {segment.data_key, segment.index_key} <= queued
+    assert uploads(rt.objects) == set()  # never created, or aborted
+    check_one_copy(rt)
+    assert all(x.offload_mode is OffloadMode.LEDGER for x in rt.metadata.list_ledgers(T))
+    assert [g.outcome for g in rewrite(rt, small_bytes=shape(rt).target).groups] == [REWRITTEN]
+    assert checksum(rt, T) == before
+    check_clean_store(rt)

@@ -19,12 +19,14 @@ from typing import Any
 
 import pytest
 
-from fixtures.faults import _Delegating
+from fixtures.backends import unaccounted_objects
+from fixtures.faults import ServerErrors, _Delegating
 from fixtures.metadata import pending_deletions
 from fixtures.streams import (
     check_sealed_ledgers_streamed,
     crash_at,
     produce,
+    profile,
     run_pass,
     stream_topic,
 )
@@ -177,3 +179,30 @@ def test_a_completion_that_fails_is_judged_by_the_data_object(
         assert rt.metadata.segments.get(segment.segment_id).state is SegmentState.OFFLOADED
         assert rt.objects.stat(segment.data_key).size == segment.data_len
     check_sealed_ledgers_streamed(rt)
+
+
+def test_a_part_upload_failing_otherwise_than_upload_gone_is_raised_and_the_next_pass_goes_on(
+    runtime: Runtime,
+) -> None:
+    """A part refused with a server error (boto3's retries used up), not a vanished
+    upload: the pass raises it and fails nothing; the segment stays Assigned with the
+    parts recorded before the error and nothing after, the stream is released, and the
+    next pass uploads the refused part again and closes the segment."""
+    rt = runtime
+    p = stream_topic(rt, segment_max_bytes=profile(rt).segment_max * 4)
+    produce(rt, T, int(1.5 * p.segment_max / p.ledger_bytes) + 1)
+    faulty = ServerErrors(rt.objects, ["upload_part"], after=1)
+    flaky = dataclasses.replace(rt, stores=_Stores(rt.stores, faulty))  # type: ignore[arg-type]
+    with pytest.raises(ObjectStoreError, match="InternalError"):
+        run_pass(flaky)
+    assert faulty.calls == 1
+    (segment,) = rt.metadata.segments.of_topic(T)
+    assert segment.state is SegmentState.ASSIGNED and segment.upload_id is not None
+    (part,) = rt.metadata.segments.parts(segment)
+    assert part.part_number == 1 and segment.data_len == part.length
+    assert pending_deletions(rt.metadata) == []
+    result = run_pass(rt, close_now=True)  # claims the stream: the failed pass released it
+    assert result.committed == [segment.segment_id] and result.failed == []
+    assert result.parts_uploaded >= 1
+    check_sealed_ledgers_streamed(rt)
+    assert unaccounted_objects(rt) == set()
