@@ -27,6 +27,7 @@ import contextlib
 import datetime as dt
 import json
 import os
+import platform
 import random
 import shutil
 import signal
@@ -592,6 +593,8 @@ class Soak:
             failures.append(f"{len(t.readable_below_start)} reads below the start not refused")
         return {
             "seed": self.options.seed,
+            "machine": machine(),
+            "commit": commit_of(Path(offloader.__file__).resolve().parents[2]),
             "started": started.isoformat(timespec="seconds"),
             "finished": finished.isoformat(timespec="seconds"),
             "minutes": round((finished - started).total_seconds() / 60, 2),
@@ -655,11 +658,43 @@ def _verify_missing(result: StepResult) -> bool:
 
 
 # --- reporting -------------------------------------------------------------------------------
+def machine() -> str:
+    """What the run ran on: CPUs, memory, system and Python."""
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return (
+        f"{os.cpu_count()} CPUs, {memory:.0f} GiB, {platform.platform()}, "
+        f"Python {platform.python_version()}"
+    )
+
+
+def commit_of(checkout: Path) -> str | None:
+    """The checkout's commit (and whether it had changes), None outside a git checkout."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(checkout), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{head} (with uncommitted changes)" if dirty else head
+
+
 def render_table(summary: dict[str, Any]) -> str:
     """The summary as a Markdown table (printed, written next to the JSON, put in the docs)."""
     faults = summary["faults"]
     rows = [
         ("seed", summary["seed"]),
+        *[(k, summary[k]) for k in ("machine", "commit") if summary.get(k)],
         ("minutes", summary["minutes"]),
         ("cycles", summary["cycles"]),
         ("operations", _pairs(summary["operations"])),
