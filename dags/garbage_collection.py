@@ -20,8 +20,8 @@ sweep -> drain -> export_metadata -> summary
   then trimmed ledgers whose keys are all gone are recorded `deleted`.
 - export_metadata: a metadata snapshot into the object store, keeping the newest
   `metadata_snapshots_keep`.
-- summary: backlog, oldest item, items that keep failing (those fail the run), and any
-  failed task above.
+- summary: backlog, oldest item, items that keep failing and items left untried because
+  their store does not answer (both fail the run), and any failed task above.
 
 A dry run changes nothing: the sweep only reports, the drain only counts, no snapshot.
 """
