@@ -90,9 +90,16 @@ def test_a_long_pass_keeps_its_lease(runtime: Runtime, monkeypatch: pytest.Monke
     time.sleep(0.5)
     refused = 0
     while worker.is_alive():
-        with pytest.raises(StreamBusyError):
+        try:
             StreamingOffloader(rt, owner="other", lease_seconds=LEASE).run_pass(T)
-        refused += 1
+        except StreamBusyError:
+            refused += 1
+        else:
+            # taken only once the long pass released it, between is_alive and the claim: the
+            # long pass has ended (had it been taken over, the long pass would have failed)
+            worker.join(10)
+            assert not worker.is_alive(), "another pass took the stream of a live pass"
+            break
         worker.join(0.3)
     assert "error" not in outcome, outcome.get("error")
     result = outcome["result"]
