@@ -20,9 +20,10 @@ def hook(event, args):
     if event in ("socket.connect", "sqlite3.connect", "subprocess.Popen", "os.system"):
         events.append([event, repr(args)[:200]])
     elif event == "open" and len(args) > 1 and isinstance(args[1], str) and any(
-            c in args[1] for c in "wax+"):
+            c in args[1] for c in "wax+") and args[0] != "/dev/null":
         events.append([event, repr(args)[:200]])
-# Airflow's own import-time work is not the DAG's (croniter shells out to `file`)
+# Airflow's own import-time work is not the DAG's (croniter shells out to `file`; dill,
+# which the OpenLineage provider's import of airflow.models brings, opens /dev/null)
 import airflow.sdk, croniter
 sys.addaudithook(hook)
 import importlib.util
