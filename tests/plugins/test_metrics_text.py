@@ -4,12 +4,12 @@ and an error that names what is wrong without the URL or its password."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from fixtures.airflow import use_offloader_connection
 from fixtures.airflow_server import free_port
 from fixtures.databases import migrated_sqlite_url
 from offloader.metadata import MetadataStore
@@ -18,17 +18,6 @@ from offloader_airflow.hooks import OffloaderHook
 from offloader_airflow.ui.metrics import CONTENT_TYPE, MetricsUnavailableError, metrics_text
 
 PASSWORD = "metrics-pass-never-shown"
-
-
-def use_connection(monkeypatch: pytest.MonkeyPatch, metadata_url: str, tmp_path: Path) -> None:
-    extra = {
-        "metadata_url": metadata_url,
-        "object_store_url": f"file://{tmp_path}/objects",
-        "ledger_dir": str(tmp_path / "ledgers"),
-    }
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_OFFLOADER_DEFAULT", json.dumps({"conn_type": "generic", "extra": extra})
-    )
 
 
 def test_the_text_of_the_connections_metadata(
@@ -40,7 +29,7 @@ def test_the_text_of_the_connections_metadata(
         store.create_topic("orders", OffloadPolicy())
     finally:
         store.close()
-    use_connection(monkeypatch, url, tmp_path)
+    use_offloader_connection(monkeypatch, url, tmp_path)
     text = metrics_text(OffloaderHook())
     metrics = {m.name: m for m in text_string_to_metric_families(text)}
     [hot] = metrics["offloader_hot_ledgers"].samples
@@ -55,7 +44,7 @@ def test_an_unreachable_database_is_named_without_the_url(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     url = f"postgresql+psycopg2://offloader:{PASSWORD}@127.0.0.1:{free_port()}/nowhere"
-    use_connection(monkeypatch, url, tmp_path)
+    use_offloader_connection(monkeypatch, url, tmp_path)
     with pytest.raises(MetricsUnavailableError) as caught:
         metrics_text(OffloaderHook())
     assert str(caught.value) == "OperationalError reading the offloader metadata; see the log"
@@ -64,6 +53,6 @@ def test_an_unreachable_database_is_named_without_the_url(
 def test_a_database_behind_the_schema_says_so(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    use_connection(monkeypatch, f"sqlite:///{tmp_path}/never-upgraded.db", tmp_path)
+    use_offloader_connection(monkeypatch, f"sqlite:///{tmp_path}/never-upgraded.db", tmp_path)
     with pytest.raises(MetricsUnavailableError, match="offloader db upgrade"):
         metrics_text(OffloaderHook())

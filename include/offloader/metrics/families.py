@@ -188,49 +188,51 @@ def _queue_age(obs: Observations) -> list[Sample]:
     return [] if age is None else [({}, age / 1000)]
 
 
+def _global(
+    name: str,
+    unit: str,
+    read: Callable[[Observations], list[Sample]],
+    description: str,
+    labels: tuple[str, ...] = (),
+    kip963: str | None = None,
+) -> tuple[FamilySpec, Callable[[Observations], list[Sample]]]:
+    spec = FamilySpec(name=name, unit=unit, description=description, labels=labels, kip963=kip963)
+    return spec, read
+
+
 #: global families and how each is read off the observations
 GLOBAL_FAMILIES: tuple[tuple[FamilySpec, Callable[[Observations], list[Sample]]], ...] = (
-    (
-        FamilySpec(
-            name="offloader.deletion.queue.keys",
-            unit="{key}",
-            description="Pending deletion-queue keys, whoever owns them.",
-        ),
+    _global(
+        "offloader.deletion.queue.keys",
+        "{key}",
         lambda obs: [({}, obs.deletion_backlog.pending)],
+        "Pending deletion-queue keys, whoever owns them.",
     ),
-    (
-        FamilySpec(
-            name="offloader.deletion.queue.due",
-            unit="{key}",
-            description="Pending deletion-queue keys whose next try is due.",
-        ),
+    _global(
+        "offloader.deletion.queue.due",
+        "{key}",
         lambda obs: [({}, obs.deletion_backlog.due)],
+        "Pending deletion-queue keys whose next try is due.",
     ),
-    (
-        FamilySpec(
-            name="offloader.deletion.queue.failing",
-            unit="{key}",
-            description="Pending deletion-queue keys tried gc_failing_tries times or more.",
-        ),
+    _global(
+        "offloader.deletion.queue.failing",
+        "{key}",
         lambda obs: [({}, obs.deletion_backlog.failing_count)],
+        "Pending deletion-queue keys tried gc_failing_tries times or more.",
     ),
-    (
-        FamilySpec(
-            name="offloader.deletion.queue.age",
-            unit="s",
-            description="Age of the oldest pending deletion-queue key.",
-        ),
+    _global(
+        "offloader.deletion.queue.age",
+        "s",
         _queue_age,
+        "Age of the oldest pending deletion-queue key.",
     ),
-    (
-        FamilySpec(
-            name="offloader.metadata.rows",
-            unit="{row}",
-            description="Rows per metadata table.",
-            labels=("table",),
-            kip963="RemoteLogMetadataCount",
-        ),
+    _global(
+        "offloader.metadata.rows",
+        "{row}",
         lambda obs: [({"table": t}, n) for t, n in sorted(obs.metadata_rows.items())],
+        "Rows per metadata table.",
+        labels=("table",),
+        kip963="RemoteLogMetadataCount",
     ),
 )
 

@@ -4,16 +4,13 @@ single object-store request. On both pairings (files + SQLite, SeaweedFS + Postg
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from sqlalchemy import event
-from sqlalchemy.engine import Engine
 
 from fixtures import tier_scenario
 from fixtures.backends import BACKENDS, make_topic, produce_ledgers
+from fixtures.counting import REQUESTS, counting_statements
 from offloader.metadata import schema
 from offloader.metrics.observe import AGES, TierFigures, observe, totals
 from offloader.objectstore import ObjectStore
@@ -99,24 +96,9 @@ def test_an_empty_metadata_observes_nothing(runtime: Runtime) -> None:
     }
 
 
-@contextmanager
-def statements(engine: Engine) -> Iterator[list[str]]:
-    seen: list[str] = []
-
-    def count(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        seen.append(statement)
-
-    event.listen(engine, "before_cursor_execute", count)
-    try:
-        yield seen
-    finally:
-        event.remove(engine, "before_cursor_execute", count)
-
-
 def count_store_requests(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every request any object store binding is asked for from now on, whoever opened
     the store (the verbs of fixtures.counting, on the classes themselves)."""
-    from fixtures.counting import REQUESTS
     from offloader.objectstore.filesystem import FilesystemObjectStore
     from offloader.objectstore.s3 import S3ObjectStore
 
@@ -146,7 +128,7 @@ def test_statements_do_not_grow_with_the_ledgers_and_no_store_request(
     LedgerOffloader(rt).offload_topic("orders", up_to=1)
     assert "put" in requests or "complete_multipart" in requests  # the counting counts
     requests.clear()
-    with statements(rt.metadata.engine) as few:
+    with counting_statements(rt.metadata.engine) as few:
         first = observe(rt.metadata, rt.settings)
     assert requests == []
     assert first.totals.hot_ledgers == 3 and first.totals.tiered_ledgers == 1
@@ -155,7 +137,7 @@ def test_statements_do_not_grow_with_the_ledgers_and_no_store_request(
     produce_ledgers(rt, "other", [(2, 100)] * 10)
     LedgerOffloader(rt).offload_topic("orders", up_to=20)
     requests.clear()
-    with statements(rt.metadata.engine) as many:
+    with counting_statements(rt.metadata.engine) as many:
         second = observe(rt.metadata, rt.settings)
     assert requests == []
     assert second.totals.hot_ledgers == 40 and second.totals.tiered_ledgers == 20
