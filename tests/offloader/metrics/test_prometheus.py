@@ -147,3 +147,17 @@ def test_prometheus_names_follow_the_opentelemetry_translation(
     name: str, unit: str, prometheus: str
 ) -> None:
     assert prometheus_name(name, unit) == prometheus
+
+
+@pytest.mark.source_tree
+def test_operations_md_lists_every_family() -> None:
+    """docs/OPERATIONS.md, "Metrics": a row per family with both names and the unit."""
+    from pathlib import Path
+
+    docs = (Path(__file__).parents[3] / "docs" / "OPERATIONS.md").read_text()
+    section = docs.split("## Metrics\n", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split("|")[1].strip(" `"): line for line in section.splitlines() if "| `" in line}
+    for spec in FAMILIES:
+        row = rows[spec.name]
+        assert f"`{prometheus_name(spec.name, spec.unit)}`" in row and f"`{spec.unit}`" in row
+        assert (spec.kip963 or "—") in row
