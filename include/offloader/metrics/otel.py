@@ -47,8 +47,10 @@ class _Collection:
     def observe(self, name: str) -> list[Observation]:
         with self.lock:
             if self.current is None or name in self.served:
+                # a new collection; should the read fail, the others get nothing this time
+                self.current, self.served = {}, set()
+                self.served.add(name)
                 self.current = {f.name: f for f in self.collect()}
-                self.served = set()
             self.served.add(name)
             fam = self.current.get(name)
         if fam is None:

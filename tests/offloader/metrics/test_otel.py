@@ -75,6 +75,42 @@ def test_gauges_observe_the_families_once_per_collection(runtime: Runtime) -> No
         provider.shutdown()
 
 
+def test_a_failing_read_is_tried_once_per_collection() -> None:
+    fams = [MetricFamily.of(FAMILIES[0], [({"topic": "t"}, 7)])]
+    calls = []
+
+    def collect() -> list[MetricFamily]:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("the database is away")
+        return fams
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    try:
+        register(provider, collect)  # every family of FAMILIES: many callbacks
+        first = reader.get_metrics_data()  # the SDK logs the failed callback
+        assert len(calls) == 1
+        assert first is None or not any(
+            m.data.data_points
+            for rm in first.resource_metrics
+            for sm in rm.scope_metrics
+            for m in sm.metrics
+        )
+        second = reader.get_metrics_data()  # the next collection reads again
+        assert second is not None and len(calls) == 2
+        values = [
+            p.value
+            for rm in second.resource_metrics
+            for sm in rm.scope_metrics
+            for m in sm.metrics
+            for p in m.data.data_points
+        ]
+        assert values == [7]
+    finally:
+        provider.shutdown()
+
+
 def test_one_push_reaches_a_real_receiver(
     runtime: Runtime,
     otlp_receiver: OtlpReceiver,  # noqa: F811
