@@ -11,7 +11,7 @@ deletion lag (its policy's ``deletion_lag_seconds``) is applied in SQL.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -75,20 +75,30 @@ class ObservationStore:
         self.db = db
 
     def read(self, failing_tries: int) -> MetadataFacts:
+        """Every figure, from one snapshot where the database gives one (PostgreSQL's
+        repeatable read; SQLite's transaction holds the database lock anyway). A topic
+        created between two statements elsewhere is left out rather than half read."""
         with self.db.engine.connect() as conn:
+            if conn.dialect.name == "postgresql":
+                conn = conn.execution_options(isolation_level="REPEATABLE READ")
             now = db_now_ms(conn)
             topics = [topic_from_row(r) for r in conn.execute(sa.select(T)).mappings()]
             tiers = {t.topic: t for t in totals.topic_tiers(conn)}
             facts: dict[str, dict[str, object]] = {
-                t.name: {"topic": t, "tiers": tiers[t.name]} for t in topics
+                t.name: {"topic": t, "tiers": tiers[t.name]} for t in topics if t.name in tiers
             }
-            for name, figures in _ledger_figures(conn, topics, now).items():
-                facts[name].update(figures)
-            for name, figures in _segment_figures(conn).items():
-                facts[name].update(figures)
-            for name, failing in _failing_deletions(conn, failing_tries).items():
-                if name in facts:
-                    facts[name]["failing_deletions"] = failing
+            figures: list[Mapping[str, Mapping[str, object]]] = [
+                _ledger_figures(conn, topics, now),
+                _segment_figures(conn),
+                {
+                    n: {"failing_deletions": f}
+                    for n, f in _failing_deletions(conn, failing_tries).items()
+                },
+            ]
+            for found in figures:
+                for name, values in found.items():
+                    if name in facts:
+                        facts[name].update(values)
             rows = row_counts(conn)
         return MetadataFacts(
             now_ms=now,
