@@ -1,16 +1,17 @@
 """The state of the tiers for people: per topic the hot and offloaded bytes and ledgers and
 the deletions still queued for it, the global deletion backlog (``offloader status``'s), and
-the bytes per tier over time (the tiered-storage view's).
+the bytes per tier and the lags over time (the tiered-storage view's).
 
 The metadata store reads the totals and the changes (metadata/totals.py says how the
-history is derived from the ledger and segment rows); this module shapes them.
+histories are derived from the ledger, segment and deletion-queue rows); this module
+shapes them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.engine import make_url
 
@@ -33,11 +34,24 @@ class TierSample(Record):
     offloaded_bytes: int
 
 
+class LagSample(Record):
+    """The lags from ``at_ms`` on, over all topics: bytes of sealed ledgers waiting for
+    their offload, and keys waiting in the deletion queue (a step function)."""
+
+    at_ms: int
+    offload_lag_bytes: int
+    deletion_backlog: int
+
+
 class TiersReport(Record):
     now_ms: int
     topics: list[TopicTiers]
     deletion_backlog: DeletionBacklog
     history: list[TierSample]
+    lag_history: list[LagSample]
+
+
+S = TypeVar("S")
 
 
 @dataclass(frozen=True)
@@ -111,32 +125,49 @@ def _redact_url(url: str) -> str:
 
 
 def tiers_report(metadata: MetadataStore, failing_tries: int) -> TiersReport:
-    """Everything the tiered-storage view shows, read in a few queries."""
+    """Everything the tiered-storage view shows of the tiers, read in a few queries."""
     return TiersReport(
         now_ms=metadata.db_now_ms(),
         topics=metadata.topic_tiers(),
         deletion_backlog=metadata.deletions.backlog(failing_tries),
         history=tier_history(metadata),
+        lag_history=lag_history(metadata),
     )
 
 
 def tier_history(metadata: MetadataStore, points: int = HISTORY_POINTS) -> list[TierSample]:
     """Bytes per tier over time, at most ``points`` samples (metadata/totals.py)."""
-    return _thin(list(_steps(metadata.tier_changes())), points)
+
+    def sample(at: int, hot: int, offloaded: int) -> TierSample:
+        return TierSample(at_ms=at, hot_bytes=hot, offloaded_bytes=offloaded)
+
+    return _thin(list(_steps(metadata.tier_changes(), sample)), points)
 
 
-def _steps(changes: list[tuple[int, int, int]]) -> Iterable[TierSample]:
-    """Cumulative sums, one sample per distinct time."""
-    hot = offloaded = 0
+def lag_history(metadata: MetadataStore, points: int = HISTORY_POINTS) -> list[LagSample]:
+    """Offload lag bytes and deletion backlog over time, at most ``points`` samples
+    (metadata/totals.py)."""
+
+    def sample(at: int, lag: int, backlog: int) -> LagSample:
+        return LagSample(at_ms=at, offload_lag_bytes=lag, deletion_backlog=backlog)
+
+    return _thin(list(_steps(metadata.lag_changes(), sample)), points)
+
+
+def _steps(
+    changes: list[tuple[int, int, int]], sample: Callable[[int, int, int], S]
+) -> Iterable[S]:
+    """Cumulative sums of (at_ms, delta, delta) changes, one sample per distinct time."""
+    first = second = 0
     changes.sort()
-    for i, (at, d_hot, d_off) in enumerate(changes):
-        hot += d_hot
-        offloaded += d_off
+    for i, (at, d_first, d_second) in enumerate(changes):
+        first += d_first
+        second += d_second
         if i + 1 == len(changes) or changes[i + 1][0] != at:
-            yield TierSample(at_ms=at, hot_bytes=hot, offloaded_bytes=offloaded)
+            yield sample(at, first, second)
 
 
-def _thin(samples: list[TierSample], points: int) -> list[TierSample]:
+def _thin(samples: list[S], points: int) -> list[S]:
     """At most ``points`` samples, evenly spread, always keeping the first and the last."""
     if points < 2:
         raise ValueError(f"points must be >= 2, got {points}")

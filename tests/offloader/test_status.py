@@ -4,15 +4,25 @@ both backends, through a ledger's whole life (hot, offloaded, hot copy gone, tri
 from __future__ import annotations
 
 import pytest
+import sqlalchemy as sa
 
 from fixtures.backends import make_topic, produce_ledgers
+from fixtures.metadata import begin, file_store_id, sealed_ledger
 from offloader.gc.deletion_queue import drain_queue
+from offloader.metadata import MetadataStore, schema
 from offloader.metadata.records import Position
 from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.ledger_offloader import LedgerOffloader
 from offloader.retention.trim import trim_topic
 from offloader.runtime import Runtime
-from offloader.status import TierSample, _thin, tier_history, tiers_report
+from offloader.status import (
+    LagSample,
+    TierSample,
+    _thin,
+    lag_history,
+    tier_history,
+    tiers_report,
+)
 
 
 def tiers(rt: Runtime) -> dict[str, tuple[int, int, int, int, int]]:
@@ -58,6 +68,11 @@ def test_a_ledgers_life_moves_its_bytes_between_tiers(runtime: Runtime) -> None:
     assert report.history[-1].hot_bytes == hot
     assert report.history[-1].offloaded_bytes == offloaded
 
+    lags = report.lag_history
+    assert lags[-1] == LagSample(
+        at_ms=lags[-1].at_ms, offload_lag_bytes=size[ids[2]], deletion_backlog=2
+    )
+    assert max(s.offload_lag_bytes for s in lags) == total  # all sealed, none offloaded yet
     drain_queue(rt.metadata, rt.stores, rt.settings)
     assert rt.metadata.retention.finish_deleted_ledgers() == 1
     assert tiers(rt)["orders"] == (len(size) - 2, hot, 1, data[ids[1]], 0)
@@ -71,6 +86,7 @@ def test_a_ledgers_life_moves_its_bytes_between_tiers(runtime: Runtime) -> None:
 
 def test_history_of_an_empty_store_is_empty(runtime: Runtime) -> None:
     assert tier_history(runtime.metadata) == []
+    assert lag_history(runtime.metadata) == []
     assert tiers_report(runtime.metadata, 5).topics == []
 
 
@@ -103,3 +119,38 @@ def test_an_attempts_leftovers_count_for_its_topic_and_sweep_orphans_for_none(
     [orders] = rt.metadata.topic_tiers()
     assert orders.pending_deletions == 2
     assert tiers_report(rt.metadata, 5).deletion_backlog.pending == 3
+
+
+def stamp(store: MetadataStore, table: sa.Table, where: sa.ColumnElement, **values: int) -> None:
+    """Known times on rows whose writers stamped the database's clock."""
+    with store.transaction() as conn:
+        assert conn.execute(table.update().where(where).values(**values)).rowcount == 1
+
+
+def test_the_lag_history_of_a_constructed_past(runtime: Runtime) -> None:
+    """Two ledgers sealed at 1000 and 2000 (100 and 200 bytes), the first offloaded at
+    3000; two keys queued at 2000 and 4000, the first done at 5000. One sample per
+    distinct time, cumulative; ``points`` thins it keeping the first and the last."""
+    store = runtime.metadata
+    first, second = sealed_ledger(store, "t", 100), sealed_ledger(store, "t", 200)
+    L, D = schema.ledgers, schema.deletion_queue
+    _, attempt = begin(store, first, "a1")
+    store.attempts.commit(attempt, 10)
+    stamp(store, L, L.c.ledger_id == first.ledger_id, sealed_ms=1000, offloaded_ms=3000)
+    stamp(store, L, L.c.ledger_id == second.ledger_id, sealed_ms=2000)
+    store.deletions.enqueue(["a", "b"], "sweep", store_id=file_store_id(store))
+    stamp(store, D, D.c.object_key == "a", enqueued_ms=2000)
+    stamp(store, D, D.c.object_key == "b", enqueued_ms=4000)
+    [a] = [d for d in store.deletions.due(10, at_ms=10**15) if d.object_key == "a"]
+    store.deletions.complete([a.id])
+    stamp(store, D, D.c.object_key == "a", done_ms=5000)
+
+    assert [(s.at_ms, s.offload_lag_bytes, s.deletion_backlog) for s in lag_history(store)] == [
+        (1000, 100, 0),
+        (2000, 300, 1),
+        (3000, 200, 1),
+        (4000, 200, 2),
+        (5000, 200, 1),
+    ]
+    thin = lag_history(store, points=3)
+    assert [s.at_ms for s in thin] == [1000, 3000, 5000]

@@ -408,6 +408,11 @@ class MetadataStore(Database):
         with self.engine.connect() as conn:
             return totals.tier_changes(conn)
 
+    def lag_changes(self) -> list[tuple[int, int, int]]:
+        """Every change of the lags as (at_ms, offload lag bytes delta, backlog delta)."""
+        with self.engine.connect() as conn:
+            return totals.lag_changes(conn)
+
     # --- for the orphan sweep ------------------------------------------------------------
     def referenced_keys(self, keys: Iterable[str]) -> set[str]:
         """Which of ``keys`` the metadata references, in one statement: a ledger's data or

@@ -1,6 +1,7 @@
 """Totals over the whole metadata, what people look at: rows by state (``offloader
 status``), each topic's bytes and ledgers per tier now, and the changes of bytes per tier
-over time (offloader/status.py turns those into the tiered-storage view's history).
+and of the lags over time (offloader/status.py turns those into the tiered-storage view's
+histories).
 
 Nothing records a history of the tiers: it is derived from the ledger rows, which stay after
 retention deletes a ledger (``DeletionState.DELETED``). A ledger counts as hot from its
@@ -13,6 +14,14 @@ of its own: the offloaded bytes of a topic also hold its segments' data objects
 (``segments.data_len``) from the segment's ``offloaded_ms`` until retention releases it
 (state ``deleted``, ``finished_ms``). Open segments' uploaded parts are in flight and count
 nowhere; nor do failed segments' leftovers.
+
+The lags' history is derived the same way. A sealed ledger with entries adds its size to
+the offload lag at ``sealed_ms`` and takes it away when it stopped waiting: offloaded, its
+hot copy gone or retention deleting it (the earliest of ``offloaded_ms``,
+``hot_deleted_ms``, ``deleting_ms``, ``deleted_ms``), so the last point is the lag the
+metrics count (metrics/observe.py) but for ledgers a trim cut short left unmarked. A
+deletion-queue key adds one to the deletion backlog at ``enqueued_ms`` and takes it away
+at ``done_ms``.
 """
 
 from __future__ import annotations
@@ -141,4 +150,35 @@ def tier_changes(conn: Connection) -> list[tuple[int, int, int]]:
         changes.append((offloaded, 0, data_len))
         if state == SegmentState.DELETED.value:
             changes.append((max(finished or offloaded, offloaded), 0, -data_len))
+    return changes
+
+
+def lag_changes(conn: Connection) -> list[tuple[int, int, int]]:
+    """Every change of the lags as (at_ms, offload lag bytes delta, deletion backlog keys
+    delta), unordered, derived from the ledgers' and the deletion queue's timestamps
+    (module docstring)."""
+    sealed = conn.execute(
+        sa.select(
+            L.c.size_bytes,
+            L.c.sealed_ms,
+            L.c.offload_state,
+            L.c.offloaded_ms,
+            L.c.hot_deleted_ms,
+            L.c.deleting_ms,
+            L.c.deleted_ms,
+        ).where(L.c.sealed_ms.is_not(None), L.c.entry_count > 0)
+    ).all()
+    queued = conn.execute(sa.select(D.c.enqueued_ms, D.c.state, D.c.done_ms)).all()
+    changes: list[tuple[int, int, int]] = []  # (at_ms, offload lag delta, backlog delta)
+    for size, sealed_ms, offload, offloaded, hot_gone, deleting, deleted in sealed:
+        changes.append((sealed_ms, size, 0))
+        if offload != OffloadState.OFFLOADED.value:
+            offloaded = None  # a failed re-offload's leftover stamp (tier_changes' tests)
+        ends = [t for t in (offloaded, hot_gone, deleting, deleted) if t is not None]
+        if ends:
+            changes.append((max(min(ends), sealed_ms), -size, 0))
+    for enqueued, state, done in queued:
+        changes.append((enqueued, 0, 1))
+        if state != "pending":
+            changes.append((max(done or enqueued, enqueued), 0, -1))
     return changes

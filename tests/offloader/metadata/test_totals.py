@@ -293,3 +293,72 @@ def test_a_hot_copys_end_falls_back_to_deleted_ms_then_created_ms(rt: Runtime) -
         (1100, 200, 0),
         (5000, -100, 0),
     ]
+
+
+# --- lag_changes ----------------------------------------------------------------------------
+def lag_changes(store: MetadataStore) -> list[tuple[int, int, int]]:
+    """The lags' changes, sorted (lag_changes gives them in no order)."""
+    with store.engine.connect() as conn:
+        return sorted(totals.lag_changes(conn))
+
+
+def all_deletions(store: MetadataStore) -> list[sa.Row]:
+    """Every row of the deletion queue, done ones too, in queue order."""
+    with store.engine.connect() as conn:
+        return list(conn.execute(sa.select(D).order_by(D.c.id)).all())
+
+
+def test_each_sealed_ledger_and_queued_key_changes_the_lags_at_its_own_times(
+    rt: Runtime,
+) -> None:
+    """A sealed ledger with entries waits from sealed_ms until the earliest of its offload,
+    the end of its hot copy and retention's deletion; open and empty ledgers never wait. A
+    queued key is in the backlog from enqueued_ms until done_ms. What is still waiting
+    adds up to the offload lag and the backlog the metrics observe now."""
+    store = rt.metadata
+    offloaded_one = offloaded_ledger(store, T, 100, 10, "a1")
+    trimmed = sealed_ledger(store, T, 200)
+    waiting = sealed_ledger(store, T, 300)
+    stale_stamp = sealed_ledger(store, T, 400)  # not offloaded, an offloaded_ms kept
+    epoch = store.get_topic(T).writer_epoch
+    store.seal_ledger(store.allocate_ledger(T, epoch), 0, 0, epoch)  # empty: never waits
+    store.allocate_ledger(T, epoch)  # open: not sealed yet
+    assert trim(store, T, waiting.ledger_id) == [offloaded_one.ledger_id, trimmed.ledger_id]
+    store.deletions.enqueue(["orphan"], "sweep", store_id=file_store_id(store))
+    rewrite_ledger(store, offloaded_one, sealed_ms=1000, offloaded_ms=2000, deleting_ms=6000)
+    rewrite_ledger(
+        store, trimmed, sealed_ms=1100, hot_deleted_ms=3500, deleting_ms=3000, deleted_ms=4000
+    )
+    rewrite_ledger(store, waiting, sealed_ms=1200)
+    rewrite_ledger(store, stale_stamp, sealed_ms=1300, offloaded_ms=1500)
+    queue = {row.object_key: row.id for row in all_deletions(store)}
+    assert set(queue) == {"a1-d", "a1-i", "orphan"}  # trim() completed the ledger's two
+    rewrite(store, D, {"id": queue["a1-d"]}, enqueued_ms=6000, done_ms=7000)
+    rewrite(store, D, {"id": queue["a1-i"]}, enqueued_ms=6000, done_ms=7500)
+    rewrite(store, D, {"id": queue["orphan"]}, enqueued_ms=6500)
+
+    changes = lag_changes(store)
+    assert changes == sorted(
+        [
+            *[(1000, 100, 0), (2000, -100, 0)],
+            *[(1100, 200, 0), (3000, -200, 0)],
+            (1200, 300, 0),
+            (1300, 400, 0),
+            *[(6000, 0, 1), (6000, 0, 1), (7000, 0, -1), (7500, 0, -1)],
+            (6500, 0, 1),
+        ]
+    )
+    facts = store.observations.read(failing_tries=5)
+    [topic] = facts.topics
+    assert topic.unoffloaded_bytes == 300 + 400 == sum(c[1] for c in changes)
+    assert store.deletions.backlog(5).pending == 1 == sum(c[2] for c in changes)
+
+
+def test_a_done_key_without_done_ms_leaves_the_backlog_when_it_came(rt: Runtime) -> None:
+    """No writer leaves a done key without done_ms; one such counts for no time at all."""
+    store = rt.metadata
+    store.deletions.enqueue(["k"], "sweep", store_id=file_store_id(store))
+    [key] = all_deletions(store)
+    rewrite(store, D, {"id": key.id}, state="done", enqueued_ms=500, done_ms=None)
+
+    assert lag_changes(store) == [(500, 0, -1), (500, 0, 1)]
