@@ -15,6 +15,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from offloader.exceptions import OffloaderError
 from offloader.metadata import MetadataStore
+from offloader.metrics import observe
+from offloader.runtime import database_deadlines
 from offloader.status import tiers_report
 from offloader_airflow.hooks import OffloaderConnectionError, OffloaderHook
 from offloader_airflow.ui.page import render_page
@@ -71,15 +73,17 @@ def collect(user: Any) -> dict[str, Any]:
 
 
 def tiers_state(hook: OffloaderHook) -> dict[str, Any]:
-    """The stores (URLs without passwords) and the tiers report; or, if they cannot be
-    read, ``error``: a message that names what is wrong and never carries a secret."""
+    """The stores (URLs without passwords), the tiers report and the observed lags (the
+    metrics' figures, offloader/metrics/observe.py); or, if they cannot be read,
+    ``error``: a message that names what is wrong and never carries a secret."""
     try:
         # the metadata only: a whole Runtime would create the hot tier's and the store's
         # directories on the API server's host, or open an S3 session, for a read-only page
         settings = hook.get_settings()
-        metadata = MetadataStore.open(settings.resolved_metadata_url)
+        metadata = MetadataStore.open(settings.resolved_metadata_url, database_deadlines(settings))
         try:
             report = tiers_report(metadata, settings.gc_failing_tries)
+            observations = observe(metadata, settings)
         finally:
             metadata.close()
         store = {
@@ -92,7 +96,12 @@ def tiers_state(hook: OffloaderHook) -> dict[str, Any]:
         # a driver's message may quote a URL: the log has it (masked), the page not
         log.exception("tiered-storage view: reading the offloader metadata failed")
         return {"error": f"{type(exc).__name__} reading the offloader metadata; see the log"}
-    return {"error": None, "store": store, "report": report.model_dump(mode="json")}
+    return {
+        "error": None,
+        "store": store,
+        "report": report.model_dump(mode="json"),
+        "observations": observations.model_dump(mode="json"),
+    }
 
 
 @app.get("/api/tiers")

@@ -3,6 +3,7 @@ no CDN: the page must work on a machine without internet)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,47 +17,108 @@ _ENV = Environment(
 CHART_WIDTH, CHART_HEIGHT, CHART_MARGIN = 720, 220, 40
 
 
+@dataclass(frozen=True)
+class Line:
+    """One step line of a chart: the samples' ``field``, drawn as ``css_id``; lines on
+    the same axis share its scale (the right axis is for a second unit)."""
+
+    field: str
+    css_id: str
+    color: str
+    label: str
+    unit: str = "bytes"  # or a counted noun: "keys"
+    right: bool = False
+
+
+TIER_LINES = (
+    Line("hot_bytes", "chart-hot", "#dd6b20", "hot"),
+    Line("offloaded_bytes", "chart-offloaded", "#3182ce", "offloaded"),
+)
+LAG_LINES = (
+    Line("offload_lag_bytes", "lag-offload", "#805ad5", "offload lag (bytes, left axis)"),
+    Line(
+        "deletion_backlog",
+        "lag-backlog",
+        "#c53030",
+        "deletion backlog (keys, right axis)",
+        unit="keys",
+        right=True,
+    ),
+)
+
+
 def render_page(data: dict[str, Any]) -> str:
     report = data.get("report")
-    chart = chart_svg(report["history"], report["now_ms"]) if report else None
+    charts = {}
+    if report:
+        charts["tiers"] = chart_svg(report["history"], report["now_ms"], TIER_LINES)
+        charts["lags"] = chart_svg(report["lag_history"], report["now_ms"], LAG_LINES)
     return _ENV.get_template("tiers.html").render(
-        data=data, report=report, chart=chart, bytes=fmt_bytes, when=fmt_ms, age=fmt_age
+        data=data,
+        report=report,
+        obs=data.get("observations"),
+        charts=charts,
+        bytes=fmt_bytes,
+        when=fmt_ms,
+        age=fmt_age,
+        seconds=fmt_seconds,
     )
 
 
-def chart_svg(history: list[dict[str, int]], now_ms: int) -> dict[str, Any] | None:
-    """Step lines of hot and offloaded bytes from the first change to now, as SVG points."""
-    if not history:
+def chart_svg(
+    samples: list[dict[str, int]], now_ms: int, lines: tuple[Line, ...]
+) -> dict[str, Any] | None:
+    """Step lines of ``lines`` from the first sample to now, as SVG points, each axis
+    scaled to the largest value of its lines; None without samples."""
+    if not samples:
         return None
-    start = history[0]["at_ms"]
+    start = samples[0]["at_ms"]
     span = max(now_ms - start, 1)
-    top = max(max(s["hot_bytes"], s["offloaded_bytes"]) for s in history) or 1
     width, height, m = CHART_WIDTH, CHART_HEIGHT, CHART_MARGIN
+    tops = {
+        right: max(
+            (s[line.field] for line in lines if line.right is right for s in samples), default=0
+        )
+        or 1
+        for right in (False, True)
+    }
 
     def x(at: int) -> float:
         return round(m + (min(at, now_ms) - start) / span * (width - 2 * m), 1)
 
-    def y(value: int) -> float:
-        return round(height - m - value / top * (height - 2 * m), 1)
+    def steps(line: Line) -> str:
+        top = tops[line.right]
 
-    def steps(key: str) -> str:
+        def y(value: int) -> float:
+            return round(height - m - value / top * (height - 2 * m), 1)
+
         points = []
         previous = None
-        for sample in history:
+        for sample in samples:
             if previous is not None:
                 points.append((x(sample["at_ms"]), y(previous)))
-            points.append((x(sample["at_ms"]), y(sample[key])))
-            previous = sample[key]
-        points.append((x(now_ms), y(history[-1][key])))
+            points.append((x(sample["at_ms"]), y(sample[line.field])))
+            previous = sample[line.field]
+        points.append((x(now_ms), y(samples[-1][line.field])))
         return " ".join(f"{px},{py}" for px, py in points)
+
+    def top_label(right: bool) -> str | None:
+        units = {line.unit for line in lines if line.right is right}
+        if not units:
+            return None
+        [unit] = units  # one unit per axis
+        return fmt_bytes(tops[right]) if unit == "bytes" else f"{unit}: {tops[right]:,}"
 
     return {
         "width": width,
         "height": height,
         "margin": m,
-        "hot": steps("hot_bytes"),
-        "offloaded": steps("offloaded_bytes"),
-        "top": fmt_bytes(top),
+        "lines": [
+            {"id": line.css_id, "color": line.color, "label": line.label, "points": steps(line)}
+            for line in lines
+        ],
+        "top": top_label(False),
+        "right_top": top_label(True),
         "start": fmt_ms(start),
         "end": fmt_ms(now_ms),
     }
@@ -87,3 +149,8 @@ def fmt_age(ms: int | None) -> str:
     if seconds < 7200:
         return f"{seconds // 60}m"
     return f"{seconds // 3600}h {seconds % 3600 // 60}m"
+
+
+def fmt_seconds(seconds: float | None) -> str:
+    """An observed age (seconds, None when there is nothing of its kind)."""
+    return "-" if seconds is None else fmt_age(int(seconds * 1000))
