@@ -26,6 +26,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ def may_view(user: Any) -> bool:
 async def permitted_user(request: Request, bearer: Bearer) -> Any:
     """The API's dependency: 401 anonymous, 403 invalid token or not permitted."""
     user = await signed_in_user(request, bearer)
-    if not may_view(user):
+    if not await run_in_threadpool(may_view, user):  # an auth manager may ask a database
         raise HTTPException(status_code=403, detail=FORBIDDEN)
     return user
 
@@ -83,7 +84,7 @@ async def scraper_or_user(request: Request, bearer: Bearer) -> None:
     """``/metrics``: the scrape token, else a permitted Airflow user (401 with neither,
     403 for a bearer that is neither the token nor a valid Airflow token)."""
     if bearer is not None and bearer.scheme.lower() == "bearer":
-        token = scrape_token()
+        token = await run_in_threadpool(scrape_token)  # a database or a secrets backend
         if token is not None and _same(bearer.credentials, token):
             return
     await permitted_user(request, bearer)
