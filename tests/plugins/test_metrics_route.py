@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from fixtures.airflow import use_offloader_connection
 from fixtures.airflow_server import free_port
 from offloader_airflow.ui.access import SCRAPE_CONN_ID, scrape_token, scraper_or_user
 from offloader_airflow.ui.app import app
@@ -29,17 +30,11 @@ def client() -> Iterator[TestClient]:
         app.dependency_overrides.clear()
 
 
-def point_at(monkeypatch: pytest.MonkeyPatch, metadata_url: str, tmp_path: Path) -> None:
-    extra = {"metadata_url": metadata_url, "object_store_url": f"file://{tmp_path}/objects"}
-    conn = {"conn_type": "generic", "extra": extra}
-    monkeypatch.setenv("AIRFLOW_CONN_OFFLOADER_DEFAULT", json.dumps(conn))
-
-
 def test_an_unreachable_database_answers_503_without_the_url(
     client: TestClient, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     url = f"postgresql+psycopg2://offloader:{PASSWORD}@127.0.0.1:{free_port()}/nowhere"
-    point_at(monkeypatch, url, tmp_path)
+    use_offloader_connection(monkeypatch, url, tmp_path)
     response = client.get("/metrics")
     assert response.status_code == 503
     assert response.text == "OperationalError reading the offloader metadata; see the log"
@@ -49,7 +44,7 @@ def test_an_unreachable_database_answers_503_without_the_url(
 def test_a_database_behind_the_schema_answers_503_naming_the_fix(
     client: TestClient, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    point_at(monkeypatch, f"sqlite:///{tmp_path}/never-upgraded.db", tmp_path)
+    use_offloader_connection(monkeypatch, f"sqlite:///{tmp_path}/never-upgraded.db", tmp_path)
     response = client.get("/metrics")
     assert response.status_code == 503
     assert "offloader db upgrade" in response.text
