@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 #: per topic (hot ledgers, hot bytes, offloaded ledgers, offloaded bytes, pending deletions)
 Tiers = dict[str, tuple[int, int, int, int, int]]
+#: per topic the lag table's figures by field (data-field of its cells)
+Lags = dict[str, dict[str, int]]
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.xdist_group("airflow_server")]
 
@@ -57,6 +59,29 @@ def known_setup(
             expected[topic] = (len(hot), sum(hot), len(off), sum(off), pending)
     assert expected["orders"][3] > 0 and expected["clicks"][1] > 0
     yield expected
+
+
+@pytest.fixture(scope="module")
+def known_lags(airflow_server: AirflowServer, known_setup: Tiers) -> Lags:
+    """The known setup's lags, from the ledger rows: sealed ledgers with entries not
+    offloaded wait (whatever the policy), the trimmed ledger's two objects are queued, and
+    each ledger offloaded ledger by ledger has a data and an index object until deleted."""
+    expected = {}
+    with Runtime.open(airflow_server.settings) as rt:
+        for topic in known_setup:
+            ledgers = [x for x in rt.metadata.list_ledgers(topic) if x.entry_count]
+            waiting = [x.size_bytes for x in ledgers if not x.is_offloaded]
+            moved = [x.data_len or 0 for x in ledgers if x.is_offloaded]
+            expected[topic] = {
+                "offload_lag_ledgers": len(waiting),
+                "offload_lag_bytes": sum(waiting),
+                "deletion_backlog_keys": known_setup[topic][4],
+                "tiered_bytes": sum(moved),
+                "tiered_objects": 2 * len(moved),
+            }
+    assert expected["orders"]["offload_lag_ledgers"] == 1
+    assert expected["clicks"]["offload_lag_ledgers"] == 2
+    return expected
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +132,7 @@ def test_the_api_reports_the_known_setup(
 def test_the_view_in_the_browser_shows_the_known_setup(
     airflow_server: AirflowServer,
     known_setup: Tiers,
+    known_lags: Lags,
     backfill: list[str],
     browser: WebDriver,
     screenshots: Screenshots,
@@ -126,7 +152,7 @@ def test_the_view_in_the_browser_shows_the_known_setup(
     try:
         until(browser, ec.presence_of_element_located((By.ID, "topics")), "the topics table")
         for topic, (hot_n, hot_b, off_n, off_b, pending) in known_setup.items():
-            row = browser.find_element(By.CSS_SELECTOR, f"tr[data-topic='{topic}']")
+            row = browser.find_element(By.CSS_SELECTOR, f"#topics tr[data-topic='{topic}']")
 
             def cell(field: str) -> str:
                 return row.find_element(By.CSS_SELECTOR, f"[data-field={field}]").text  # noqa: B023
@@ -140,6 +166,7 @@ def test_the_view_in_the_browser_shows_the_known_setup(
         assert backlog.find_element(By.CSS_SELECTOR, "[data-field=pending]").text == "2"
         assert browser.find_element(By.ID, "chart-hot").get_attribute("points")
         assert browser.find_element(By.ID, "chart-offloaded").get_attribute("points")
+        assert_lags(browser, known_lags)
         dags = {
             e.get_attribute("data-dag")
             for e in browser.find_elements(By.CSS_SELECTOR, "tr[data-dag]")
@@ -157,8 +184,38 @@ def test_the_view_in_the_browser_shows_the_known_setup(
     finally:
         browser.switch_to.default_content()
     size = browser.get_window_size()
-    browser.set_window_size(size["width"], 1500)  # the whole page, for the docs
+    browser.set_window_size(size["width"], 2000)  # the whole page, for the docs
     try:
         screenshots.save(browser, "tiered-storage-view", doc=True)
     finally:
         browser.set_window_size(size["width"], size["height"])
+
+
+def assert_lags(browser: WebDriver, known_lags: Lags) -> None:
+    """The lag table's figures per topic and their totals, and the lag plot's two step
+    lines with their legend."""
+    from selenium.webdriver.common.by import By
+
+    def cells(row_selector: str) -> dict[str, str]:
+        row = browser.find_element(By.CSS_SELECTOR, row_selector)
+        found = row.find_elements(By.CSS_SELECTOR, "[data-field]")
+        return {c.get_attribute("data-field") or "": c.text for c in found}
+
+    sums = {field: sum(f[field] for f in known_lags.values()) for field in known_lags["orders"]}
+    for selector, figures in [
+        *((f"#lags tr[data-topic='{t}']", f) for t, f in known_lags.items()),
+        ("#lag-totals", sums),
+    ]:
+        shown = cells(selector)
+        for field, value in figures.items():
+            if field.endswith("_bytes"):
+                assert shown[field].startswith(f"{value:,} B"), (selector, field, shown)
+            else:
+                assert shown[field] == str(value), (selector, field, shown)
+        assert shown["stream_lag_bytes"] == "-"  # no streaming topic
+    for line in ("lag-offload", "lag-backlog"):
+        points = browser.find_element(By.ID, line).get_attribute("points") or ""
+        assert len(points.split()) >= 2, (line, points)
+    legend = browser.find_element(By.ID, "lag-chart-legend").text
+    assert "offload lag (bytes, left axis)" in legend
+    assert "deletion backlog (keys, right axis)" in legend
