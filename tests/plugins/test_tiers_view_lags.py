@@ -14,6 +14,7 @@ import pytest
 from fixtures.airflow import use_offloader_connection
 from fixtures.backends import make_topic, produce_ledgers
 from fixtures.metadata import file_store_id
+from fixtures.tier_scenario import ledger_lags
 from offloader.offload.ledger_offloader import LedgerOffloader
 from offloader.runtime import Runtime, upgrade_database
 from offloader.settings import Settings
@@ -68,17 +69,7 @@ def known(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, dict[str
         produce_ledgers(rt, "clicks", [(50, 500), (10, 500)], seed=2)
         LedgerOffloader(rt).offload_topic("orders", up_to=orders[0])
         rt.metadata.deletions.enqueue(["orphan"], "sweep", store_id=file_store_id(rt.metadata))
-        expected = {}
-        for topic in ("orders", "clicks"):
-            ledgers = [x for x in rt.metadata.list_ledgers(topic) if x.entry_count]
-            waiting = [x.size_bytes for x in ledgers if not x.is_offloaded]
-            moved = [x.data_len or 0 for x in ledgers if x.is_offloaded]
-            expected[topic] = {
-                "offload_lag_ledgers": len(waiting),
-                "offload_lag_bytes": sum(waiting),
-                "tiered_bytes": sum(moved),
-                "tiered_objects": 2 * len(moved),  # a data and an index object each
-            }
+        expected = {topic: ledger_lags(rt, topic) for topic in ("orders", "clicks")}
     assert expected["orders"]["tiered_bytes"] > 0 and expected["orders"]["offload_lag_ledgers"] == 2
     use_offloader_connection(monkeypatch, settings.resolved_metadata_url, tmp_path / "offloader")
     return expected

@@ -13,6 +13,7 @@ from fixtures.airflow import DAGS
 from fixtures.airflow_server import AirflowServer, api_get
 from fixtures.backends import make_topic, produce_ledgers
 from fixtures.browser import Screenshots, sign_in, until
+from fixtures.tier_scenario import ledger_lags
 from offloader.metadata.records import Position
 from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.ledger_offloader import LedgerOffloader
@@ -66,19 +67,10 @@ def known_lags(airflow_server: AirflowServer, known_setup: Tiers) -> Lags:
     """The known setup's lags, from the ledger rows: sealed ledgers with entries not
     offloaded wait (whatever the policy), the trimmed ledger's two objects are queued, and
     each ledger offloaded ledger by ledger has a data and an index object until deleted."""
-    expected = {}
     with Runtime.open(airflow_server.settings) as rt:
-        for topic in known_setup:
-            ledgers = [x for x in rt.metadata.list_ledgers(topic) if x.entry_count]
-            waiting = [x.size_bytes for x in ledgers if not x.is_offloaded]
-            moved = [x.data_len or 0 for x in ledgers if x.is_offloaded]
-            expected[topic] = {
-                "offload_lag_ledgers": len(waiting),
-                "offload_lag_bytes": sum(waiting),
-                "deletion_backlog_keys": known_setup[topic][4],
-                "tiered_bytes": sum(moved),
-                "tiered_objects": 2 * len(moved),
-            }
+        expected = {topic: ledger_lags(rt, topic) for topic in known_setup}
+    for topic, figures in expected.items():
+        figures["deletion_backlog_keys"] = known_setup[topic][4]
     assert expected["orders"]["offload_lag_ledgers"] == 1
     assert expected["clicks"]["offload_lag_ledgers"] == 2
     return expected
