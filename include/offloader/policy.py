@@ -117,8 +117,9 @@ class OffloadPolicy(BaseModel):
             ("offload_age_seconds", "max_offload_lag_seconds"),
             ("offload_threshold_bytes", "max_offload_lag_bytes"),
         ]
-        if self.streaming:
+        if self.streaming:  # a ledger is settled once the segment holding its end commits
             pairs.append(("segment_max_age_seconds", "max_stream_lag_seconds"))
+            pairs.append(("segment_max_age_seconds", "max_offload_lag_seconds"))
         for threshold, level in pairs:
             low, high = getattr(self, threshold), getattr(self, level)
             if low is not None and high is not None and not low < high:

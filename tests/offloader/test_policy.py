@@ -95,6 +95,10 @@ def test_service_levels_are_set_from_cli_strings_and_cleared_with_none() -> None
             {"streaming": True, "max_stream_lag_seconds": 600},
             "max_stream_lag_seconds (600.0) must be above segment_max_age_seconds (600.0)",
         ),
+        (
+            {"streaming": True, "max_offload_lag_seconds": 60},
+            "max_offload_lag_seconds (60.0) must be above segment_max_age_seconds (600.0)",
+        ),
     ],
 )
 def test_invalid_service_levels_are_named(changes, rule) -> None:
