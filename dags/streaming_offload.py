@@ -73,6 +73,7 @@ with offloader_dag(
         task_id="check_service_levels",
         topic=dag.param("topic"),
         streaming_only=True,
+        retries=1,
         fail_with_task_ids=("plan", "stream"),
         trigger_rule=TriggerRule.ALL_DONE,
     )
