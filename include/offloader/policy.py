@@ -5,6 +5,7 @@ Invalid values are rejected by pydantic with an error naming the field and the r
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -99,13 +100,12 @@ class OffloadPolicy(BaseModel):
             ("offload_threshold_bytes", "retention_size_bytes"),
             ("offload_age_seconds", "retention_time_seconds"),
         )
-        for offload, retention in pairs:
-            low, high = getattr(self, offload), getattr(self, retention)
-            if low is not None and high is not None and not low < high:
-                raise ValueError(
-                    f"{offload} ({low}) must be below {retention} ({high}): "
-                    "data would be deleted before it is offloaded (PIP-17)"
-                )
+        if unordered := self._first_unordered(pairs):
+            offload, low, retention, high = unordered
+            raise ValueError(
+                f"{offload} ({low}) must be below {retention} ({high}): "
+                "data would be deleted before it is offloaded (PIP-17)"
+            )
         return self
 
     @model_validator(mode="after")
@@ -120,14 +120,24 @@ class OffloadPolicy(BaseModel):
         if self.streaming:  # a ledger is settled once the segment holding its end commits
             pairs.append(("segment_max_age_seconds", "max_stream_lag_seconds"))
             pairs.append(("segment_max_age_seconds", "max_offload_lag_seconds"))
-        for threshold, level in pairs:
-            low, high = getattr(self, threshold), getattr(self, level)
-            if low is not None and high is not None and not low < high:
-                raise ValueError(
-                    f"{level} ({high}) must be above {threshold} ({low}): the policy holds "
-                    "that much back by design, so the level would always be breached"
-                )
+        if unordered := self._first_unordered(pairs):
+            threshold, low, level, high = unordered
+            raise ValueError(
+                f"{level} ({high}) must be above {threshold} ({low}): the policy holds "
+                "that much back by design, so the level would always be breached"
+            )
         return self
+
+    def _first_unordered(
+        self, pairs: Sequence[tuple[str, str]]
+    ) -> tuple[str, Any, str, Any] | None:
+        """The first (low field, value, high field, value) of ``pairs`` both set and not
+        strictly ordered, or None."""
+        for low_field, high_field in pairs:
+            low, high = getattr(self, low_field), getattr(self, high_field)
+            if low is not None and high is not None and not low < high:
+                return low_field, low, high_field, high
+        return None
 
     def updated(self, changes: dict[str, Any]) -> OffloadPolicy:
         """A new policy with ``changes`` applied and validated as a whole."""

@@ -20,7 +20,7 @@ from offloader.metadata import MetadataStore
 from offloader.metadata.records import Topic, TopicState
 from offloader.metrics.observe import Observations, TopicObservation, observe
 from offloader.policy import OffloadPolicy
-from offloader.results import fields_json
+from offloader.results import BreachReport, fields_json
 from offloader.runtime import database_deadlines
 from offloader.settings import Settings
 
@@ -121,7 +121,7 @@ class ServiceLevelBreach:
 
 
 @dataclass
-class ServiceLevelReport:
+class ServiceLevelReport(BreachReport):
     """`offloader check-service-levels`: ok when every level set is met; exit status 1
     otherwise, one line per breach."""
 
@@ -129,15 +129,6 @@ class ServiceLevelReport:
     topics: list[str]  # the topics checked (not deleted)
     levels_checked: int  # (topic, level) pairs with a level set
     breaches: list[ServiceLevelBreach] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.breaches
-
-    @property
-    def exit_status(self) -> int:
-        """What the CLI exits with: 0 when every level is met, 1 with breaches."""
-        return 0 if self.ok else 1
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -11,9 +11,9 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from offloader.metadata.records import DeletionBacklog
+from fixtures.observations import observations, topic_observation
 from offloader.metrics.families import TOPIC_FAMILIES, families
-from offloader.metrics.observe import Observations, TierFigures, TopicObservation, totals
+from offloader.metrics.observe import TierFigures
 from offloader.metrics.prometheus import prometheus_name, prometheus_text
 from offloader.metrics.service_levels import LEVELS
 
@@ -37,23 +37,7 @@ def exported_names() -> set[str]:
     """Every metric name in the exporter's text for an observation where every figure,
     every age included, has a value."""
     figures = {name: 1.5 if name.endswith("_seconds") else 1 for name in TierFigures.model_fields}
-    topic = TopicObservation(topic="orders", state="active", streaming=True, **figures)
-    backlog = DeletionBacklog(
-        pending=1,
-        due=1,
-        oldest_enqueued_ms=0,
-        oldest_age_ms=1500,
-        failing_tries=5,
-        failing_count=1,
-        failing=[],
-    )
-    obs = Observations(
-        now_ms=1500,
-        topics=[topic],
-        totals=totals([topic]),
-        deletion_backlog=backlog,
-        metadata_rows={"topics": 1},
-    )
+    obs = observations(topic_observation(**figures))
     text = prometheus_text(families(obs))
     return {s.name for f in text_string_to_metric_families(text) for s in f.samples}
 

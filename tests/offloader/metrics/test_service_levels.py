@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from offloader.metadata.records import DeletionBacklog
-from offloader.metrics.observe import Observations, TopicObservation, totals
+from fixtures.observations import observations as observed
+from fixtures.observations import topic_observation as topic
+from offloader.metrics.observe import TopicObservation
 from offloader.metrics.service_levels import LEVELS, check_service_levels
 from offloader.policy import OffloadPolicy
 from offloader.results import RunResult
@@ -25,29 +26,6 @@ CASES: dict[str, tuple[str, float, float]] = {
     "max_deletion_backlog_age_seconds": ("deletion_backlog_seconds", 3600, 3600.5),
     "max_deletion_failing_keys": ("deletion_failing_keys", 0, 3),
 }
-
-
-def topic(name: str = "orders", state: str = "active", **figures: Any) -> TopicObservation:
-    return TopicObservation(topic=name, state=state, streaming=True, **figures)
-
-
-def observed(*topics: TopicObservation) -> Observations:
-    backlog = DeletionBacklog(
-        pending=0,
-        due=0,
-        oldest_enqueued_ms=None,
-        oldest_age_ms=None,
-        failing_tries=5,
-        failing_count=0,
-        failing=[],
-    )
-    return Observations(
-        now_ms=1_000,
-        topics=list(topics),
-        totals=totals(list(topics)),
-        deletion_backlog=backlog,
-        metadata_rows={},
-    )
 
 
 def policy(**levels: Any) -> OffloadPolicy:
