@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any, NoReturn
 
-from offloader import cli_metrics
+from offloader import cli_metrics, cli_service_levels
 from offloader.diagnostics import describe_error
 from offloader.format import ENTRY_FRAME, HEADER_LEN
 from offloader.gc.deletion_queue import DEFAULT_PASS_LIMIT, process_deletions
@@ -563,6 +563,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topic", default=None, help="one topic's promises (default: every topic)")
     p.add_argument("--deep", action="store_true", help="also read and check every block")
     cli_metrics.add_arguments(command("metrics", cli_metrics.cmd_metrics, cli_metrics.HELP))
+    check_levels = cli_service_levels.cmd_check_service_levels
+    cli_service_levels.add_arguments(
+        command("check-service-levels", check_levels, cli_service_levels.HELP)
+    )
     return parser
 
 
