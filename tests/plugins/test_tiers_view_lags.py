@@ -25,11 +25,12 @@ from offloader_airflow.ui.page import LAG_LINES, TIER_LINES, Line, chart_svg, re
 
 class Cells(HTMLParser):
     """The text of every ``data-field`` cell, by the ``data-topic`` (or ``id``) of its row,
-    and the attributes of every element that has an ``id``."""
+    those cells' attributes, and the attributes of every element that has an ``id``."""
 
     def __init__(self, html: str) -> None:
         super().__init__()
         self.rows: dict[str, dict[str, str]] = {}
+        self.attrs: dict[str, dict[str, dict[str, str | None]]] = {}
         self.ids: dict[str, dict[str, str | None]] = {}
         self.texts: list[str] = []
         self._row: str | None = None
@@ -45,10 +46,13 @@ class Cells(HTMLParser):
         elif a.get("data-field") and self._row:
             self._field = a["data-field"]
             self.rows.setdefault(self._row, {})[self._field] = ""
+            self.attrs.setdefault(self._row, {})[self._field] = a
 
     def handle_endtag(self, tag: str) -> None:
         if tag in ("td", "th", "span"):
             self._field = None
+        if tag == "tr":
+            self._row = None
 
     def handle_data(self, data: str) -> None:
         self.texts.append(data)
@@ -58,13 +62,15 @@ class Cells(HTMLParser):
 
 @pytest.fixture
 def known(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, dict[str, int]]:
-    """`orders`: three sealed ledgers, the first offloaded (hot copy kept); `clicks`: two
-    sealed ledgers, hot only; one orphan key queued. The connection points at them."""
+    """`orders`: three sealed ledgers, the first offloaded (hot copy kept), a service level
+    of 1000 bytes of offload lag (breached); `clicks`: two sealed ledgers, hot only, an
+    hour of offload lag allowed (met); one orphan key queued. The connection points at
+    them."""
     settings = Settings(data_dir=tmp_path / "offloader")
     upgrade_database(settings)
     with Runtime.open(settings) as rt:
-        make_topic(rt, "orders")
-        make_topic(rt, "clicks")
+        make_topic(rt, "orders", max_offload_lag_bytes=1000)
+        make_topic(rt, "clicks", max_offload_lag_seconds=3600)
         orders = produce_ledgers(rt, "orders", [(40, 3000), (30, 3000), (20, 3000)], seed=1)
         produce_ledgers(rt, "clicks", [(50, 500), (10, 500)], seed=2)
         LedgerOffloader(rt).offload_topic("orders", up_to=orders[0])
@@ -131,3 +137,30 @@ def test_each_axis_is_scaled_to_its_own_lines() -> None:
     assert chart_svg([], 3000, LAG_LINES) is None
     left_only = chart_svg(samples, 3000, (Line("deletion_backlog", "x", "#000", "x", "keys"),))
     assert left_only is not None and left_only["right_top"] is None
+
+
+def test_a_breached_service_level_is_listed_and_marks_its_figure(
+    known: dict[str, dict[str, int]],
+) -> None:
+    state = tiers_state(OffloaderHook())
+    [breach] = state["service_levels"]["breaches"]
+    lag = known["orders"]["offload_lag_bytes"]
+    assert (breach["topic"], breach["level"], breach["observed"], breach["limit"]) == (
+        "orders",
+        "max_offload_lag_bytes",
+        lag,
+        1000,
+    )
+    assert state["service_levels"]["levels_checked"] == 2
+    page = Cells(render_page({"dags": [], **state}))
+    assert f"offload lag {lag} bytes exceeds max_offload_lag_bytes 1000" in breach["message"]
+    assert breach["message"] in "".join(page.texts)  # the list above the table
+    marked = {
+        (topic, field): cell["title"]
+        for topic, cells in page.attrs.items()
+        for field, cell in cells.items()
+        if "breach" in (cell.get("class") or "").split()
+    }
+    assert marked == {("orders", "offload_lag_bytes"): breach["message"]}
+    # an unbreached bytes figure shows its short form on hover instead
+    assert page.attrs["clicks"]["offload_lag_bytes"]["title"].endswith("KiB)")

@@ -30,6 +30,9 @@ Tiers = dict[str, tuple[int, int, int, int, int]]
 #: per topic the lag table's figures by field (data-field of its cells)
 Lags = dict[str, dict[str, int]]
 
+#: the service level of `clicks` on its offload lag, in bytes: breached by its two ledgers
+CLICKS_MAX_LAG = 4096
+
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.xdist_group("airflow_server")]
 
 
@@ -38,12 +41,13 @@ def known_setup(
     airflow_server: AirflowServer,
 ) -> Iterator[Tiers]:
     """Two topics: `orders` with two of three ledgers offloaded, their hot copies deleted and
-    the first trimmed (its two objects queued for deletion); `clicks` only hot. The expected
+    the first trimmed (its two objects queued for deletion); `clicks` only hot, more of it
+    than its service level on the offload lag allows. The expected
     (hot ledgers, hot bytes, offloaded ledgers, offloaded bytes, pending deletions) come from
     the ledger rows and the offload results, not from the code under test."""
     with Runtime.open(airflow_server.settings) as rt:
         make_topic(rt, "orders")
-        make_topic(rt, "clicks")
+        make_topic(rt, "clicks", max_offload_lag_bytes=CLICKS_MAX_LAG)
         orders = produce_ledgers(rt, "orders", [(40, 3000), (30, 3000), (20, 3000)], seed=1)
         produce_ledgers(rt, "clicks", [(50, 500), (10, 500)], seed=2)
         results = LedgerOffloader(rt).offload_topic("orders", up_to=orders[1])
@@ -58,7 +62,7 @@ def known_setup(
             off = [x.data_len or 0 for x in ledgers if x.ledger_id in moved]
             pending = 2 if topic == "orders" else 0
             expected[topic] = (len(hot), sum(hot), len(off), sum(off), pending)
-    assert expected["orders"][3] > 0 and expected["clicks"][1] > 0
+    assert expected["orders"][3] > 0 and expected["clicks"][1] > CLICKS_MAX_LAG
     yield expected
 
 
@@ -208,6 +212,15 @@ def assert_lags(browser: WebDriver, known_lags: Lags) -> None:
     for line in ("lag-offload", "lag-backlog"):
         points = browser.find_element(By.ID, line).get_attribute("points") or ""
         assert len(points.split()) >= 2, (line, points)
+    breached = browser.find_element(
+        By.CSS_SELECTOR, "#lags tr[data-topic='clicks'] [data-field=offload_lag_bytes]"
+    )
+    assert "breach" in (breached.get_attribute("class") or "").split()
+    [listed] = browser.find_elements(By.CSS_SELECTOR, "#breaches li")
+    assert listed.get_attribute("data-level") == "max_offload_lag_bytes"
+    assert listed.text.startswith("topic clicks: offload lag ")
+    assert f"exceeds max_offload_lag_bytes {CLICKS_MAX_LAG}" in listed.text
+    assert breached.get_attribute("title") == listed.text
     legend = browser.find_element(By.ID, "lag-chart-legend").text
     assert "offload lag (bytes, left axis)" in legend
     assert "deletion backlog (keys, right axis)" in legend

@@ -16,6 +16,7 @@ from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse,
 from offloader.exceptions import OffloaderError
 from offloader.metadata import MetadataStore
 from offloader.metrics import observe
+from offloader.metrics.service_levels import check_service_levels
 from offloader.runtime import database_deadlines
 from offloader.status import tiers_report
 from offloader_airflow.hooks import OffloaderConnectionError, OffloaderHook
@@ -57,9 +58,10 @@ def collect(user: Any) -> dict[str, Any]:
 
 
 def tiers_state(hook: OffloaderHook) -> dict[str, Any]:
-    """The stores (URLs without passwords), the tiers report and the observed lags (the
-    metrics' figures, offloader/metrics/observe.py); or, if they cannot be read,
-    ``error``: a message that names what is wrong and never carries a secret."""
+    """The stores (URLs without passwords), the tiers report, the observed lags (the
+    metrics' figures, offloader/metrics/observe.py) and the topics' service levels held
+    against them; or, if they cannot be read, ``error``: a message that names what is
+    wrong and never carries a secret."""
     try:
         # the metadata only: a whole Runtime would create the hot tier's and the store's
         # directories on the API server's host, or open an S3 session, for a read-only page
@@ -68,6 +70,7 @@ def tiers_state(hook: OffloaderHook) -> dict[str, Any]:
         try:
             report = tiers_report(metadata, settings.gc_failing_tries)
             observations = observe(metadata, settings)
+            policies = {t.name: t.policy for t in metadata.list_topics()}
         finally:
             metadata.close()
         store = {
@@ -85,6 +88,7 @@ def tiers_state(hook: OffloaderHook) -> dict[str, Any]:
         "store": store,
         "report": report.model_dump(mode="json"),
         "observations": observations.model_dump(mode="json"),
+        "service_levels": check_service_levels(observations, policies).to_json(),
     }
 
 

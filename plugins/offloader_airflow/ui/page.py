@@ -10,6 +10,8 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from offloader.metrics.service_levels import LEVELS
+
 _ENV = Environment(
     loader=FileSystemLoader(Path(__file__).with_name("templates")),
     autoescape=select_autoescape(default=True),
@@ -49,6 +51,7 @@ LAG_LINES = (
 
 def render_page(data: dict[str, Any]) -> str:
     report = data.get("report")
+    breaches = (data.get("service_levels") or {}).get("breaches", [])
     charts = {}
     if report:
         charts["tiers"] = chart_svg(report["history"], report["now_ms"], TIER_LINES)
@@ -57,12 +60,25 @@ def render_page(data: dict[str, Any]) -> str:
         data=data,
         report=report,
         obs=data.get("observations"),
+        breaches=breaches,
+        breached=breached_cells(breaches),
         charts=charts,
         bytes=fmt_bytes,
         when=fmt_ms,
         age=fmt_age,
         seconds=fmt_seconds,
     )
+
+
+def breached_cells(breaches: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """Per topic, the lag table's fields (the observed figures) whose service level is
+    breached, each with the breach's message."""
+    bounded = {level.policy_field: level.observed_field for level in LEVELS}
+    cells: dict[str, dict[str, str]] = {}
+    for breach in breaches:
+        field = bounded[breach["level"]]
+        cells.setdefault(breach["topic"], {})[field] = breach["message"]
+    return cells
 
 
 def chart_svg(
