@@ -119,13 +119,15 @@ def run_rewrite(
                 report.groups.append(GroupResult.of(group, FAILED, detail=_text(err)))
     # one result per chosen group, in order
     done = [g for g, r in zip(chosen, report.groups, strict=True) if r.outcome == REWRITTEN]
-    read = [x.store_id for g in done for x in (*g.ledgers, *g.segments)]
-    _record_stores(runtime, report, read, bool(done))
+    read = [x.store_id for g in done for x in g.ledgers]
+    _record_stores(
+        runtime, report, read + [s.store_id for g in done for s in g.segments], bool(done)
+    )
     return report
 
 
 def _record_stores(
-    runtime: Runtime, report: RewriteReport, read: list[int | None], wrote: bool
+    runtime: Runtime, report: RewriteReport, read: Sequence[int | None], wrote: bool
 ) -> None:
     """The report's stores: those ``read`` (store ids) and, if anything was ``wrote``, the
     default store, where every rewrite writes."""
@@ -355,7 +357,7 @@ def _to_v1(runtime: Runtime, params: RewriteParams) -> RewriteReport:
         else:
             one = ledger.ledger_id
             # its segments, before the migration releases them
-            segments = [
+            segments: list[int | None] = [
                 p.segment.store_id for p in runtime.metadata.segments.pieces(ledger.topic, one)
             ]
             done = migrate_to_v1(runtime, [ledger.topic], one, one) or [
