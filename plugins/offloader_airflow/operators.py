@@ -127,10 +127,10 @@ class OffloadLedgersOperator(LineageMixin, OffloaderBaseOperator):
         self.batch = batch
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
+        self.moved = None
         batch = self.batch
         if not isinstance(batch, dict) or "topic" not in batch or "ledger_ids" not in batch:
             raise TypeError(f"batch must be a dict with topic and ledger_ids, got {batch!r}")
-        self.moved = None
         with self.hook.get_runtime() as runtime:
             results = offload_batch(runtime, batch["topic"], batch["ledger_ids"])
             stores = stores_written(runtime.metadata, results)

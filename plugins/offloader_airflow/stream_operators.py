@@ -81,8 +81,8 @@ class StreamPassOperator(LineageMixin, _StreamParamsOperator):
     """
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
-        params = self.run_params(context)
         self.moved = None
+        params = self.run_params(context)
         with self.hook.get_runtime() as runtime:
             results = run_streaming(runtime, params, owner=_owner(context))
             stores = {r["topic"]: stores_written(runtime.metadata, r) for r in results}
