@@ -10,7 +10,7 @@ Runs every hour, and as soon as a task that queues deletions (offload, retention
 topic delete) updates the `offloader_deletion_queue` asset. Trigger it from the UI to
 drain up to a number of keys, or as a dry run that only reports the backlog.
 
-sweep -> drain -> export_metadata -> summary
+sweep -> drain -> export_metadata -> summary -> check_service_levels
 
 - sweep: the orphan sweep, the only task that lists the bucket. Objects nothing references
   and older than `sweep_grace_seconds` are queued; stale multipart uploads no live attempt
@@ -22,6 +22,10 @@ sweep -> drain -> export_metadata -> summary
   `metadata_snapshots_keep`.
 - summary: backlog, oldest item, items that keep failing and items left untried because
   their store does not answer (both fail the run), and any failed task above.
+- check_service_levels: every topic's service levels (its policy's `max_*` fields) against
+  the metrics; a breach fails it with one line per breach, at once (no retries), so
+  failure callbacks and e-mail fire. Runs even when a task above failed (that is when lags
+  grow), and then fails too.
 
 A dry run changes nothing: the sweep only reports, the drain only counts, no snapshot.
 """
@@ -37,6 +41,7 @@ from offloader_airflow.assets import DELETION_QUEUE
 from offloader_airflow.dag_defaults import model_params, offloader_dag
 from offloader_airflow.gc_operators import DeletionQueueSummaryOperator, DrainDeletionQueueOperator
 from offloader_airflow.maintenance_operators import ExportMetadataOperator, SweepOrphansOperator
+from offloader_airflow.service_level_operators import CheckServiceLevelsOperator
 
 with offloader_dag(
     "garbage_collection",
@@ -69,4 +74,10 @@ with offloader_dag(
         trigger_rule=TriggerRule.ALL_DONE,
     )
 
-    sweep >> drain >> export >> summary
+    check = CheckServiceLevelsOperator(
+        task_id="check_service_levels",
+        fail_with_task_ids=("sweep", "drain", "export_metadata", "summary"),
+        trigger_rule=TriggerRule.ALL_DONE,
+    )
+
+    sweep >> drain >> export >> summary >> check

@@ -15,20 +15,27 @@ is completed).
 A topic another pass holds (its lease not over) is reported `busy`, not failed. Each
 topic's pass is its own mapped task, so a failing or slow topic holds no other back.
 
-plan -> stream (mapped: one pass per topic, 4 at a time per run)
+plan -> stream (mapped: one pass per topic, 4 at a time per run) -> check_service_levels
 
 - plan: validates the Params and lists the topics; nothing changes.
 - stream: the pass, then hot copies past their deletion lag; its XCom is the pass's
   result. Committed segments update the `offloader_offloaded_ledgers` asset, failed ones
   (their keys queued for deletion) `offloader_deletion_queue`.
+- check_service_levels: the service levels (the policy's `max_*` fields) of the topic
+  named, or of every streaming topic; a breach fails it with one line per breach, at once
+  (no retries), so failure callbacks and e-mail fire. Runs even when a pass failed, and
+  then fails too.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
 
+from airflow.sdk import TriggerRule
+
 from offloader.stream.params import StreamRunParams
 from offloader_airflow.dag_defaults import model_params, offloader_dag
+from offloader_airflow.service_level_operators import CheckServiceLevelsOperator
 from offloader_airflow.stream_operators import (
     STREAM_OUTLETS,
     PlanStreamOperator,
@@ -62,4 +69,13 @@ with offloader_dag(
         outlets=[STREAM_OUTLETS],
     ).expand_kwargs(plan.output)
 
-    plan >> stream
+    check = CheckServiceLevelsOperator(
+        task_id="check_service_levels",
+        topic=dag.param("topic"),
+        streaming_only=True,
+        retries=1,
+        fail_with_task_ids=("plan", "stream"),
+        trigger_rule=TriggerRule.ALL_DONE,
+    )
+
+    plan >> stream >> check

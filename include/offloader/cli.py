@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any, NoReturn
 
+from offloader import cli_metrics, cli_service_levels
 from offloader.diagnostics import describe_error
 from offloader.format import ENTRY_FRAME, HEADER_LEN
 from offloader.gc.deletion_queue import DEFAULT_PASS_LIMIT, process_deletions
@@ -561,6 +562,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("verify", cmd_verify, verify_help)
     p.add_argument("--topic", default=None, help="one topic's promises (default: every topic)")
     p.add_argument("--deep", action="store_true", help="also read and check every block")
+    cli_metrics.add_arguments(command("metrics", cli_metrics.cmd_metrics, cli_metrics.HELP))
+    check_levels = cli_service_levels.cmd_check_service_levels
+    cli_service_levels.add_arguments(
+        command("check-service-levels", check_levels, cli_service_levels.HELP)
+    )
     return parser
 
 
@@ -610,7 +616,8 @@ def _print_result(text: str) -> None:
 def _secrets_of(settings: Settings) -> list[str]:
     """The configured credentials, cut out of every log line."""
     values = (settings.s3_access_key_id, settings.s3_secret_access_key, settings.s3_session_token)
-    return [v.get_secret_value() for v in values if v is not None]
+    found = [v.get_secret_value() for v in values if v is not None]
+    return found + list(settings.otel_header_map().values())
 
 
 if __name__ == "__main__":

@@ -216,6 +216,7 @@ def _secrets(settings: Settings | None) -> list[str]:
             value = getattr(settings, field)
             if value is not None and len(value.get_secret_value()) >= _MIN_SECRET:
                 found.append(value.get_secret_value())
+        found += [v for v in settings.otel_header_map().values() if len(v) >= _MIN_SECRET]
     return found
 
 

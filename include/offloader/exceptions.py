@@ -177,3 +177,9 @@ class RewriteFailedError(OffloaderError):
 
     def __reduce__(self) -> _Reduced:
         return _rebuild, (type(self), self.args, self.__dict__)
+
+
+# --- metrics --------------------------------------------------------------------------
+class MetricsExportError(OffloaderError):
+    """Metrics could not be pushed: no OTLP endpoint set, or the export failed (the
+    message names the endpoint without credentials, never a header)."""

@@ -5,6 +5,7 @@ Invalid values are rejected by pydantic with an error naming the field and the r
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -40,6 +41,13 @@ class OffloadPolicy(BaseModel):
     and at least ``retention_size_bytes`` of its committed bytes; ``None`` keeps forever.
     Each retention threshold must sit above its offload threshold (PIP-17), or data would
     be deleted before it is offloaded.
+
+    Service levels (``max_*``, docs/OPERATIONS.md "Service levels and alerts"): each bounds
+    one figure the metrics observe for the topic (``offloader.metrics.observe``), and
+    ``offloader check-service-levels`` fails naming the topic when it is exceeded; being
+    exactly at the limit meets it, ``None`` (the default) sets no level. A level on the lag
+    that a threshold of this policy creates by design must sit above that threshold, or it
+    would fire on a topic working as configured.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
@@ -59,6 +67,13 @@ class OffloadPolicy(BaseModel):
     segment_max_bytes: int = Field(default=1024 * MiB, ge=1, le=5 * 1024 * 1024 * MiB)
     segment_max_age_seconds: float = Field(default=600, gt=0)
     min_part_bytes: int = Field(default=8 * MiB, ge=1, le=5 * 1024 * MiB)
+    # service levels: None = no level (see the class docstring)
+    max_offload_lag_seconds: float | None = Field(default=None, gt=0)
+    max_offload_lag_bytes: int | None = Field(default=None, ge=0)
+    max_stream_lag_seconds: float | None = Field(default=None, gt=0)
+    max_hot_deletion_lag_seconds: float | None = Field(default=None, gt=0)
+    max_deletion_backlog_age_seconds: float | None = Field(default=None, gt=0)
+    max_deletion_failing_keys: int | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _part_within_segment(self) -> OffloadPolicy:
@@ -85,14 +100,44 @@ class OffloadPolicy(BaseModel):
             ("offload_threshold_bytes", "retention_size_bytes"),
             ("offload_age_seconds", "retention_time_seconds"),
         )
-        for offload, retention in pairs:
-            low, high = getattr(self, offload), getattr(self, retention)
-            if low is not None and high is not None and not low < high:
-                raise ValueError(
-                    f"{offload} ({low}) must be below {retention} ({high}): "
-                    "data would be deleted before it is offloaded (PIP-17)"
-                )
+        if unordered := self._first_unordered(pairs):
+            offload, low, retention, high = unordered
+            raise ValueError(
+                f"{offload} ({low}) must be below {retention} ({high}): "
+                "data would be deleted before it is offloaded (PIP-17)"
+            )
         return self
+
+    @model_validator(mode="after")
+    def _levels_above_thresholds(self) -> OffloadPolicy:
+        """A service level the policy's own thresholds break by design is refused: ledgers
+        wait in the hot tier up to ``offload_age_seconds`` or ``offload_threshold_bytes``,
+        and a streaming segment stays open up to ``segment_max_age_seconds``."""
+        pairs = [
+            ("offload_age_seconds", "max_offload_lag_seconds"),
+            ("offload_threshold_bytes", "max_offload_lag_bytes"),
+        ]
+        if self.streaming:  # a ledger is settled once the segment holding its end commits
+            pairs.append(("segment_max_age_seconds", "max_stream_lag_seconds"))
+            pairs.append(("segment_max_age_seconds", "max_offload_lag_seconds"))
+        if unordered := self._first_unordered(pairs):
+            threshold, low, level, high = unordered
+            raise ValueError(
+                f"{level} ({high}) must be above {threshold} ({low}): the policy holds "
+                "that much back by design, so the level would always be breached"
+            )
+        return self
+
+    def _first_unordered(
+        self, pairs: Sequence[tuple[str, str]]
+    ) -> tuple[str, Any, str, Any] | None:
+        """The first (low field, value, high field, value) of ``pairs`` both set and not
+        strictly ordered, or None."""
+        for low_field, high_field in pairs:
+            low, high = getattr(self, low_field), getattr(self, high_field)
+            if low is not None and high is not None and not low < high:
+                return low_field, low, high_field, high
+        return None
 
     def updated(self, changes: dict[str, Any]) -> OffloadPolicy:
         """A new policy with ``changes`` applied and validated as a whole."""

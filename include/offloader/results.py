@@ -16,6 +16,7 @@ through its ``to_json()``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import fields, is_dataclass
 from enum import Enum
 from typing import Any, Protocol, runtime_checkable
@@ -30,6 +31,22 @@ class RunResult(Protocol):
     def to_json(self) -> dict[str, Any]: ...
 
     def __str__(self) -> str: ...
+
+
+class BreachReport:
+    """A check's report (``offloader verify``, ``offloader check-service-levels``): ok when
+    it found no breach; the CLI exits 0 then, and 1 with breaches (one line each)."""
+
+    breaches: Sequence[object]
+
+    @property
+    def ok(self) -> bool:
+        return not self.breaches
+
+    @property
+    def exit_status(self) -> int:
+        """What the CLI exits with: 0 when nothing is breached, 1 otherwise."""
+        return 0 if self.ok else 1
 
 
 def jsonable(value: Any) -> Any:

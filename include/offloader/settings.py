@@ -10,6 +10,7 @@ import os
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -93,6 +94,12 @@ class Settings(BaseSettings):
     gc_batch_keys: int = Field(default=1000, ge=1, le=1000)
     # a queued key that failed this many times is reported as failing (status, GC summary)
     gc_failing_tries: int = Field(default=5, ge=1)
+    # `offloader metrics --otlp` (metrics/otel.py): the OTLP/HTTP metrics endpoint, built as
+    # Airflow builds its own from [metrics] otel_host/otel_port/otel_ssl_active; headers
+    # (an API key, say) are ``k=v,k2=v2`` as OTEL_EXPORTER_OTLP_HEADERS, a secret
+    otel_endpoint: str | None = None
+    otel_headers: SecretStr | None = None
+    otel_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
 
     @classmethod
     def from_values(cls, **values: Any) -> Settings:
@@ -145,6 +152,28 @@ class Settings(BaseSettings):
             raise ValueError("must start with file:/// (absolute path) or s3://bucket")
         return value
 
+    @field_validator("otel_endpoint")
+    @classmethod
+    def _otlp_http_url(cls, value: str | None) -> str | None:
+        """``http(s)://host:port`` gets Airflow's ``/v1/metrics`` path; a given path stays."""
+        if value is None or not value.strip():
+            return None
+        url = urlsplit(value.strip())
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ValueError(
+                "must be an http:// or https:// URL (OTLP/HTTP), e.g. http://127.0.0.1:4318"
+            )
+        if url.path in ("", "/"):
+            url = url._replace(path="/v1/metrics")
+        return urlunsplit(url)
+
+    @field_validator("otel_headers")
+    @classmethod
+    def _header_pairs(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            _parse_headers(value.get_secret_value())  # never echoes the value
+        return value
+
     @model_validator(mode="after")
     def _backoff_order(self) -> Settings:
         if self.delete_retry_max_seconds < self.delete_retry_base_seconds:
@@ -161,6 +190,24 @@ class Settings(BaseSettings):
     def resolved_object_store_url(self) -> str:
         return self.object_store_url or (self.data_dir / "objects").as_uri()
 
+    def otel_header_map(self) -> dict[str, str]:
+        """The OTLP headers as a mapping (secret values: for the request only)."""
+        if self.otel_headers is None:
+            return {}
+        return _parse_headers(self.otel_headers.get_secret_value())
+
     @property
     def resolved_ledger_dir(self) -> Path:
         return self.ledger_dir or self.data_dir / "ledgers"
+
+
+def _parse_headers(text: str) -> dict[str, str]:
+    """``k=v,k2=v2`` (values URL-encoded, as OTEL_EXPORTER_OTLP_HEADERS); a malformed item
+    is refused by its position, never by its text (it may hold a key)."""
+    headers = {}
+    for i, item in enumerate(filter(None, (p.strip() for p in text.split(","))), 1):
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"item {i} is not NAME=VALUE (items are separated by commas)")
+        headers[unquote(name.strip()).lower()] = unquote(value.strip())
+    return headers

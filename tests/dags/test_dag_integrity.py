@@ -29,9 +29,9 @@ sys.addaudithook(hook)
 import importlib.util
 spec = importlib.util.spec_from_file_location("dag_under_test", sys.argv[1])
 module = importlib.util.module_from_spec(spec)
-started = time.perf_counter()
+started = time.process_time()  # CPU seconds: a loaded machine does not inflate them
 spec.loader.exec_module(module)
-seconds = time.perf_counter() - started
+seconds = time.process_time() - started
 print(json.dumps({"seconds": seconds, "events": events}))
 """
 
@@ -62,9 +62,10 @@ def test_parse_is_fast_and_does_no_io(path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["events"] == [], f"{path.name} does I/O at parse time: {report['events']}"
-    # a coarse guard against heavy imports at parse time (about 0.2-0.4 s when idle; over
-    # 1 s under a loaded parallel run): speed itself is measured in benchmarks, not here
-    assert report["seconds"] < 3.0, f"{path.name} took {report['seconds']:.2f}s to parse"
+    # a coarse guard against heavy imports at parse time, in CPU seconds of the parse (about
+    # 0.2 s; 0.6 s for the Spark DAGs, whose SparkSubmitOperator import brings the OpenLineage
+    # provider's listener and airflow.models): speed itself is measured in benchmarks, not here
+    assert report["seconds"] < 3.0, f"{path.name} took {report['seconds']:.2f} CPU s to parse"
     assert time.monotonic() - started < 60
 
 

@@ -55,8 +55,16 @@ def test_the_schedule_is_hourly_or_on_the_deletion_queue_asset(gc_dag: DagFile) 
     assert (schedule.timetable.expression, str(schedule.timetable.timezone)) == ("0 * * * *", "UTC")
     assert schedule.asset_condition == DELETION_QUEUE
     assert (dag.catchup, dag.max_active_runs) == (False, 1)
-    assert [t.task_id for t in dag.tasks] == ["sweep", "drain", "export_metadata", "summary"]
+    assert [t.task_id for t in dag.tasks] == [
+        "sweep",
+        "drain",
+        "export_metadata",
+        "summary",
+        "check_service_levels",
+    ]
     assert [t.task_id for t in dag.get_task("summary").upstream_list] == ["export_metadata"]
+    assert [t.task_id for t in dag.get_task("check_service_levels").upstream_list] == ["summary"]
+    assert dag.get_task("check_service_levels").trigger_rule == "all_done"
     assert set(dag.params.keys()) == {"max_items", "time_budget_seconds", "dry_run"}
     # scheduled on the deletion queue, it must not update it itself: it would loop
     assert all(DELETION_QUEUE not in task.outlets for task in dag.tasks)
@@ -136,6 +144,8 @@ def test_deletions_that_keep_failing_fail_the_run_and_stay_queued(
         "drain": ["success"],
         "export_metadata": ["success"],
         "summary": ["failed"],
+        # it runs after the failure (no level is set: none breached) and fails with it
+        "check_service_levels": ["failed"],
     }
     assert data_keys(runtime) == []
     (stuck,) = pending_deletions(runtime.metadata)

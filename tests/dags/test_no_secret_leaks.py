@@ -147,24 +147,29 @@ def test_a_failed_run_shows_no_credential(
 def test_the_tiered_storage_view_shows_no_credential(
     runtime: Runtime, secret_connections: list[str]
 ) -> None:
-    """The page and ``/api/tiers`` of the plugin, through its FastAPI app, signed in."""
+    """The page, ``/api/tiers`` and ``/metrics`` of the plugin, through its FastAPI app."""
     from airflow.api_fastapi.app import create_auth_manager
     from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
     from fastapi.testclient import TestClient
 
     ui = importlib.import_module("offloader_airflow.ui.app")  # the package exports `app`
+    access = importlib.import_module("offloader_airflow.ui.access")
 
     offloaded(runtime)
     create_auth_manager()
     user = SimpleAuthManagerUser(username="admin", role="admin")
-    ui.app.dependency_overrides[ui.signed_in_user] = lambda: user
-    ui.app.dependency_overrides[ui._signed_in_or_none] = lambda: user
+    # tests/ui/test_access.py signs in for real; here the checks are lifted
+    ui.app.dependency_overrides[access.permitted_user] = lambda: user
+    ui.app.dependency_overrides[access.signed_in_or_none] = lambda: user
+    ui.app.dependency_overrides[access.scraper_or_user] = lambda: None
     try:
         client = TestClient(ui.app)
-        api, page = client.get("/api/tiers"), client.get("/")
+        api, page, metrics = client.get("/api/tiers"), client.get("/"), client.get("/metrics")
     finally:
         ui.app.dependency_overrides.clear()
-    assert api.status_code == 200 and page.status_code == 200, (api.text, page.text)
+    assert {api.status_code, page.status_code, metrics.status_code} == {200}, (api, page, metrics)
     assert "orders" in api.text and "orders" in page.text
+    assert 'topic="orders"' in metrics.text
     assert api.json()["store"]["metadata_url"].startswith("postgresql")
-    assert_nowhere(secret_connections, {"/api/tiers": api.text, "page": page.text})
+    answers = {"/api/tiers": api.text, "page": page.text, "/metrics": metrics.text}
+    assert_nowhere(secret_connections, answers)

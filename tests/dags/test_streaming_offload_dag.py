@@ -151,7 +151,11 @@ def test_bad_params_fail_the_task_and_change_nothing(
     produce_ledgers(runtime, "events", [(10, 100)])
     run = stream_dag.test(run_conf=conf, retries=False)
     assert str(run.state) == "failed"
-    assert task_states(run) == {"plan": ["failed"], "stream": ["upstream_failed"]}
+    assert task_states(run) == {
+        "plan": ["failed"],
+        "stream": ["upstream_failed"],
+        "check_service_levels": ["failed"],  # runs whatever failed above, and fails with it
+    }
     out, err = capfd.readouterr()
     assert message in out + err
     assert runtime.metadata.segments.of_topic("events") == []
@@ -201,7 +205,11 @@ def test_without_streaming_topics_a_run_has_nothing_to_do(runtime: Runtime, stre
     produce_ledgers(runtime, "orders", [(10, 100)])
     run = stream_dag.test(run_conf={})
     assert str(run.state) == "success", task_states(run)
-    assert task_states(run) == {"plan": ["success"], "stream": ["skipped"]}
+    assert task_states(run) == {
+        "plan": ["success"],
+        "stream": ["skipped"],
+        "check_service_levels": ["success"],
+    }
     assert runtime.metadata.segments.of_topic("orders") == [] and stream_rows(runtime) == []
 
 

@@ -27,6 +27,7 @@ from offloader.gc.sweep import Orphan, StaleUpload, StoreSweep, SweepResult
 from offloader.metadata.locations import StoreUsage
 from offloader.metadata.records import Deletion, DeletionBacklog, Position, StreamCut, TopicTiers
 from offloader.metadata.snapshot import ExportResult, SnapshotInfo
+from offloader.metrics.service_levels import ServiceLevelBreach, ServiceLevelReport
 from offloader.objectstore.location import StoreLocation
 from offloader.offload.hot_deletion import HotDeletion
 from offloader.offload.outcome import OffloadResult, Outcome
@@ -294,6 +295,19 @@ EXAMPLES[VerifyReport] = [
     ),
     lambda: VerifyReport(deep=False, topics=["orders", "s"], counts=VerifyCounts(ledgers=5)),
 ]
+LEVEL_BREACH = ServiceLevelBreach(
+    "orders",
+    "max_offload_lag_seconds",
+    7260.0,
+    3600.0,
+    "topic orders: offload lag 7260 s exceeds max_offload_lag_seconds 3600 (3 ledgers, "
+    "12.0 MiB not offloaded)",
+)
+EXAMPLES[ServiceLevelBreach] = [lambda: LEVEL_BREACH]
+EXAMPLES[ServiceLevelReport] = [
+    lambda: ServiceLevelReport(1_000, ["orders", "events"], 3, [LEVEL_BREACH]),
+    lambda: ServiceLevelReport(1_000, ["orders"], 0),
+]
 
 USAGE = StoreUsage(
     store_id=2,
@@ -510,6 +524,8 @@ PASS_TEXT = (
             "store(s) (0 awaiting the sweep, 0 foreign, 0 stale uploads)",
         ),
         (Breach, 1, "store_unavailable: store file:///gone could not be listed"),
+        (ServiceLevelReport, 0, LEVEL_BREACH.message),
+        (ServiceLevelReport, 1, "ok: 0 service level(s) met on 1 topic(s)"),
     ],
 )
 def test_the_text_of_a_result(cls: type, index: int, text: str) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import make_url
 
+from fixtures.airflow import use_offloader_connection
 from fixtures.airflow_server import free_port
 from fixtures.databases import postgres_database, upgraded
 from offloader.settings import Settings
@@ -28,17 +29,6 @@ def pg_url_with_password(tmp_path: Path) -> Iterator[str]:
         yield make_url(url).set(password=PASSWORD).render_as_string(hide_password=False)
 
 
-def use_connection(monkeypatch: pytest.MonkeyPatch, metadata_url: str, tmp_path: Path) -> None:
-    extra = {
-        "metadata_url": metadata_url,
-        "object_store_url": f"file://{tmp_path}/objects",
-        "ledger_dir": str(tmp_path / "ledgers"),
-    }
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_OFFLOADER_DEFAULT", json.dumps({"conn_type": "generic", "extra": extra})
-    )
-
-
 def shown(state: dict) -> str:
     return json.dumps(state) + render_page({"dags": [], **state})
 
@@ -47,7 +37,7 @@ def shown(state: dict) -> str:
 def test_the_metadata_url_is_shown_without_its_password(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, pg_url_with_password: str
 ) -> None:
-    use_connection(monkeypatch, pg_url_with_password, tmp_path)
+    use_offloader_connection(monkeypatch, pg_url_with_password, tmp_path)
     state = tiers_state(OffloaderHook())
     assert state["error"] is None
     assert state["report"]["topics"] == []
@@ -59,7 +49,7 @@ def test_an_unreachable_database_is_named_without_the_url(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     url = f"postgresql+psycopg2://offloader:{PASSWORD}@127.0.0.1:{free_port()}/nowhere"
-    use_connection(monkeypatch, url, tmp_path)
+    use_offloader_connection(monkeypatch, url, tmp_path)
     state = tiers_state(OffloaderHook())
     assert state == {"error": "OperationalError reading the offloader metadata; see the log"}
     assert PASSWORD not in shown(state)

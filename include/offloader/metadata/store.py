@@ -17,7 +17,8 @@ sharing its engine:
 - ``deletions``: the deletion queue (metadata/deletions.py);
 - ``retention``: cuts, the topic's start, topic and ledger deletion (metadata/retention.py);
 - ``segments``: streaming offload's segments (metadata/segments.py, metadata/streams.py);
-- ``rewrites``: compaction's and format migration's segments (metadata/rewrites.py).
+- ``rewrites``: compaction's and format migration's segments (metadata/rewrites.py);
+- ``observations``: the tier metrics' figures, a few aggregates (metadata/observations.py).
 
 The helpers they share (the CAS itself, reading a row) are in metadata/_rows.py; a ledger's
 pieces in segments, and the settling and release that follow from them, in
@@ -58,6 +59,7 @@ from offloader.metadata.locations import (
     store_usage,
 )
 from offloader.metadata.migrate import check_revision
+from offloader.metadata.observations import ObservationStore
 from offloader.metadata.records import (
     AttemptState,
     DeletionState,
@@ -121,6 +123,11 @@ class MetadataStore(Database):
     def rewrites(self) -> RewriteStore:
         """Compaction's and format migration's rewrite segments (metadata/rewrites.py)."""
         return RewriteStore(self)
+
+    @cached_property
+    def observations(self) -> ObservationStore:
+        """The tier metrics' figures, a few aggregate reads (metadata/observations.py)."""
+        return ObservationStore(self)
 
     # --- topics --------------------------------------------------------------------------
     def create_topic(self, name: str, policy: OffloadPolicy) -> Topic:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from offloader.results import fields_json
+from offloader.results import BreachReport, fields_json
 
 
 class BreachKind(StrEnum):
@@ -64,22 +64,13 @@ class VerifyCounts:
 
 
 @dataclass
-class VerifyReport:
+class VerifyReport(BreachReport):
     """`offloader verify`: ok when no promise is broken; exit status 1 otherwise."""
 
     deep: bool
     topics: list[str]
     breaches: list[Breach] = field(default_factory=list)
     counts: VerifyCounts = field(default_factory=VerifyCounts)
-
-    @property
-    def ok(self) -> bool:
-        return not self.breaches
-
-    @property
-    def exit_status(self) -> int:
-        """What the CLI exits with: 0 when every promise holds, 1 with breaches."""
-        return 0 if self.ok else 1
 
     def add(self, kind: BreachKind, message: str, **where: Any) -> None:
         self.breaches.append(Breach(kind, message, **where))

@@ -1,4 +1,5 @@
-"""The FastAPI app of the tiered-storage view: ``/`` (HTML) and ``/api/tiers`` (JSON).
+"""The FastAPI app of the tiered-storage view: ``/`` (HTML), ``/api/tiers`` (JSON) and
+``/metrics`` (Prometheus text); who may read them: ``access.py``.
 
 Every process that loads plugins (workers, scheduler, dag-processor) imports this module,
 so Airflow's API-server modules are imported only inside the routes, in the API server.
@@ -10,13 +11,20 @@ import logging
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 
 from offloader.exceptions import OffloaderError
 from offloader.metadata import MetadataStore
 from offloader.status import tiers_report
 from offloader_airflow.hooks import OffloaderConnectionError, OffloaderHook
+from offloader_airflow.ui.access import (
+    FORBIDDEN,
+    may_view,
+    permitted_user,
+    readable_run_dag_ids,
+    scraper_or_user,
+    signed_in_or_none,
+)
 from offloader_airflow.ui.page import render_page
 
 log = logging.getLogger(__name__)
@@ -34,39 +42,15 @@ EXTERNAL_VIEW = {
 }
 
 
-_bearer = HTTPBearer(auto_error=False)
-Bearer = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-
-
-async def signed_in_user(request: Request, bearer: Bearer) -> Any:
-    """Airflow's own check (the bearer token, else the UI's session cookie): 401 without
-    either, 403 for an invalid token."""
-    from airflow.api_fastapi.core_api.security import get_user
-
-    return await get_user(request, None, bearer)
-
-
-async def _signed_in_or_none(request: Request, bearer: Bearer) -> Any:
-    """The page sends the browser to the login page instead of answering 401."""
-    try:
-        return await signed_in_user(request, bearer)
-    except HTTPException:
-        return None
-
-
 def collect(user: Any) -> dict[str, Any]:
     """What the page and the API show: the tiers (or why they cannot be read) and the last
     runs of the DAGs the user may read."""
-    from airflow.api_fastapi.app import get_auth_manager
     from airflow.utils.session import create_session
 
     from offloader_airflow.ui.dag_runs import last_runs
 
     with create_session() as session:
-        dag_ids = get_auth_manager().get_authorized_dag_ids(
-            user=user, method="GET", session=session
-        )
-        dags = last_runs(session, dag_ids)
+        dags = last_runs(session, readable_run_dag_ids(user, session))
     return {"dags": dags, **tiers_state(OffloaderHook())}
 
 
@@ -96,7 +80,7 @@ def tiers_state(hook: OffloaderHook) -> dict[str, Any]:
 
 
 @app.get("/api/tiers")
-def api_tiers(user: Annotated[Any, Depends(signed_in_user)]) -> Any:
+def api_tiers(user: Annotated[Any, Depends(permitted_user)]) -> Any:
     result = collect(user)
     if result["error"]:
         raise HTTPException(status_code=503, detail=result["error"])
@@ -106,11 +90,24 @@ def api_tiers(user: Annotated[Any, Depends(signed_in_user)]) -> Any:
 @app.get("/", response_class=HTMLResponse)
 def page(
     request: Request,
-    user: Annotated[Any, Depends(_signed_in_or_none)],
+    user: Annotated[Any, Depends(signed_in_or_none)],
 ) -> Response:
     if user is None:
         from airflow.api_fastapi.app import get_auth_manager
 
         login = get_auth_manager().get_url_login(next_url=str(request.url))
         return RedirectResponse(login, status_code=303)
+    if not may_view(user):
+        return HTMLResponse(f"<!doctype html><title>Forbidden</title><p>{FORBIDDEN}</p>", 403)
     return HTMLResponse(render_page(collect(user)))
+
+
+@app.get("/metrics", dependencies=[Depends(scraper_or_user)])
+def metrics() -> Response:
+    from offloader_airflow.ui.metrics import CONTENT_TYPE, MetricsUnavailableError, metrics_text
+
+    try:
+        text = metrics_text(OffloaderHook())
+    except MetricsUnavailableError as exc:  # its message names what is wrong, no secret
+        return PlainTextResponse(str(exc), status_code=503)
+    return Response(text, media_type=CONTENT_TYPE)

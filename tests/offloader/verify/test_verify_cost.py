@@ -4,15 +4,11 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
-from sqlalchemy import event
-from sqlalchemy.engine import Engine
 
 from fixtures import counting
-from fixtures.counting import CountingStore
+from fixtures.counting import CountingStore, counting_statements
 from fixtures.verify import describe, healthy_topics
 from offloader.gc import sweep
 from offloader.keys import topic_start_key
@@ -21,20 +17,6 @@ from offloader.runtime import Runtime
 from offloader.verify import verify_promises
 
 STATEMENTS_PER_PAGE = 3  # the sweep's referenced_keys, the key range's records, recorded_keys
-
-
-@contextmanager
-def counted_statements(engine: Engine) -> Iterator[list[str]]:
-    seen: list[str] = []
-
-    def before(conn, cursor, statement, parameters, context, executemany) -> None:  # type: ignore[no-untyped-def]
-        seen.append(statement)
-
-    event.listen(engine, "before_cursor_execute", before)
-    try:
-        yield seen
-    finally:
-        event.remove(engine, "before_cursor_execute", before)
 
 
 def counted(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> tuple[Runtime, CountingStore]:
@@ -48,7 +30,7 @@ def counted(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> tuple[Runtime, Coun
 def test_one_list_pass_no_object_read(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
     healthy_topics(runtime)
     rt, store = counted(runtime, monkeypatch)
-    with counted_statements(rt.metadata.engine) as one_page:
+    with counting_statements(rt.metadata.engine) as one_page:
         report = verify_promises(rt)
     assert report.ok, describe(report)
     listed = report.counts.objects_listed
@@ -63,7 +45,7 @@ def test_one_list_pass_no_object_read(runtime: Runtime, monkeypatch: pytest.Monk
 
     monkeypatch.setattr(sweep, "PAGE", 1)  # the same listing, one key a page
     store.requests.clear()
-    with counted_statements(rt.metadata.engine) as many_pages:
+    with counting_statements(rt.metadata.engine) as many_pages:
         assert verify_promises(rt).to_json() == report.to_json()
     assert store.requests["list"] == 1
     extra = len(selects(many_pages)) - len(selects(one_page))
