@@ -26,6 +26,7 @@ pytest_plugins = [
     "fixtures.databases",
     "fixtures.backends",
     "fixtures.airflow",
+    "fixtures.lineage",
     "fixtures.airflow_server",
     "fixtures.browser",
     "fixtures.spark",

@@ -1,17 +1,19 @@
 """bulk_export: offloaded entries as Parquet, submitted by the `bulk_export` DAG.
 
-    spark-submit bulk_export.py '<ExportParams as JSON>' [offloader.zip]
+    spark-submit bulk_export.py '<ExportParams as JSON>' [offloader.zip [result.json]]
 
 The driver plans from the metadata store and hands each executor its slices plus the
 object-store settings in the task closure (offloader_app.py: settings, the library zip).
 Executors read through the offloader library and stage Parquet files; the driver then
-publishes them with one atomic step (offloader/bulk/output.py).
+publishes them with one atomic step (offloader/bulk/output.py). The stores it read go, as
+JSON, to ``result.json`` (the task's lineage).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 from offloader_app import AppArgs, main, spark_context, spread
 
@@ -45,6 +47,8 @@ def export(args: AppArgs, settings: Settings) -> int:
         files = spread(sc, plan.slices, lambda parts: export_slices(parts, target, closure))
     manifest = publish_export(target, settings, params, files)
     log.info("published %s", json.dumps(BulkExportResult(manifest).to_json()))
+    if args.result_file is not None:
+        Path(args.result_file).write_text(json.dumps({"sources": plan.stores}))
     return 0
 
 

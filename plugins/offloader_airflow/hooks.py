@@ -78,6 +78,14 @@ class _ExtraBase(BaseModel):
         description="the AWS connection S3 clients come from (`aws_default` when the store "
         "is S3); its endpoint, region, credentials, `verify` and `botocore_config` apply",
     )
+    lineage_host: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$",
+        description="the host OpenLineage names local paths under (`file://{host}`: a "
+        "`file://` store, the hot tier); default: the worker's fully qualified name. Set it "
+        "when workers share the volume, so every task names the same paths alike",
+    )
 
     @property
     def safe_metadata_url(self) -> str:

@@ -15,10 +15,11 @@ from airflow.sdk import BaseOperator, Context
 from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.offload.params import OffloadRunParams
 from offloader.offload.planner import CreationWindow
-from offloader.offload.runs import offload_batch, plan_batches, summarize
+from offloader.offload.runs import offload_batch, plan_batches, stores_written, summarize
 from offloader.results import jsonable
 from offloader_airflow.assets import DELETION_QUEUE, OFFLOADED_LEDGERS
 from offloader_airflow.base import OffloaderBaseOperator, offloader_template_fields
+from offloader_airflow.lineage import LineageMixin, from_hot_tier
 from offloader_airflow.links import OffloadedObjectsLink
 
 
@@ -114,8 +115,9 @@ class PlanOffloadOperator(OffloaderBaseOperator):
         return CreationWindow.between(start, end)
 
 
-class OffloadLedgersOperator(OffloaderBaseOperator):
-    """Offload one batch of ledgers (map it over the plan). Returns one result per ledger."""
+class OffloadLedgersOperator(LineageMixin, OffloaderBaseOperator):
+    """Offload one batch of ledgers (map it over the plan). Returns one result per ledger.
+    OpenLineage: the batch's hot topic into the stores its moved ledgers went to."""
 
     template_fields: Sequence[str] = offloader_template_fields("batch")
     operator_extra_links = (OffloadedObjectsLink(),)
@@ -125,11 +127,14 @@ class OffloadLedgersOperator(OffloaderBaseOperator):
         self.batch = batch
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
+        self.moved = None
         batch = self.batch
         if not isinstance(batch, dict) or "topic" not in batch or "ledger_ids" not in batch:
             raise TypeError(f"batch must be a dict with topic and ledger_ids, got {batch!r}")
         with self.hook.get_runtime() as runtime:
             results = offload_batch(runtime, batch["topic"], batch["ledger_ids"])
+            stores = stores_written(runtime.metadata, results)
+            self.moved = from_hot_tier(self.hook, runtime.settings, [batch["topic"]], stores)
             first = next((r for r in results if r.attempt_id), None)
             if first is not None:
                 ledger = runtime.metadata.get_ledger(first.topic, first.ledger_id)

@@ -32,11 +32,13 @@ from airflow.sdk import BaseHook, Context
 from airflow.sdk.exceptions import AirflowException
 
 from offloader.bulk.params import ExportParams
+from offloader.keys import export_prefix
 from offloader.rewrite.params import RewriteParams
 from offloader.scrub.params import ScrubParams
 from offloader.scrub.targets import check_topics
 from offloader.settings import Settings
 from offloader_airflow.hooks import OffloaderHook
+from offloader_airflow.lineage import LineageMixin, Moved, lineage_host
 
 #: include/spark_jobs/ beside plugins/ (the repo's layout, and the image's /opt/offloader)
 SPARK_JOBS = Path(__file__).parent.parent.parent / "include" / "spark_jobs"
@@ -168,13 +170,14 @@ class OffloaderSparkOperator(SparkSubmitOperator):
             return answer
 
 
-class BulkExportOperator(OffloaderSparkOperator):
+class BulkExportOperator(LineageMixin, OffloaderSparkOperator):
     """Export offloaded entries as Parquet with include/spark_jobs/bulk_export.py.
 
     ``export_params`` (a dict of :class:`ExportParams` fields, e.g. the DAG's Params) is
     checked before anything is submitted. The export id defaults to the run's id, the output
     to ``exports/`` under the offloader's store. Returns the published manifest's summary
-    (the params, in a dry run).
+    (the params, in a dry run). OpenLineage: the stores the job read (the driver says which)
+    into the export's folder.
     """
 
     template_fields: Sequence[str] = (*OffloaderSparkOperator.template_fields, "export_params")
@@ -194,17 +197,26 @@ class BulkExportOperator(OffloaderSparkOperator):
         from offloader.bulk.export import published_manifest  # pyarrow: not at parse time
         from offloader.bulk.manifest import BulkExportResult
 
+        self.moved = None
         params = ExportParams.parse(self.export_params or {})
         settings = self.portable_settings()
         params = params.with_defaults(context["run_id"], settings.resolved_object_store_url)
         assert params.output is not None and params.export_id is not None
-        self.submit_app(params.model_dump_json(), settings)
+        job = self.submit_app(params.model_dump_json(), settings, want_result=True)
         if params.dry_run:
             return {"dry_run": True, "params": params.model_dump(mode="json")}
         manifest = published_manifest(params.output, params.export_id, settings)
         if manifest is None:
             raise RuntimeError(f"the job ended but export {params.export_id} is not published")
         summary = BulkExportResult(manifest, params.output).to_json()
+        self.moved = Moved(
+            host=lineage_host(self.offloader_hook),
+            read=(job or {}).get("sources", []),
+            written=[f"{params.output.rstrip('/')}/{export_prefix(params.export_id)}"],
+            rows=manifest.rows,
+            size=manifest.bytes,
+            files=len(manifest.files),
+        )
         self.log.info("export published: %s", summary)
         return summary
 
@@ -264,7 +276,7 @@ class ScrubOperator(OffloaderSparkOperator):
         return summary
 
 
-class BulkRewriteOperator(OffloaderSparkOperator):
+class BulkRewriteOperator(LineageMixin, OffloaderSparkOperator):
     """Compact small objects or migrate formats with include/spark_jobs/bulk_rewrite.py:
     the driver records every intent and swap, executors write the output segments' parts.
 
@@ -272,6 +284,8 @@ class BulkRewriteOperator(OffloaderSparkOperator):
     checked before anything is submitted, the named topics against the metadata store too.
     The task fails when a group failed (after the others were done; the driver's log, in
     the task's, names it). Returns the report's totals and one line per group.
+    OpenLineage: the stores the rewritten groups were read from into the one they were
+    written to (nothing for a dry run, or a run that rewrote nothing).
     """
 
     template_fields: Sequence[str] = (*OffloaderSparkOperator.template_fields, "rewrite_params")
@@ -288,6 +302,7 @@ class BulkRewriteOperator(OffloaderSparkOperator):
 
     # the result is the task's XCom; the provider's SparkSubmitOperator.execute says -> None
     def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]
+        self.moved = None
         params = RewriteParams.parse(self.rewrite_params or {})
         settings = self.portable_settings()
         with self.offloader_hook.get_runtime() as runtime:
@@ -295,6 +310,11 @@ class BulkRewriteOperator(OffloaderSparkOperator):
         report = self.submit_app(params.model_dump_json(), settings, want_result=True)
         if report is None:
             raise RuntimeError("the rewrite job ended without a report")
+        self.moved = Moved(
+            host=lineage_host(self.offloader_hook),
+            read=report.get("stores_read", []),
+            written=report.get("stores_written", []),
+        )
         summary = {
             "mode": report["mode"],
             "dry_run": report["dry_run"],

@@ -14,9 +14,10 @@ from airflow.sdk import AssetAlias, Context
 from pydantic import JsonValue
 
 from offloader.stream.params import StreamRunParams
-from offloader.stream.runs import FAILED, run_streaming, streaming_topics
+from offloader.stream.runs import FAILED, run_streaming, stores_written, streaming_topics
 from offloader_airflow.assets import DELETION_QUEUE, OFFLOADED_LEDGERS
 from offloader_airflow.base import OffloaderBaseOperator, offloader_template_fields
+from offloader_airflow.lineage import LineageMixin, from_hot_tier
 
 #: List it in the operator's ``outlets``: through it a pass updates
 #: ``offloader_offloaded_ledgers`` only when it committed segments or settled ledgers, and
@@ -66,7 +67,7 @@ class PlanStreamOperator(_StreamParamsOperator):
         return [{"topic": topic, "close_now": params.close_now} for topic in topics]
 
 
-class StreamPassOperator(_StreamParamsOperator):
+class StreamPassOperator(LineageMixin, _StreamParamsOperator):
     """Validate the run's params, then run one streaming pass per topic (the one named or
     every streaming topic) and delete hot copies past their lag. Returns one dict per topic
     (status done, busy or failed; see ``offloader.stream.runs.run_streaming``).
@@ -75,13 +76,20 @@ class StreamPassOperator(_StreamParamsOperator):
     after every other topic had its pass. Map it over :class:`PlanStreamOperator`'s output
     for a task per topic. The stream's owner names this try of this task instance (and map
     index), so a retry is a new owner, never mistaken for the try it replaces. List
-    :data:`STREAM_OUTLETS` in ``outlets``.
+    :data:`STREAM_OUTLETS` in ``outlets``. OpenLineage: the hot topics that moved entries
+    into the stores of the segments they went to (also when another topic failed the task).
     """
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
+        self.moved = None
         params = self.run_params(context)
         with self.hook.get_runtime() as runtime:
             results = run_streaming(runtime, params, owner=_owner(context))
+            stores = {r["topic"]: stores_written(runtime.metadata, r) for r in results}
+            moved = [t for t, written in stores.items() if written]
+            self.moved = from_hot_tier(
+                self.hook, runtime.settings, moved, [s for t in moved for s in stores[t]]
+            )
         for r in results:
             self.log.info("%s: %s", r["topic"], _describe(r))
         if not results:

@@ -173,7 +173,8 @@ def test_the_command_line_is_spark_submit_operators_and_the_driver_gets_the_sett
         task_id="provider",
         application=str(SPARK_JOBS / "bulk_export.py"),
         conf={"spark.ui.enabled": "false"},
-        application_args=ours["argv"][-2:],  # the params and the library zip
+        # the params, the library zip and the file the driver writes its result to
+        application_args=ours["argv"][-3:],
         **SPARK_OPTIONS,
     ).execute({})  # type: ignore[arg-type]
     theirs = submissions(fake_spark_submit)[1]

@@ -27,9 +27,11 @@ from fixtures.exports import (
     parquet_digests,
     streamed_topic,
 )
+from fixtures.lineage import LineageLog, datasets
 from fixtures.spark import SparkSetup, assert_no_secret
 from offloader.bulk.manifest import BulkExportResult
 from offloader.keys import EXPORT_ATTEMPTS_DIR
+from offloader.objectstore.location import StoreLocation
 from offloader.runtime import Runtime
 
 pytestmark = [pytest.mark.spark, POSTGRES_ONLY]
@@ -53,6 +55,7 @@ def test_export_equals_the_source_a_rerun_changes_nothing_and_no_secret_leaks(
     export_dag: DagFile,
     spark_local: SparkSetup,
     capfd: pytest.CaptureFixture,
+    lineage_log: LineageLog,
 ) -> None:
     # multipart uploads: SeaweedFS refuses them with a session token (without_session_token)
     secret_connections = without_session_token(monkeypatch, secret_connections)
@@ -66,6 +69,18 @@ def test_export_equals_the_source_a_rerun_changes_nothing_and_no_secret_leaks(
     assert return_value(run, "export") == {**published, "output": exports_url(runtime)}
     assert published["ledgers"] == 4 + 3 and len(files) > 7  # ledgers cut in slices
     assert parquet_digests(export_table(files)) == tiered_digests(runtime)
+    # OpenLineage: the store the job read into the export's folder, with what was written
+    (done,) = lineage_log.of_task("bulk_export", "export", "COMPLETE")
+    where = StoreLocation.from_url(runtime.settings.resolved_object_store_url)
+    assert where.prefix == ""  # the fixture's bucket: its root is the store
+    assert datasets([done], "inputs") == {(f"s3://{where.location}", "/")}
+    assert datasets([done], "outputs") == {(f"s3://{where.location}", "exports/daily")}
+    statistics = done["outputs"][0]["outputFacets"]["outputStatistics"]
+    assert (statistics["rowCount"], statistics["size"], statistics["fileCount"]) == (
+        published["rows"],
+        published["bytes"],
+        published["files"],
+    )
 
     again = export_dag.test(run_conf=conf, retries=False)
     assert str(again.state) == "success", task_states(again)
@@ -86,8 +101,14 @@ def test_export_equals_the_source_a_rerun_changes_nothing_and_no_secret_leaks(
     assert "bulk_export.py" in events  # ... and the real command line (sun.java.command)
     stored = stored_airflow_text()
     assert "daily" in stored  # rendered fields and XComs were read
+    texts = {
+        "logs": logs,
+        "spark conf": events,
+        "airflow db": stored,
+        "lineage": lineage_log.text(),
+    }
     for secret in secret_connections:  # the S3 secret key, session token, database password
-        assert_no_secret(secret, {"logs": logs, "spark conf": events, "airflow db": stored})
+        assert_no_secret(secret, texts)
 
 
 @pytest.mark.usefixtures("airflow_db", "airflow_connections")

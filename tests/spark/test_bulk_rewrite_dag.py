@@ -31,10 +31,12 @@ from fixtures.airflow import (
 )
 from fixtures.backends import POSTGRES_ONLY
 from fixtures.inspect import checksum, stored_keys
+from fixtures.lineage import LineageLog, datasets
 from fixtures.rewrites import T, check_clean_store, check_one_copy, entry_digests, shape, v1_topic
 from fixtures.spark import BIN, SparkSetup, assert_no_secret
 from offloader.gc.run import recover_stale_rewrites
 from offloader.metadata import OffloadMode, SegmentOrigin, SegmentState
+from offloader.objectstore.location import StoreLocation
 from offloader.runtime import Runtime
 from offloader.settings import Settings
 from offloader_airflow.spark import SPARK_JOBS, child_environment
@@ -65,6 +67,7 @@ def test_compaction_keeps_every_entry_in_fewer_objects_and_no_secret_leaks(
     rewrite_dag: DagFile,
     spark_local: SparkSetup,
     capfd: pytest.CaptureFixture,
+    lineage_log: LineageLog,
 ) -> None:
     # the connections of rewrite_dag (its tuning) with every credential set; multipart
     # uploads: SeaweedFS refuses them with a session token (without_session_token)
@@ -89,9 +92,18 @@ def test_compaction_keeps_every_entry_in_fewer_objects_and_no_secret_leaks(
     live = rt.metadata.segments.of_topic(T, [SegmentState.OFFLOADED])
     assert len(live) == groups and {s.origin for s in live} == {SegmentOrigin.REWRITE}
 
+    # OpenLineage: the store's objects into the store's objects (keys are flat under its
+    # prefix: one dataset), named as the spec names S3 data
+    (done,) = lineage_log.of_task("bulk_rewrite", "rewrite", "COMPLETE")
+    where = StoreLocation.from_url(rt.settings.resolved_object_store_url)
+    store = (f"s3://{where.location}", where.prefix or "/")
+    assert datasets([done], "inputs") == datasets([done], "outputs") == {store}
+
     again = rewrite_dag.test(run_conf=compact_conf(rt), retries=False)
     assert str(again.state) == "success", task_states(again)
     assert return_value(again, "rewrite")["groups"] == []  # nothing left to compact
+    nothing = lineage_log.of_task("bulk_rewrite", "rewrite", "COMPLETE")[1]
+    assert nothing["inputs"] == nothing["outputs"] == []  # it moved nothing
 
     out, err = capfd.readouterr()
     logs = out + err + airflow_logs()
@@ -100,8 +112,14 @@ def test_compaction_keeps_every_entry_in_fewer_objects_and_no_secret_leaks(
     assert "bulk_rewrite.py" in events and "spark.master" in events
     stored = stored_airflow_text()
     assert "'mode': 'compact'" in stored  # the rendered params and XComs were read
+    texts = {
+        "logs": logs,
+        "spark conf": events,
+        "airflow db": stored,
+        "lineage": lineage_log.text(),
+    }
     for secret in secret_connections:  # the S3 secret key, session token, database password
-        assert_no_secret(secret, {"logs": logs, "spark conf": events, "airflow db": stored})
+        assert_no_secret(secret, texts)
 
 
 @pytest.mark.long  # the short form: the compaction run here, the same submission; the spread

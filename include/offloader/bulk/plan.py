@@ -78,6 +78,11 @@ class ExportPlan:
     def entries(self) -> int:
         return sum(s.entries for s in self.slices)
 
+    @property
+    def stores(self) -> list[str]:
+        """The URLs of the stores the slices are read from (no endpoint, no credential)."""
+        return sorted({s.store.store_url for s in self.slices})
+
     def to_json(self) -> dict[str, Any]:
         return {
             "ledgers": self.ledgers,

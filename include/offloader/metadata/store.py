@@ -375,6 +375,12 @@ class MetadataStore(Database):
         with self.engine.connect() as conn:
             return load_location(conn, store_id)
 
+    def get_locations(self, store_ids: Iterable[int]) -> list[StoreLocation]:
+        """The distinct locations of ``store_ids``, by URL: where a task's data went."""
+        with self.engine.connect() as conn:
+            found = {load_location(conn, i) for i in set(store_ids)}
+        return sorted(found, key=str)
+
     def list_locations(self) -> list[tuple[int, StoreLocation]]:
         """Every recorded store location not retired, by id: what the orphan sweep walks."""
         with self.engine.connect() as conn:

@@ -21,6 +21,10 @@ class Outcome(StrEnum):
     REPLACED = "replaced"  # offloaded again as its own objects; the old ones are queued
 
 
+#: the outcomes whose ledger's data this offload moved into the object tier
+MOVED = frozenset({Outcome.OFFLOADED, Outcome.RECOVERED})
+
+
 @dataclass(frozen=True)
 class OffloadResult:
     topic: str

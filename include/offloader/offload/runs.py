@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from offloader.metadata import MetadataStore
+from offloader.objectstore.location import StoreLocation
 from offloader.offload.batch import DEFAULT_WINDOW, BatchOffloader
 from offloader.offload.hot_deletion import HotDeletion
-from offloader.offload.ledger_offloader import LedgerOffloader, OffloadResult, Outcome
+from offloader.offload.ledger_offloader import LedgerOffloader, OffloadResult
+from offloader.offload.outcome import MOVED
 from offloader.offload.params import OffloadRunParams
 from offloader.offload.planner import CreationWindow, due_ledgers
 from offloader.results import fields_json, jsonable
@@ -126,10 +128,28 @@ def offload_batch(
     return BatchOffloader(LedgerOffloader(runtime), window).offload(topic, ledger_ids)
 
 
+def stores_written(
+    metadata: MetadataStore, results: Iterable[OffloadResult]
+) -> list[StoreLocation]:
+    """Where the ledgers ``results`` moved went (their committed offloads' stores, a
+    recovered attempt's too), by URL; none when nothing moved."""
+    moved: dict[str, list[int]] = {}
+    for r in results:
+        if r.outcome in MOVED:
+            moved.setdefault(r.topic, []).append(r.ledger_id)
+    store_ids = [
+        ledger.store_id
+        for topic, ids in moved.items()
+        for ledger in metadata.get_ledgers(topic, ids).values()
+        if ledger.store_id is not None
+    ]
+    return metadata.get_locations(store_ids)
+
+
 def summarize(results: Iterable[OffloadResult | dict], seconds: float | None = None) -> dict:
     """Counts by outcome, bytes moved and throughput (what the run's summary task returns)."""
     rows = [r if isinstance(r, dict) else r.to_json() for r in results]
-    moved = [r for r in rows if r["outcome"] in (Outcome.OFFLOADED, Outcome.RECOVERED)]
+    moved = [r for r in rows if r["outcome"] in MOVED]
     total = sum(r["bytes"] for r in moved)
     upload_seconds = sum(r["seconds"] for r in moved)
     outcomes: dict[str, int] = {}

@@ -72,6 +72,9 @@ class RewriteReport:
     groups: list[GroupResult] = field(default_factory=list)
     left: int = 0  # groups planned beyond the run's max_groups: the next run goes on
     recovered: list[str] = field(default_factory=list)  # dead rewrites this run failed
+    # the URLs of the stores the rewritten groups were read from and written to
+    stores_read: list[str] = field(default_factory=list)
+    stores_written: list[str] = field(default_factory=list)
 
     def totals(self) -> dict[str, int]:
         """Objects and bytes before and after, over the groups rewritten (planned, dry)."""

@@ -109,15 +109,31 @@ def run_rewrite(
         for first in range(0, len(chosen), max(1, wave)):
             report.recovered += [s.segment_id for s in recover_stale_rewrites(runtime)]
             report.groups += rewriter.rewrite_spread(chosen[first : first + wave], spread)
-        return report
-    for group in chosen:
-        report.recovered += [s.segment_id for s in recover_stale_rewrites(runtime)]
-        try:
-            report.groups.append(rewriter.rewrite(group))
-        except Exception as err:  # one group's failure does not hold the others back
-            log.warning("rewrite of %s failed", group.describe(), exc_info=True)
-            report.groups.append(GroupResult.of(group, FAILED, detail=_text(err)))
+    else:
+        for group in chosen:
+            report.recovered += [s.segment_id for s in recover_stale_rewrites(runtime)]
+            try:
+                report.groups.append(rewriter.rewrite(group))
+            except Exception as err:  # one group's failure does not hold the others back
+                log.warning("rewrite of %s failed", group.describe(), exc_info=True)
+                report.groups.append(GroupResult.of(group, FAILED, detail=_text(err)))
+    # one result per chosen group, in order
+    done = [g for g, r in zip(chosen, report.groups, strict=True) if r.outcome == REWRITTEN]
+    read = [x.store_id for g in done for x in g.ledgers]
+    _record_stores(
+        runtime, report, read + [s.store_id for g in done for s in g.segments], bool(done)
+    )
     return report
+
+
+def _record_stores(
+    runtime: Runtime, report: RewriteReport, read: Sequence[int | None], wrote: bool
+) -> None:
+    """The report's stores: those ``read`` (store ids) and, if anything was ``wrote``, the
+    default store, where every rewrite writes."""
+    locations = runtime.metadata.get_locations(i for i in read if i is not None)
+    report.stores_read = [x.store_url for x in locations]
+    report.stores_written = [runtime.stores.default_location.store_url] if wrote else []
 
 
 @dataclass(frozen=True)
@@ -333,15 +349,24 @@ def _to_v1(runtime: Runtime, params: RewriteParams) -> RewriteReport:
     planned = plan_to_v1(runtime.metadata, params.topics, params.first_ledger, params.last_ledger)
     chosen = planned[: params.max_groups]
     report = RewriteReport(params.mode, params.dry_run, left=len(planned) - len(chosen))
+    read: list[int | None] = []
+    migrated = False
     for ledger in chosen:
         if params.dry_run:
             done = [ToV1Result(ledger.topic, ledger.ledger_id, ToV1Outcome.PLANNED)]
         else:
             one = ledger.ledger_id
+            # its segments, before the migration releases them
+            segments: list[int | None] = [
+                p.segment.store_id for p in runtime.metadata.segments.pieces(ledger.topic, one)
+            ]
             done = migrate_to_v1(runtime, [ledger.topic], one, one) or [
                 ToV1Result(ledger.topic, one, ToV1Outcome.CHANGED, detail="no longer streamed")
             ]
+            if any(r.outcome is ToV1Outcome.MIGRATED for r in done):
+                read, migrated = read + segments, True
         report.groups += [_v1_group(r, ledger.size_bytes) for r in done]
+    _record_stores(runtime, report, read, migrated)
     return report
 
 

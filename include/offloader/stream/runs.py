@@ -15,6 +15,7 @@ from typing import Any
 
 from offloader.exceptions import StreamBusyError, TopicDeletedError
 from offloader.metadata import MetadataStore
+from offloader.objectstore.location import StoreLocation
 from offloader.offload.hot_deletion import delete_hot_copies
 from offloader.runtime import Runtime
 from offloader.stream.offloader import StreamingOffloader, StreamPassResult
@@ -97,6 +98,25 @@ def _stream_topic(
         detail = f"{type(exc).__name__}: {exc}"
         outcome = {"topic": topic, "status": FAILED, "detail": detail, "hot_deleted": []}
     return outcome
+
+
+def moved_data(result: dict[str, Any]) -> bool:
+    """Whether a topic's step (a :func:`run_streaming` dict) moved entries into the object
+    tier: parts uploaded, or a segment completed."""
+    return result.get("status") == DONE and bool(
+        result.get("bytes_uploaded") or result.get("committed")
+    )
+
+
+def stores_written(metadata: MetadataStore, result: dict[str, Any]) -> list[StoreLocation]:
+    """The stores of the segments a topic's step wrote parts to or completed, by URL;
+    none when it moved nothing (:func:`moved_data`)."""
+    if not moved_data(result):
+        return []
+    segment_ids = [*result.get("committed", []), result.get("open_segment")]
+    return metadata.get_locations(
+        metadata.segments.get(s).store_id for s in segment_ids if s is not None
+    )
 
 
 def _delete_hot_copies(runtime: Runtime, topic: str) -> list[int]:

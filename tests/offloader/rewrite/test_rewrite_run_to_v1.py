@@ -85,6 +85,8 @@ def test_a_dry_run_reports_the_selected_ledgers_as_planned(
         "groups": planned,
         "left": 1,
         "recovered": [],
+        "stores_read": [],  # a dry run moves nothing
+        "stores_written": [],
         "totals": {
             "groups": 2,
             "objects_before": 0,
@@ -118,6 +120,9 @@ def test_a_run_migrates_only_the_selected_ledgers_and_the_data_reads_back(
         for x in migrated
     ]
     assert all(x.offload_mode is OffloadMode.LEDGER and x.data_len for x in migrated)
+    # what the task's lineage names: the segments' store into the default store (one here)
+    store = rt.settings.resolved_object_store_url.rstrip("/")
+    assert report["stores_read"] == report["stores_written"] == [store]
     modes = {
         (x.topic, x.ledger_id): x.offload_mode
         for t in (T, OTHER)
