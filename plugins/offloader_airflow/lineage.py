@@ -26,7 +26,9 @@ nothing for every other task: never what it only meant to move.
 
 from __future__ import annotations
 
+import logging
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +46,8 @@ if TYPE_CHECKING:
 
 #: the most hot topics one task names one by one; above, the hot tier's directory
 MAX_TOPICS = 20
+
+log = logging.getLogger(__name__)
 
 
 class Moved(BaseModel):
@@ -142,6 +146,19 @@ class LineageMixin:
     it: a retry of the same operator object must not report an earlier try's data)."""
 
     moved: Moved | None = None
+
+    def record_moved(self, read: Callable[[], Moved | None]) -> None:
+        """Set :attr:`moved` from ``read`` (which may ask the metadata which stores were
+        written). Lineage is a report: when it cannot be read, the task whose data moved
+        still succeeds, reporting no datasets, and the log says why (the error's class only:
+        a driver's message may quote a URL)."""
+        try:
+            self.moved = read()
+        except Exception as exc:
+            self.moved = None
+            log.warning(
+                "OpenLineage: what this task moved could not be read (%s)", type(exc).__name__
+            )
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
         return operator_lineage(self.moved)

@@ -133,8 +133,14 @@ class OffloadLedgersOperator(LineageMixin, OffloaderBaseOperator):
             raise TypeError(f"batch must be a dict with topic and ledger_ids, got {batch!r}")
         with self.hook.get_runtime() as runtime:
             results = offload_batch(runtime, batch["topic"], batch["ledger_ids"])
-            stores = stores_written(runtime.metadata, results)
-            self.moved = from_hot_tier(self.hook, runtime.settings, [batch["topic"]], stores)
+            self.record_moved(
+                lambda: from_hot_tier(
+                    self.hook,
+                    runtime.settings,
+                    [batch["topic"]],
+                    stores_written(runtime.metadata, results),
+                )
+            )
             first = next((r for r in results if r.attempt_id), None)
             if first is not None:
                 ledger = runtime.metadata.get_ledger(first.topic, first.ledger_id)

@@ -8,7 +8,7 @@ open a Runtime from the connection, call it and log what happened.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import AssetAlias, Context
 from pydantic import JsonValue
@@ -17,7 +17,11 @@ from offloader.stream.params import StreamRunParams
 from offloader.stream.runs import FAILED, run_streaming, stores_written, streaming_topics
 from offloader_airflow.assets import DELETION_QUEUE, OFFLOADED_LEDGERS
 from offloader_airflow.base import OffloaderBaseOperator, offloader_template_fields
-from offloader_airflow.lineage import LineageMixin, from_hot_tier
+from offloader_airflow.lineage import LineageMixin, Moved, from_hot_tier
+
+if TYPE_CHECKING:
+    from offloader.runtime import Runtime
+    from offloader_airflow.hooks import OffloaderHook
 
 #: List it in the operator's ``outlets``: through it a pass updates
 #: ``offloader_offloaded_ledgers`` only when it committed segments or settled ledgers, and
@@ -85,11 +89,7 @@ class StreamPassOperator(LineageMixin, _StreamParamsOperator):
         params = self.run_params(context)
         with self.hook.get_runtime() as runtime:
             results = run_streaming(runtime, params, owner=_owner(context))
-            stores = {r["topic"]: stores_written(runtime.metadata, r) for r in results}
-            moved = [t for t, written in stores.items() if written]
-            self.moved = from_hot_tier(
-                self.hook, runtime.settings, moved, [s for t in moved for s in stores[t]]
-            )
+            self.record_moved(lambda: _moved(self.hook, runtime, results))
         for r in results:
             self.log.info("%s: %s", r["topic"], _describe(r))
         if not results:
@@ -134,3 +134,10 @@ def _record_outlets(context: Context, results: list[dict[str, Any]]) -> None:
         events.add(OFFLOADED_LEDGERS, extra={"streamed": offloaded})
     if failed:
         events.add(DELETION_QUEUE, extra={"failed_segments": failed})
+
+
+def _moved(hook: OffloaderHook, runtime: Runtime, results: list[dict[str, Any]]) -> Moved | None:
+    """The hot topics that moved entries, into the stores of the segments they went to."""
+    stores = {r["topic"]: stores_written(runtime.metadata, r) for r in results}
+    moved = [t for t, written in stores.items() if written]
+    return from_hot_tier(hook, runtime.settings, moved, [s for t in moved for s in stores[t]])

@@ -92,3 +92,21 @@ def test_success_and_failure_report_what_execute_recorded() -> None:
     task.moved = Moved(host="h", ledger_dir="/l", topics=["t"], written=["s3://b/p"])
     for method in (task.get_openlineage_facets_on_complete, task.get_openlineage_facets_on_failure):
         assert [(d.namespace, d.name) for d in method(None).outputs] == [("s3://b", "p")]
+
+
+def test_lineage_that_cannot_be_read_fails_nothing_and_logs_no_url(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    task = LineageMixin()
+    task.moved = Moved(host="h", ledger_dir="/l", topics=["t"], written=["s3://b/p"])
+
+    def metadata_gone() -> Moved | None:
+        raise ConnectionError("could not connect to postgresql://user:hunter2@db/offloader")
+
+    with caplog.at_level("WARNING", logger="offloader_airflow.lineage"):
+        task.record_moved(metadata_gone)
+    assert task.moved is None  # an earlier try's datasets are not reported either
+    assert task.get_openlineage_facets_on_complete(None).outputs == []
+    assert "ConnectionError" in caplog.text and "hunter2" not in caplog.text
+    task.record_moved(lambda: Moved(host="h", written=["s3://b/p"]))
+    assert task.moved is not None and task.moved.written == ["s3://b/p"]
